@@ -1,0 +1,434 @@
+//! The run record and its status: the data shared with the chat routes that write runs.
+//!
+//! JSON field names are the reference's (`runId`, `detachedSince`, …) so a record written by the
+//! TypeScript implementation, or by an application's own routes, reads back unchanged.
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch. Every instant in the core is one of these, taken from an
+/// injected [`crate::ports::Clock`], never from the system clock.
+pub type EpochMs = i64;
+
+/// A run's lifecycle status. Unknown strings are rejected at deserialization, so a corrupt row can
+/// never be read as terminal (the reference's prototype-chain bug cannot exist here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Running,
+    /// A human-in-the-loop pause. Not terminal.
+    Interrupted,
+    Completed,
+    Failed,
+    Aborted,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 5] = [
+        RunStatus::Running,
+        RunStatus::Interrupted,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Aborted,
+    ];
+
+    /// Exactly `completed`, `failed` and `aborted`.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Aborted
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Aborted => "aborted",
+        }
+    }
+
+    /// Parses one of the five status strings, case-sensitively.
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The statuses a sweep may write at the end of a drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TerminalStatus {
+    Completed,
+    Failed,
+    Aborted,
+}
+
+impl From<TerminalStatus> for RunStatus {
+    fn from(s: TerminalStatus) -> Self {
+        match s {
+            TerminalStatus::Completed => RunStatus::Completed,
+            TerminalStatus::Failed => RunStatus::Failed,
+            TerminalStatus::Aborted => RunStatus::Aborted,
+        }
+    }
+}
+
+/// The `{message, code?}` payload stored on a failed run and carried by a `RUN_ERROR` chunk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl RunError {
+    pub const UNKNOWN_MESSAGE: &'static str = "Unknown error occurred";
+
+    pub fn new(message: impl Into<String>) -> Self {
+        RunError {
+            message: message.into(),
+            code: None,
+        }
+    }
+
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The normalisation of an abort (spec C.3).
+    pub fn aborted() -> Self {
+        RunError::new("Request aborted").with_code("aborted")
+    }
+
+    /// Normalises an error's message the way the reference does: an empty message becomes
+    /// "Unknown error occurred"; an abort-shaped error becomes `{Request aborted, aborted}`.
+    pub fn normalise(message: &str, code: Option<String>, is_abort: bool) -> Self {
+        if is_abort {
+            return RunError::aborted();
+        }
+        let message = if message.is_empty() {
+            RunError::UNKNOWN_MESSAGE.to_string()
+        } else {
+            message.to_string()
+        };
+        RunError { message, code }
+    }
+
+    /// Normalises an arbitrary JSON error payload (spec C.3): an object with a string `message`
+    /// and a string or finite numeric `code` (else a finite numeric `status`), or a non-empty
+    /// string; anything else is "Unknown error occurred".
+    pub fn from_json(value: &serde_json::Value) -> Self {
+        use serde_json::Value;
+        match value {
+            Value::String(s) if !s.is_empty() => RunError::new(s.clone()),
+            Value::Object(map) => {
+                let message = match map.get("message") {
+                    Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                    _ => RunError::UNKNOWN_MESSAGE.to_string(),
+                };
+                let numeric = |v: Option<&Value>| match v {
+                    Some(Value::Number(n)) => n
+                        .as_i64()
+                        .map(|i| i.to_string())
+                        .or_else(|| n.as_u64().map(|u| u.to_string()))
+                        .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f.to_string())),
+                    _ => None,
+                };
+                let code = match map.get("code") {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    other => numeric(other).or_else(|| numeric(map.get("status"))),
+                };
+                RunError { message, code }
+            }
+            _ => RunError::new(RunError::UNKNOWN_MESSAGE),
+        }
+    }
+}
+
+/// One run as the run store holds it.
+///
+/// A fresh row reads `sandbox_key`, `detached_since`, `cancel_requested` and `driver_epoch` back
+/// as `None` (absent), never as a zero value. There is no `exitCode` field: the exit code the
+/// probe reads appears only on the sweep's report entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    pub run_id: String,
+    pub thread_id: String,
+    pub status: RunStatus,
+    pub started_at: EpochMs,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<EpochMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// Token usage, written by other code; opaque to the reaper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_key: Option<String>,
+    /// When the last viewer detached. The selection key and the TTL evidence; never written by
+    /// the reaper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detached_since: Option<EpochMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_requested: Option<bool>,
+    /// The fencing token: each successful claim writes `(old ?? 0) + 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_epoch: Option<u64>,
+}
+
+impl RunRecord {
+    /// A fresh `running` row.
+    pub fn new(
+        run_id: impl Into<String>,
+        thread_id: impl Into<String>,
+        started_at: EpochMs,
+    ) -> Self {
+        RunRecord {
+            run_id: run_id.into(),
+            thread_id: thread_id.into(),
+            status: RunStatus::Running,
+            started_at,
+            finished_at: None,
+            error: None,
+            usage: None,
+            sandbox_key: None,
+            detached_since: None,
+            cancel_requested: None,
+            driver_epoch: None,
+        }
+    }
+
+    /// Applies a patch the way every store must: named fields change, others stay.
+    pub fn apply(&mut self, patch: &RunPatch) {
+        if let Some(status) = patch.status {
+            self.status = status;
+        }
+        patch.finished_at.apply_to(&mut self.finished_at);
+        patch.error.apply_to(&mut self.error);
+        patch.usage.apply_to(&mut self.usage);
+        patch.sandbox_key.apply_to(&mut self.sandbox_key);
+        patch.detached_since.apply_to(&mut self.detached_since);
+        patch.cancel_requested.apply_to(&mut self.cancel_requested);
+        patch.driver_epoch.apply_to(&mut self.driver_epoch);
+    }
+}
+
+/// One field of a [`RunPatch`]: leave it, clear it, or set it. `Clear` is the reference's
+/// `update(id, {field: undefined})`, which must really clear (a backend that drops it would leave
+/// a re-attached run reclaimable).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Patch<T> {
+    #[default]
+    Keep,
+    Clear,
+    Set(T),
+}
+
+impl<T: Clone> Patch<T> {
+    pub fn apply_to(&self, slot: &mut Option<T>) {
+        match self {
+            Patch::Keep => {}
+            Patch::Clear => *slot = None,
+            Patch::Set(v) => *slot = Some(v.clone()),
+        }
+    }
+
+    pub fn is_keep(&self) -> bool {
+        matches!(self, Patch::Keep)
+    }
+}
+
+impl<T> From<Option<T>> for Patch<T> {
+    /// `Some(v)` sets, `None` clears.
+    fn from(v: Option<T>) -> Self {
+        match v {
+            Some(v) => Patch::Set(v),
+            None => Patch::Clear,
+        }
+    }
+}
+
+/// A partial update of a run record. Only the reference's patchable keys exist here; `runId`,
+/// `threadId` and `startedAt` never change after creation.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunPatch {
+    pub status: Option<RunStatus>,
+    pub finished_at: Patch<EpochMs>,
+    pub error: Patch<RunError>,
+    pub usage: Patch<serde_json::Value>,
+    pub sandbox_key: Patch<String>,
+    pub detached_since: Patch<EpochMs>,
+    pub cancel_requested: Patch<bool>,
+    pub driver_epoch: Patch<u64>,
+}
+
+impl RunPatch {
+    /// Whether this patch writes a terminal status (the writes the fence guards).
+    pub fn is_terminal(&self) -> bool {
+        self.status.is_some_and(RunStatus::is_terminal)
+    }
+
+    pub fn detach(at: EpochMs, sandbox_key: Option<String>) -> Self {
+        RunPatch {
+            detached_since: Patch::Set(at),
+            sandbox_key: sandbox_key.map(Patch::Set).unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+
+    pub fn cancel() -> Self {
+        RunPatch {
+            cancel_requested: Patch::Set(true),
+            ..Default::default()
+        }
+    }
+}
+
+/// The input of `create_or_resume`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub run_id: String,
+    pub thread_id: String,
+    pub started_at: EpochMs,
+    /// Defaults to `running`.
+    pub status: Option<RunStatus>,
+}
+
+/// The terminal write at the end of a drive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TerminalWrite {
+    pub status: TerminalStatus,
+    pub finished_at: EpochMs,
+    pub error: Option<RunError>,
+}
+
+impl TerminalWrite {
+    pub fn to_patch(&self) -> RunPatch {
+        RunPatch {
+            status: Some(self.status.into()),
+            finished_at: Patch::Set(self.finished_at),
+            error: self.error.clone().map(Patch::Set).unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Where a sandbox instance lives, keyed by the compound `sandboxKey` a run records at detach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxInstanceRecord {
+    pub key: String,
+    /// The provider name ([`crate::ports::SandboxProvider::name`]).
+    pub provider: String,
+    pub provider_sandbox_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_snapshot_id: Option<String>,
+    pub thread_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_run_id: Option<String>,
+    pub updated_at: EpochMs,
+}
+
+/// One delivery-log event. The shape is AG-UI's: an object with a string `type` and any other
+/// fields. The reaper itself only looks at `type == "RUN_ERROR"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chunk(pub serde_json::Map<String, serde_json::Value>);
+
+impl Chunk {
+    pub const RUN_ERROR: &'static str = "RUN_ERROR";
+    pub const TEXT_MESSAGE_CONTENT: &'static str = "TEXT_MESSAGE_CONTENT";
+
+    pub fn new(kind: &str) -> Self {
+        let mut map = serde_json::Map::new();
+        map.insert("type".into(), serde_json::Value::String(kind.into()));
+        Chunk(map)
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.0.insert(key.into(), value.into());
+        self
+    }
+
+    /// A text delta chunk.
+    pub fn text(delta: &str) -> Self {
+        Chunk::new(Chunk::TEXT_MESSAGE_CONTENT).with("delta", delta)
+    }
+
+    pub fn run_error(error: &RunError) -> Self {
+        let mut c = Chunk::new(Chunk::RUN_ERROR).with("message", error.message.clone());
+        if let Some(code) = &error.code {
+            c = c.with("code", code.clone());
+        }
+        c
+    }
+
+    pub fn kind(&self) -> Option<&str> {
+        self.0.get("type").and_then(|v| v.as_str())
+    }
+
+    pub fn is_run_error(&self) -> bool {
+        self.kind() == Some(Chunk::RUN_ERROR)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&serde_json::Value> {
+        self.0.get(key)
+    }
+
+    /// The error a `RUN_ERROR` chunk carries, normalised as any error payload.
+    pub fn as_run_error(&self) -> RunError {
+        RunError::from_json(&serde_json::Value::Object(self.0.clone()))
+    }
+
+    pub fn from_value(value: serde_json::Value) -> Option<Chunk> {
+        match value {
+            serde_json::Value::Object(map) => Some(Chunk(map)),
+            _ => None,
+        }
+    }
+}
+
+/// A stored delivery-log entry: its offset (0-based sequence number) and the chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub offset: u64,
+    pub chunk: Chunk,
+}
+
+/// A point-in-time view of a delivery log, cheap to take: what the quiet check needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogSnapshot {
+    /// How many chunks the log holds.
+    pub len: u64,
+    /// When the log was last appended to, if the backend tracks it. Lets the quiet wait end at
+    /// once when the log has been quiet for longer than the window.
+    pub last_append_at: Option<EpochMs>,
+    pub closed: bool,
+}
+
+/// What a finished run's transcript looks like once saved: the messages a chat UI renders when
+/// the delivery log has aged out. Messages outlive events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transcript {
+    pub run_id: String,
+    pub thread_id: String,
+    pub messages: Vec<TranscriptMessage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    pub saved_at: EpochMs,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TranscriptMessage {
+    pub role: String,
+    pub content: String,
+}

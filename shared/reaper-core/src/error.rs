@@ -1,0 +1,237 @@
+//! Error types. Stores map their SDK errors to [`StoreError`] in one place each; the sweep turns
+//! every per-run failure into a report entry carrying a [`ReapError`].
+
+use serde::{Serialize, Serializer};
+
+/// One semantic error for every store backend.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A conditional write lost its condition (a lease held elsewhere, an epoch moved).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A transient failure (throttling, a busy database, a 5xx): safe to retry.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored row that does not parse: named, never read as something else.
+    #[error("corrupt record {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// The backend lacks an optional capability.
+    #[error("unsupported by this store: {0}")]
+    Unsupported(&'static str),
+    /// Anything else, with its source's message.
+    #[error("store error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// A sandbox provider's failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    #[error("sandbox {0} not found")]
+    NotFound(String),
+    #[error("sandbox command timed out after {0} ms")]
+    Timeout(u64),
+    /// The provider could not be reached (network, daemon down).
+    #[error("sandbox provider unreachable: {0}")]
+    Unreachable(String),
+    #[error("sandbox provider refused: {0}")]
+    Refused(String),
+    #[error("sandbox error: {0}")]
+    Other(String),
+}
+
+/// A probe that failed outright (the reference's `hasFinished` throwing).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("probe failed: {0}")]
+pub struct ProbeError(pub String);
+
+/// An error that ends a drive's stream, or a drive that could not start.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct DriveError {
+    pub message: String,
+    pub code: Option<String>,
+    /// Abort-shaped (`AbortError` in the reference): normalised to `{Request aborted, aborted}`.
+    pub is_abort: bool,
+}
+
+impl DriveError {
+    pub fn new(message: impl Into<String>) -> Self {
+        DriveError {
+            message: message.into(),
+            code: None,
+            is_abort: false,
+        }
+    }
+
+    pub fn aborted() -> Self {
+        DriveError {
+            message: "aborted".into(),
+            code: None,
+            is_abort: true,
+        }
+    }
+
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+}
+
+/// Thrown by [`crate::reclaim::SandboxReclaimer`] when the provider's destroy was rejected: the
+/// instance record is gone, and the sandbox may still be running and billing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "sandbox reclaim failed for run {run_id}{}: the provider's destroy was rejected and the \
+     instance record was deleted anyway, so the sandbox may still be running and can no longer \
+     be reached through the instance store",
+    .sandbox_key.as_deref().map(|k| format!(" (sandbox key {k})")).unwrap_or_default()
+)]
+pub struct SandboxReclaimFailedError {
+    pub run_id: String,
+    pub sandbox_key: Option<String>,
+}
+
+/// Why a reclaim did not tear the sandbox down.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReclaimError {
+    #[error(transparent)]
+    Failed(#[from] SandboxReclaimFailedError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Why a claim was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimRefusal {
+    /// The run is already terminal.
+    Terminal,
+    /// The run does not exist.
+    Unknown,
+    /// The viewer came back (the in-lock expiry re-check).
+    Superseded,
+    /// Another host holds the run's claim lease.
+    Busy,
+}
+
+impl std::fmt::Display for ClaimRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClaimRefusal::Terminal => "terminal",
+            ClaimRefusal::Unknown => "unknown",
+            ClaimRefusal::Superseded => "superseded",
+            ClaimRefusal::Busy => "busy",
+        })
+    }
+}
+
+/// What the holder saw when it lost its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObservedEpoch {
+    Epoch(u64),
+    LeaseLost,
+}
+
+impl std::fmt::Display for ObservedEpoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObservedEpoch::Epoch(e) => write!(f, "{e}"),
+            ObservedEpoch::LeaseLost => f.write_str("lease-lost"),
+        }
+    }
+}
+
+/// The error a report entry carries.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReapError {
+    #[error("driver claim not acquired for run {run_id}: {reason}")]
+    ClaimNotAcquired {
+        run_id: String,
+        reason: ClaimRefusal,
+    },
+    #[error("driver claim lost for run {run_id}: held epoch {held_epoch}, observed {observed}")]
+    ClaimLost {
+        run_id: String,
+        held_epoch: u64,
+        observed: ObservedEpoch,
+    },
+    #[error(transparent)]
+    ReclaimFailed(#[from] SandboxReclaimFailedError),
+    #[error("reclaim failed: {0}")]
+    Reclaim(String),
+    #[error("probe failed: {0}")]
+    Probe(String),
+    /// The probe answered `unknown` with a reason.
+    #[error("{0}")]
+    ProbeUnknown(String),
+    #[error("the event log never quiesced after {probes} probes (last length {len})")]
+    NeverQuiesced { probes: u32, len: u64 },
+    #[error("drive failed: {0}")]
+    Drive(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ReapError {
+    /// A stable machine-readable kind for JSON reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReapError::ClaimNotAcquired { .. } => "claim-not-acquired",
+            ReapError::ClaimLost { .. } => "claim-lost",
+            ReapError::ReclaimFailed(_) => "sandbox-reclaim-failed",
+            ReapError::Reclaim(_) => "reclaim",
+            ReapError::Probe(_) => "probe",
+            ReapError::ProbeUnknown(_) => "probe-unknown",
+            ReapError::NeverQuiesced { .. } => "never-quiesced",
+            ReapError::Drive(_) => "drive",
+            ReapError::Store(_) => "store",
+        }
+    }
+
+    /// A claim refusal or a lost claim: reported `not-claimed`, not `failed`.
+    pub fn is_claim_refusal(&self) -> bool {
+        matches!(
+            self,
+            ReapError::ClaimNotAcquired { .. } | ReapError::ClaimLost { .. }
+        )
+    }
+}
+
+impl Serialize for ReapError {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("kind", self.kind())?;
+        map.serialize_entry("message", &self.to_string())?;
+        match self {
+            ReapError::ClaimNotAcquired { reason, .. } => {
+                map.serialize_entry("reason", reason)?;
+            }
+            ReapError::ReclaimFailed(e) => {
+                map.serialize_entry("sandboxKey", &e.sandbox_key)?;
+            }
+            _ => {}
+        }
+        map.end()
+    }
+}
+
+/// Options that cannot run, rejected before any run is touched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid reaper option {option}: {problem}")]
+pub struct OptionsError {
+    pub option: &'static str,
+    pub problem: String,
+}

@@ -1,0 +1,1 @@
+//! Journal paths, names, sentinels and shell command templates (spec D, E). Pure.

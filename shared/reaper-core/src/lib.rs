@@ -1,0 +1,16 @@
+//! The detached-run reaper's core: domain types, ports, and the sweep.
+//!
+//! This crate does no I/O of its own and never reads the clock or the environment: stores,
+//! sandboxes, time and sleeping all arrive through the traits in [`ports`]. It compiles for
+//! `wasm32-unknown-unknown` and runs in a single-threaded Worker as well as under tokio.
+
+pub mod domain;
+pub mod error;
+pub mod journal;
+pub mod memory;
+pub mod ports;
+pub mod time;
+
+pub use domain::*;
+pub use error::*;
+pub use ports::*;

@@ -1,0 +1,346 @@
+//! In-memory implementations of every store port, in one [`MemoryStore`] so a fenced append can
+//! check the run's epoch in the same critical section (the atomicity the SQL and DynamoDB
+//! backends get from a statement or a condition expression).
+//!
+//! Suitable as an embedded default for a single process and for tests; it passes the whole
+//! conformance suite in `reaper-testkit`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::domain::{
+    Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, RunPatch, RunRecord, SandboxInstanceRecord,
+    TerminalWrite, Transcript,
+};
+use crate::error::StoreError;
+use crate::ports::{
+    Appended, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore, MessageStore,
+    RunStore, RunStoreCapabilities, SandboxInstanceStore,
+};
+
+#[derive(Debug, Default)]
+struct Log {
+    entries: Vec<Chunk>,
+    closed: bool,
+    last_append_at: Option<EpochMs>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Insertion order is kept, as the reference's in-memory stores do.
+    order: Vec<String>,
+    runs: HashMap<String, RunRecord>,
+    logs: HashMap<String, Log>,
+    leases: HashMap<String, Lease>,
+    lease_seq: u64,
+    instances: HashMap<String, SandboxInstanceRecord>,
+    transcripts: HashMap<String, Transcript>,
+}
+
+/// Every store port over one mutex-guarded map. Cheap to clone (shared state).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied write here (every mutation
+        // is a single assignment), so recovering the poisoned guard is sound.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Inserts or replaces a row as is: test and demo seeding, not a store operation.
+    pub fn put_run(&self, record: RunRecord) {
+        let mut s = self.lock();
+        if !s.runs.contains_key(&record.run_id) {
+            s.order.push(record.run_id.clone());
+        }
+        s.runs.insert(record.run_id.clone(), record);
+    }
+
+    /// Every row, in insertion order.
+    pub fn all_runs(&self) -> Vec<RunRecord> {
+        let s = self.lock();
+        s.order.iter().filter_map(|id| s.runs.get(id).cloned()).collect()
+    }
+}
+
+fn epoch_of(s: &State, run_id: &str) -> Option<u64> {
+    s.runs.get(run_id).and_then(|r| r.driver_epoch)
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl RunStore for MemoryStore {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        let mut s = self.lock();
+        if let Some(existing) = s.runs.get(&new.run_id) {
+            return Ok(existing.clone());
+        }
+        let mut record = RunRecord::new(new.run_id.clone(), new.thread_id, new.started_at);
+        if let Some(status) = new.status {
+            record.status = status;
+        }
+        s.order.push(new.run_id.clone());
+        s.runs.insert(new.run_id, record.clone());
+        Ok(record)
+    }
+
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        if let Some(r) = self.lock().runs.get_mut(run_id) {
+            r.apply(&patch);
+        }
+        Ok(())
+    }
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self.lock().runs.get(run_id).cloned())
+    }
+
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let s = self.lock();
+        Ok(s.order
+            .iter()
+            .filter_map(|id| s.runs.get(id))
+            .filter(|r| r.thread_id == thread_id && r.status == crate::RunStatus::Running)
+            .max_by_key(|r| r.started_at)
+            .cloned())
+    }
+
+    async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let s = self.lock();
+        let mut rows: Vec<RunRecord> = s
+            .order
+            .iter()
+            .filter_map(|id| s.runs.get(id))
+            .filter(|r| r.thread_id == thread_id)
+            .cloned()
+            .collect();
+        rows.sort_by_key(|r| r.started_at);
+        Ok(rows)
+    }
+
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let cutoff = now.saturating_sub(ttl_ms.min(i64::MAX as u64) as i64);
+        let s = self.lock();
+        Ok(s.order
+            .iter()
+            .filter_map(|id| s.runs.get(id))
+            .filter(|r| {
+                r.status == crate::RunStatus::Running
+                    && r.detached_since.is_some_and(|d| d <= cutoff)
+            })
+            .cloned()
+            .collect())
+    }
+
+    fn capabilities(&self) -> RunStoreCapabilities {
+        RunStoreCapabilities::default()
+    }
+
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        let mut s = self.lock();
+        let Some(r) = s.runs.get_mut(run_id) else {
+            return Ok(EpochBump::Unknown);
+        };
+        if r.status.is_terminal() {
+            return Ok(EpochBump::Terminal(r.status));
+        }
+        let epoch = r.driver_epoch.unwrap_or(0) + 1;
+        r.driver_epoch = Some(epoch);
+        Ok(EpochBump::Claimed {
+            epoch,
+            record: r.clone(),
+        })
+    }
+
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let mut s = self.lock();
+        let Some(r) = s.runs.get_mut(run_id) else {
+            return Ok(Fenced::Written(false));
+        };
+        if let Some(observed) = r.driver_epoch.filter(|e| *e > held_epoch) {
+            return Ok(Fenced::Superseded { observed });
+        }
+        r.apply(&write.to_patch());
+        Ok(Fenced::Written(true))
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl DeliveryLog for MemoryStore {
+    async fn append(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        chunks: &[Chunk],
+        now: EpochMs,
+    ) -> Result<Fenced<Appended>, StoreError> {
+        let mut s = self.lock();
+        if let (Some(held), Some(observed)) = (fence, epoch_of(&s, run_id)) {
+            if observed > held {
+                return Ok(Fenced::Superseded { observed });
+            }
+        }
+        let log = s.logs.entry(run_id.to_string()).or_default();
+        if log.closed {
+            return Ok(Fenced::Written(Appended::Closed));
+        }
+        let first = log.entries.len() as u64;
+        log.entries.extend_from_slice(chunks);
+        if !chunks.is_empty() {
+            log.last_append_at = Some(now);
+        }
+        Ok(Fenced::Written(Appended::At { first }))
+    }
+
+    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
+        self.lock()
+            .logs
+            .entry(run_id.to_string())
+            .or_default()
+            .closed = true;
+        Ok(())
+    }
+
+    async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
+        let s = self.lock();
+        Ok(s.logs
+            .get(run_id)
+            .map(|l| LogSnapshot {
+                len: l.entries.len() as u64,
+                last_append_at: l.last_append_at,
+                closed: l.closed,
+            })
+            .unwrap_or_default())
+    }
+
+    async fn read(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        let s = self.lock();
+        let Some(log) = s.logs.get(run_id) else {
+            return Ok(Vec::new());
+        };
+        Ok(log
+            .entries
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(from).unwrap_or(usize::MAX))
+            .take(limit)
+            .map(|(i, c)| LogEntry {
+                offset: i as u64,
+                chunk: c.clone(),
+            })
+            .collect())
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl LeaseStore for MemoryStore {
+    async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<LeaseGrant, StoreError> {
+        let mut s = self.lock();
+        if let Some(held) = s.leases.get(key) {
+            if held.expires_at > now {
+                return Ok(LeaseGrant::Held {
+                    owner: held.owner.clone(),
+                    expires_at: held.expires_at,
+                });
+            }
+        }
+        s.lease_seq += 1;
+        let lease = Lease {
+            key: key.to_string(),
+            owner: owner.to_string(),
+            token: format!("{}", s.lease_seq),
+            expires_at: now.saturating_add(ttl_ms as i64),
+        };
+        s.leases.insert(key.to_string(), lease.clone());
+        Ok(LeaseGrant::Acquired(lease))
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Option<Lease>, StoreError> {
+        let mut s = self.lock();
+        match s.leases.get_mut(&lease.key) {
+            Some(held) if held.token == lease.token && held.owner == lease.owner => {
+                held.expires_at = now.saturating_add(ttl_ms as i64);
+                Ok(Some(held.clone()))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.leases
+            .get(&lease.key)
+            .is_some_and(|h| h.token == lease.token && h.owner == lease.owner)
+        {
+            s.leases.remove(&lease.key);
+        }
+        Ok(())
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl SandboxInstanceStore for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Option<SandboxInstanceRecord>, StoreError> {
+        Ok(self.lock().instances.get(key).cloned())
+    }
+
+    async fn upsert(&self, record: SandboxInstanceRecord) -> Result<(), StoreError> {
+        self.lock().instances.insert(record.key.clone(), record);
+        Ok(())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.lock().instances.remove(key);
+        Ok(())
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl MessageStore for MemoryStore {
+    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
+        self.lock()
+            .transcripts
+            .insert(transcript.run_id.clone(), transcript.clone());
+        Ok(())
+    }
+
+    async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {
+        Ok(self.lock().transcripts.get(run_id).cloned())
+    }
+}

@@ -1,0 +1,345 @@
+//! The ports: small dyn-compatible async traits that every backend and provider implements.
+//!
+//! Futures are `Send` on native targets (tokio handlers) and not on `wasm32` (a single-threaded
+//! Worker whose JS-backed futures are `!Send`); [`MaybeSend`] and the `cfg_attr`ed `async_trait`
+//! make one trait serve both. Ports carry domain types only: no SDK types cross them.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+pub use tokio_util::sync::CancellationToken;
+
+use crate::domain::{
+    Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, RunPatch, RunRecord, RunStatus,
+    SandboxInstanceRecord, TerminalWrite, Transcript,
+};
+use crate::error::{DriveError, ProbeError, ReclaimError, SandboxError, StoreError};
+
+#[cfg(not(target_arch = "wasm32"))]
+mod maybe {
+    /// `Send` on native targets, nothing on wasm32.
+    pub trait MaybeSend: Send {}
+    impl<T: Send + ?Sized> MaybeSend for T {}
+    /// `Sync` on native targets, nothing on wasm32.
+    pub trait MaybeSync: Sync {}
+    impl<T: Sync + ?Sized> MaybeSync for T {}
+}
+#[cfg(target_arch = "wasm32")]
+mod maybe {
+    pub trait MaybeSend {}
+    impl<T: ?Sized> MaybeSend for T {}
+    pub trait MaybeSync {}
+    impl<T: ?Sized> MaybeSync for T {}
+}
+pub use maybe::{MaybeSend, MaybeSync};
+
+/// A boxed future that is `Send` where the target allows it.
+#[cfg(not(target_arch = "wasm32"))]
+pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+#[cfg(target_arch = "wasm32")]
+pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + 'a>>;
+
+/// The drive's output: chunks, or an error that ends the stream.
+#[cfg(not(target_arch = "wasm32"))]
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, DriveError>> + Send>>;
+#[cfg(target_arch = "wasm32")]
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, DriveError>>>>;
+
+/// Reads the current time. The core never reads the system clock (`SystemTime::now()` panics on
+/// `wasm32-unknown-unknown`, and injected time makes every test deterministic).
+pub trait Clock: MaybeSend + MaybeSync {
+    fn now_ms(&self) -> EpochMs;
+}
+
+/// Waits. Injected so tests run on virtual time and a Worker uses its own timer.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait Sleeper: MaybeSend + MaybeSync {
+    async fn sleep(&self, ms: u64);
+}
+
+/// What a store can do beyond the required methods. Callers feature-detect these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunStoreCapabilities {
+    pub list_reclaimable: bool,
+    pub list_by_thread: bool,
+}
+
+impl Default for RunStoreCapabilities {
+    fn default() -> Self {
+        RunStoreCapabilities {
+            list_reclaimable: true,
+            list_by_thread: true,
+        }
+    }
+}
+
+/// The answer to a claim's atomic epoch bump.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EpochBump {
+    /// The epoch moved to `epoch`; `record` is the row after the bump.
+    Claimed { epoch: u64, record: RunRecord },
+    /// No such run. Nothing was written.
+    Unknown,
+    /// The run is already terminal. Nothing was written: a refused claim never moves the epoch.
+    Terminal(RunStatus),
+}
+
+/// The answer to a write fenced on the holder's epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced<T> {
+    /// The write landed.
+    Written(T),
+    /// The run's `driverEpoch` is past the holder's: nothing was written.
+    Superseded { observed: u64 },
+}
+
+/// The run store: the same store the chat routes write runs into.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait RunStore: MaybeSend + MaybeSync {
+    /// Returns an existing row unchanged (ignoring the input), else creates it (`running` unless
+    /// the input says otherwise).
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError>;
+
+    /// Applies a patch. An unknown `run_id` is a no-op: nothing is created, no error.
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError>;
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+
+    /// The `running` row with the greatest `startedAt` for the thread.
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError>;
+
+    /// Rows of a thread ordered by `startedAt`. Optional: see [`RunStore::capabilities`].
+    async fn list_by_thread(&self, _thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Err(StoreError::Unsupported("list_by_thread"))
+    }
+
+    /// Every `running` row with `detachedSince <= now - ttl_ms` (inclusive). Order is not part of
+    /// the contract. Optional: see [`RunStore::capabilities`].
+    async fn list_reclaimable(
+        &self,
+        _now: EpochMs,
+        _ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        Err(StoreError::Unsupported("list_reclaimable"))
+    }
+
+    fn capabilities(&self) -> RunStoreCapabilities {
+        RunStoreCapabilities::default()
+    }
+
+    /// The claim's epoch bump, atomically: refuse an unknown or terminal run without writing,
+    /// otherwise write `driverEpoch = (old ?? 0) + 1` and return it.
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError>;
+
+    /// The terminal write of a drive, conditional on `driverEpoch <= held_epoch` *in the same
+    /// atomic step*, so a superseded holder can never land it whatever its timing. A missing row
+    /// is a no-op (`Written(false)`); a landed write is `Written(true)`.
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError>;
+}
+
+/// A granted lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub key: String,
+    pub owner: String,
+    /// Changes on every grant, so a release or renewal by a stale holder cannot touch a newer one.
+    pub token: String,
+    pub expires_at: EpochMs,
+}
+
+/// The answer to [`LeaseStore::acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseGrant {
+    Acquired(Lease),
+    /// Another owner holds an unexpired lease.
+    Held { owner: String, expires_at: EpochMs },
+}
+
+/// Leases with owners and expiry: the per-run claim (`run-driver:<runId>`) and the sweep-wide
+/// single-flight lease. A busy key is answered at once, never waited on.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait LeaseStore: MaybeSend + MaybeSync {
+    /// Grants the key when it is free or its lease expired at or before `now`.
+    async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<LeaseGrant, StoreError>;
+
+    /// Extends a lease still held by this grant (`key`, `owner` and `token` match). `None` means
+    /// it was lost: it expired and someone else took it, or it is gone.
+    async fn renew(
+        &self,
+        lease: &Lease,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Option<Lease>, StoreError>;
+
+    /// Releases the lease if this grant still holds it; otherwise a no-op.
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError>;
+}
+
+/// The answer to an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// The chunks landed at offsets `first .. first + n`.
+    At { first: u64 },
+    /// The log was closed before: nothing landed.
+    Closed,
+}
+
+/// The per-run delivery log (the reference's `StreamDurability`), addressed by runId.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait DeliveryLog: MaybeSend + MaybeSync {
+    /// Appends chunks in order. With `fence = Some(epoch)` the append is conditional, in the same
+    /// atomic step, on the run's `driverEpoch` not being past `epoch`; a missing run record does
+    /// not refuse it. `now` stamps the last-append time.
+    async fn append(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        chunks: &[Chunk],
+        now: EpochMs,
+    ) -> Result<Fenced<Appended>, StoreError>;
+
+    /// Terminalizes the log: live readers end, later appends are refused. Idempotent.
+    async fn close(&self, run_id: &str, now: EpochMs) -> Result<(), StoreError>;
+
+    /// A bounded point-in-time view; an unknown run is an empty snapshot, never an error.
+    async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError>;
+
+    /// Up to `limit` entries from offset `from`, in order. Never waits for more.
+    async fn read(&self, run_id: &str, from: u64, limit: usize)
+        -> Result<Vec<LogEntry>, StoreError>;
+}
+
+/// Sandbox instances by compound key. There is deliberately no `list`.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait SandboxInstanceStore: MaybeSend + MaybeSync {
+    /// `None` when missing; never an error for that.
+    async fn get(&self, key: &str) -> Result<Option<SandboxInstanceRecord>, StoreError>;
+    /// Fully replaces the row.
+    async fn upsert(&self, record: SandboxInstanceRecord) -> Result<(), StoreError>;
+    /// Deleting a missing key is a no-op.
+    async fn delete(&self, key: &str) -> Result<(), StoreError>;
+}
+
+/// Transcripts (messages). They must outlive the delivery log's events; nothing in the reaper
+/// ever deletes one.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait MessageStore: MaybeSend + MaybeSync {
+    /// Saves (or replaces) a run's transcript.
+    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError>;
+    async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError>;
+}
+
+/// Options of one `exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// The command is killed after this long.
+    pub timeout_ms: u64,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions { timeout_ms: 30_000 }
+    }
+}
+
+/// What an `exec` returned. Some providers fold stderr into stdout, which is why every command
+/// the core builds silences stderr inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+}
+
+/// A live sandbox. Every journal operation goes through `exec`, never a file API.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait SandboxHandle: MaybeSend + MaybeSync {
+    fn id(&self) -> &str;
+    /// Runs `sh -c command` inside the sandbox.
+    async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError>;
+}
+
+/// A sandbox provider: E2B, Daytona, Docker, a local directory, a remote daemon.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait SandboxProvider: MaybeSend + MaybeSync {
+    /// The name recorded in instance records; reclaim refuses records of another provider.
+    fn name(&self) -> &str;
+    /// A handle to a live sandbox, or `None` when it is gone.
+    async fn resume(&self, id: &str) -> Result<Option<Arc<dyn SandboxHandle>>, SandboxError>;
+    /// Tears the sandbox down. An error means it may still be running.
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError>;
+}
+
+/// The probe's three answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunExitProbe {
+    /// A genuine, nonced exit sentinel was found.
+    Finished { exit_code: i64 },
+    /// No sentinel: the agent is (or may be) still working. Leave it alone.
+    Producing,
+    /// The probe could not tell. Leave it alone; never `Finished` on a failure.
+    Unknown { error: Option<String> },
+}
+
+impl RunExitProbe {
+    pub fn state(&self) -> &'static str {
+        match self {
+            RunExitProbe::Finished { .. } => "finished",
+            RunExitProbe::Producing => "producing",
+            RunExitProbe::Unknown { .. } => "unknown",
+        }
+    }
+}
+
+/// Learns out of band whether a detached run's agent finished (`hasFinished`). An `Err` is a
+/// probe that threw: the run is reported `failed`, not `unknown`.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait ExitProbe: MaybeSend + MaybeSync {
+    async fn has_finished(&self, record: &RunRecord) -> Result<RunExitProbe, ProbeError>;
+}
+
+/// What a drive is asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveRequest {
+    pub run_id: String,
+    pub thread_id: String,
+}
+
+/// Produces the run's remaining output as chunks under a cancel signal. An `Err` from `drive`
+/// itself is the reference's synchronous throw: the run is reported `failed`.
+pub trait Drive: MaybeSend + MaybeSync {
+    fn drive(
+        &self,
+        request: DriveRequest,
+        signal: CancellationToken,
+    ) -> Result<ChunkStream, DriveError>;
+}
+
+/// Tears down the sandbox of a run that became terminal. `Err` means the sandbox was *not* torn
+/// down (a leak to report); `Ok` also covers "nothing to tear down".
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait Reclaim: MaybeSend + MaybeSync {
+    async fn reclaim(&self, record: &RunRecord) -> Result<(), ReclaimError>;
+}
