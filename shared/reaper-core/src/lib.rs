@@ -4,11 +4,18 @@
 //! sandboxes, time and sleeping all arrive through the traits in [`ports`]. It compiles for
 //! `wasm32-unknown-unknown` and runs in a single-threaded Worker as well as under tokio.
 
+pub mod claim;
 pub mod domain;
 pub mod error;
 pub mod journal;
 pub mod memory;
+pub mod pipe;
 pub mod ports;
+pub mod probe;
+pub mod prune;
+pub mod reap;
+pub mod reclaim;
+pub mod replay;
 pub mod time;
 
 pub use domain::*;
