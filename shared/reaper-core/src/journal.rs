@@ -1,1 +1,0 @@
-//! Journal paths, names, sentinels and shell command templates (spec D, E). Pure.

@@ -1,0 +1,1148 @@
+//! The run-store suite (spec A.2–A.4, H10, H12, H13, plus the claim's epoch bump and the fenced
+//! terminal write).
+//!
+//! Cases for the optional `list_by_thread` and `list_reclaimable` end in `_when_capable`: when
+//! the backend declares the capability absent they check that `capabilities()` and the method
+//! agree (`Unsupported`) and report a skip; an undeclared gap is a failure.
+
+use futures::future::join_all;
+use reaper_core::ports::{EpochBump, Fenced, RunStore};
+use reaper_core::{
+    EpochMs, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, StoreError, TerminalStatus,
+    TerminalWrite,
+};
+use serde_json::json;
+
+use super::{Case, CaseContext, CaseResult, Failure, Verdict};
+
+/// Every case of the suite, for runners that cannot use the test macro.
+pub fn cases<S: RunStore + ?Sized>() -> Vec<Case<S>> {
+    crate::__reaper_run_store_cases! { list {} }
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __reaper_run_store_cases {
+    ($mode:ident $args:tt) => {
+        $crate::__reaper_conformance_expand! { $mode $args run_store [
+            create_or_resume_creates_a_running_row_by_default,
+            create_or_resume_honours_an_explicit_status,
+            create_or_resume_returns_an_existing_row_unchanged,
+            get_of_an_unknown_run_is_none,
+            update_changes_named_fields_and_keeps_the_others,
+            update_of_an_unknown_run_is_a_no_op_that_creates_nothing,
+            every_status_round_trips,
+            find_active_run_returns_the_newest_running_run_of_the_thread,
+            find_active_run_of_a_thread_without_running_runs_is_none,
+            list_by_thread_is_ordered_by_started_at_when_capable,
+            list_reclaimable_cutoff_is_inclusive_when_capable,
+            list_reclaimable_with_zero_ttl_returns_a_run_detached_at_exactly_now_when_capable,
+            list_reclaimable_drops_a_run_whose_detached_since_is_cleared_when_capable,
+            list_reclaimable_never_lists_terminal_or_interrupted_runs_when_capable,
+            durable_fields_of_a_fresh_row_read_back_absent,
+            durable_fields_round_trip,
+            overwriting_one_durable_field_leaves_the_others_unchanged,
+            clearing_one_durable_field_clears_only_that_field,
+            explicit_cancel_requested_false_round_trips_as_false,
+            clearing_every_durable_field_keeps_the_row,
+            bump_epoch_of_an_unknown_run_is_unknown_and_creates_nothing,
+            bump_epoch_of_a_terminal_run_is_refused_and_leaves_the_epoch,
+            bump_epoch_of_a_never_claimed_run_writes_one,
+            bump_epoch_increments_a_stored_epoch,
+            bump_epoch_of_an_interrupted_run_claims_it,
+            concurrent_bump_epochs_produce_distinct_consecutive_epochs,
+            write_terminal_lands_when_the_held_epoch_is_current,
+            write_terminal_lands_when_the_run_was_never_claimed_or_the_held_epoch_is_ahead,
+            write_terminal_is_superseded_when_the_stored_epoch_is_greater,
+            write_terminal_of_a_missing_run_writes_nothing_and_creates_nothing,
+            usage_json_round_trips,
+            error_with_and_without_code_round_trips,
+            awkward_run_ids_round_trip,
+        ] }
+    };
+}
+
+fn new_run(run_id: &str, thread_id: &str, started_at: EpochMs) -> NewRun {
+    NewRun {
+        run_id: run_id.to_string(),
+        thread_id: thread_id.to_string(),
+        started_at,
+        status: None,
+    }
+}
+
+/// Creates a run through the port and applies `patch`; returns the stored row.
+async fn seed<S: RunStore + ?Sized>(
+    store: &S,
+    run_id: &str,
+    thread_id: &str,
+    started_at: EpochMs,
+    patch: RunPatch,
+) -> Result<RunRecord, Failure> {
+    store
+        .create_or_resume(new_run(run_id, thread_id, started_at))
+        .await?;
+    store.update(run_id, patch).await?;
+    let Some(row) = store.get(run_id).await? else {
+        return Err(Failure::at(
+            format!("seeded run {run_id:?} does not read back"),
+            file!(),
+            line!(),
+        ));
+    };
+    Ok(row)
+}
+
+async fn must_get<S: RunStore + ?Sized>(store: &S, run_id: &str) -> Result<RunRecord, Failure> {
+    match store.get(run_id).await? {
+        Some(row) => Ok(row),
+        None => Err(Failure::at(
+            format!("run {run_id:?} is missing"),
+            file!(),
+            line!(),
+        )),
+    }
+}
+
+fn status(status: RunStatus) -> RunPatch {
+    RunPatch {
+        status: Some(status),
+        ..Default::default()
+    }
+}
+
+fn detached(at: EpochMs) -> RunPatch {
+    RunPatch {
+        detached_since: Patch::Set(at),
+        ..Default::default()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Capability {
+    ListByThread,
+    ListReclaimable,
+}
+
+/// `None` when the capability is present; a skip when declared and reported absent and the
+/// method answers `Unsupported`; a failure on any disagreement.
+async fn capability_gate<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+    capability: Capability,
+) -> Result<Option<Verdict>, Failure> {
+    let reported = store.capabilities();
+    let (name, declared, reported) = match capability {
+        Capability::ListByThread => (
+            "list_by_thread",
+            ctx.capabilities.list_by_thread,
+            reported.list_by_thread,
+        ),
+        Capability::ListReclaimable => (
+            "list_reclaimable",
+            ctx.capabilities.list_reclaimable,
+            reported.list_reclaimable,
+        ),
+    };
+    ensure!(
+        declared == reported,
+        "the test declares {name} {} but capabilities() reports it {}: declare it with \
+         `lacks = [{name}]` only when the backend really lacks it",
+        if declared { "present" } else { "absent" },
+        if reported { "present" } else { "absent" },
+    );
+    if declared {
+        return Ok(None);
+    }
+    let answer = match capability {
+        Capability::ListByThread => store.list_by_thread(&ctx.id("thread")).await.map(drop),
+        Capability::ListReclaimable => store.list_reclaimable(0, 0).await.map(drop),
+    };
+    ensure!(
+        matches!(answer, Err(StoreError::Unsupported(_))),
+        "{name} is reported absent but calling it answered {answer:?} instead of Unsupported"
+    );
+    Ok(Some(Verdict::Skipped(format!(
+        "capability {name} absent (declared, reported and answered Unsupported)"
+    ))))
+}
+
+/// The ids in `rows` that belong to this case, sorted (order is not part of the contract).
+fn own_ids(rows: &[RunRecord], ctx: &CaseContext) -> Vec<String> {
+    let mut ids: Vec<String> = rows
+        .iter()
+        .filter(|r| r.run_id.starts_with(&ctx.prefix))
+        .map(|r| r.run_id.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
+pub async fn create_or_resume_creates_a_running_row_by_default<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let thread = ctx.id("thread");
+    let created = store.create_or_resume(new_run(&id, &thread, 100)).await?;
+    let expected = RunRecord::new(&id, &thread, 100);
+    ensure_eq!(created, expected, "the created row");
+    ensure_eq!(store.get(&id).await?, Some(expected), "the stored row");
+    Ok(Verdict::Passed)
+}
+
+pub async fn create_or_resume_honours_an_explicit_status<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let mut new = new_run(&id, &ctx.id("thread"), 100);
+    new.status = Some(RunStatus::Interrupted);
+    let created = store.create_or_resume(new).await?;
+    ensure_eq!(created.status, RunStatus::Interrupted, "the created status");
+    ensure_eq!(
+        must_get(store, &id).await?.status,
+        RunStatus::Interrupted,
+        "the stored status"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H10.9: a second call with a different thread, `startedAt` and status returns the original.
+pub async fn create_or_resume_returns_an_existing_row_unchanged<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let original = seed(store, &id, &ctx.id("thread"), 100, detached(150)).await?;
+    let again = store
+        .create_or_resume(NewRun {
+            run_id: id.clone(),
+            thread_id: ctx.id("other-thread"),
+            started_at: 999,
+            status: Some(RunStatus::Completed),
+        })
+        .await?;
+    ensure_eq!(again, original, "the row returned for an existing run id");
+    ensure_eq!(
+        must_get(store, &id).await?,
+        original,
+        "the stored row after resume"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn get_of_an_unknown_run_is_none<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    ensure_eq!(
+        store.get(&ctx.id("missing")).await?,
+        None,
+        "get of an unknown run"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H10.10, A.2: named fields change, the rest stay.
+pub async fn update_changes_named_fields_and_keeps_the_others<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let mut expected = seed(
+        store,
+        &id,
+        &ctx.id("thread"),
+        100,
+        RunPatch {
+            sandbox_key: Patch::Set("sandbox-1".into()),
+            detached_since: Patch::Set(200),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let patch = RunPatch {
+        status: Some(RunStatus::Failed),
+        finished_at: Patch::Set(300),
+        error: Patch::Set(RunError::new("boom")),
+        ..Default::default()
+    };
+    store.update(&id, patch.clone()).await?;
+    expected.apply(&patch);
+    ensure_eq!(
+        must_get(store, &id).await?,
+        expected,
+        "the row after the update"
+    );
+    ensure_eq!(
+        expected.sandbox_key.as_deref(),
+        Some("sandbox-1"),
+        "the unnamed sandbox key"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn update_of_an_unknown_run_is_a_no_op_that_creates_nothing<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("missing");
+    store
+        .update(
+            &id,
+            RunPatch {
+                status: Some(RunStatus::Running),
+                detached_since: Patch::Set(1),
+                cancel_requested: Patch::Set(true),
+                driver_epoch: Patch::Set(4),
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure_eq!(
+        store.get(&id).await?,
+        None,
+        "get after updating an unknown run"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn every_status_round_trips<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    seed(store, &id, &ctx.id("thread"), 1, RunPatch::default()).await?;
+    for s in RunStatus::ALL {
+        store.update(&id, status(s)).await?;
+        ensure_eq!(
+            must_get(store, &id).await?.status,
+            s,
+            "status after writing {s}"
+        );
+    }
+    Ok(Verdict::Passed)
+}
+
+/// H10.13: the newest `running` row by `startedAt`; other statuses and threads ignored.
+pub async fn find_active_run_returns_the_newest_running_run_of_the_thread<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let thread = ctx.id("thread");
+    let other = ctx.id("other-thread");
+    // Created out of startedAt order so insertion order cannot pass for the answer.
+    seed(
+        store,
+        &ctx.id("newest-running"),
+        &thread,
+        300,
+        RunPatch::default(),
+    )
+    .await?;
+    seed(
+        store,
+        &ctx.id("old-running"),
+        &thread,
+        100,
+        RunPatch::default(),
+    )
+    .await?;
+    seed(
+        store,
+        &ctx.id("completed"),
+        &thread,
+        500,
+        status(RunStatus::Completed),
+    )
+    .await?;
+    seed(
+        store,
+        &ctx.id("interrupted"),
+        &thread,
+        400,
+        status(RunStatus::Interrupted),
+    )
+    .await?;
+    seed(
+        store,
+        &ctx.id("other-thread-run"),
+        &other,
+        900,
+        RunPatch::default(),
+    )
+    .await?;
+    let active = store.find_active_run(&thread).await?;
+    ensure_eq!(
+        active.map(|r| r.run_id),
+        Some(ctx.id("newest-running")),
+        "the active run of the thread"
+    );
+    ensure_eq!(
+        store.find_active_run(&other).await?.map(|r| r.run_id),
+        Some(ctx.id("other-thread-run")),
+        "the active run of the other thread"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn find_active_run_of_a_thread_without_running_runs_is_none<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let thread = ctx.id("thread");
+    seed(
+        store,
+        &ctx.id("done"),
+        &thread,
+        100,
+        status(RunStatus::Completed),
+    )
+    .await?;
+    seed(
+        store,
+        &ctx.id("paused"),
+        &thread,
+        200,
+        status(RunStatus::Interrupted),
+    )
+    .await?;
+    ensure_eq!(
+        store.find_active_run(&thread).await?,
+        None,
+        "active run of a thread with only completed and interrupted runs"
+    );
+    ensure_eq!(
+        store.find_active_run(&ctx.id("unknown-thread")).await?,
+        None,
+        "active run of an unknown thread"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H10.11. Capability-gated (`list_by_thread`).
+pub async fn list_by_thread_is_ordered_by_started_at_when_capable<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListByThread).await? {
+        return Ok(skip);
+    }
+    let thread = ctx.id("thread");
+    seed(store, &ctx.id("c"), &thread, 300, RunPatch::default()).await?;
+    seed(
+        store,
+        &ctx.id("a"),
+        &thread,
+        100,
+        status(RunStatus::Completed),
+    )
+    .await?;
+    seed(store, &ctx.id("b"), &thread, 200, RunPatch::default()).await?;
+    seed(
+        store,
+        &ctx.id("elsewhere"),
+        &ctx.id("other"),
+        150,
+        RunPatch::default(),
+    )
+    .await?;
+    let ids: Vec<String> = store
+        .list_by_thread(&thread)
+        .await?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    ensure_eq!(
+        ids,
+        vec![ctx.id("a"), ctx.id("b"), ctx.id("c")],
+        "rows of the thread by startedAt"
+    );
+    ensure_eq!(
+        store.list_by_thread(&ctx.id("unknown")).await?,
+        Vec::<RunRecord>::new(),
+        "rows of an unknown thread"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H10.12, H12.2: `detachedSince <= now - ttl`, inclusive; only detached `running` rows.
+/// Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_cutoff_is_inclusive_when_capable<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let thread = ctx.id("thread");
+    seed(store, &ctx.id("included"), &thread, 1, detached(1000)).await?;
+    seed(store, &ctx.id("boundary"), &thread, 1, detached(5000)).await?;
+    seed(store, &ctx.id("too-recent"), &thread, 1, detached(5001)).await?;
+    let mut terminal = detached(1000);
+    terminal.status = Some(RunStatus::Completed);
+    seed(store, &ctx.id("terminal-detached"), &thread, 1, terminal).await?;
+    seed(
+        store,
+        &ctx.id("never-detached"),
+        &thread,
+        1,
+        RunPatch::default(),
+    )
+    .await?;
+    let listed = store.list_reclaimable(10_000, 5_000).await?;
+    ensure_eq!(
+        own_ids(&listed, ctx),
+        vec![ctx.id("boundary"), ctx.id("included")],
+        "reclaimable at now 10000, ttl 5000"
+    );
+    let boundary = listed.iter().find(|r| r.run_id == ctx.id("boundary"));
+    ensure_eq!(
+        boundary.and_then(|r| r.detached_since),
+        Some(5000),
+        "the listed boundary row's detachedSince"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H12.3: the reaper calls with ttl 0. Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_with_zero_ttl_returns_a_run_detached_at_exactly_now_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let thread = ctx.id("thread");
+    seed(store, &ctx.id("at-now"), &thread, 1, detached(7_000)).await?;
+    seed(store, &ctx.id("after-now"), &thread, 1, detached(7_001)).await?;
+    let listed = store.list_reclaimable(7_000, 0).await?;
+    ensure_eq!(
+        own_ids(&listed, ctx),
+        vec![ctx.id("at-now")],
+        "reclaimable at now 7000, ttl 0"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H12.4: a viewer re-attaching clears `detachedSince`, and the run is no longer reclaimable.
+/// Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_drops_a_run_whose_detached_since_is_cleared_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let id = ctx.id("reattached");
+    seed(store, &id, &ctx.id("thread"), 1, detached(1_000)).await?;
+    ensure_eq!(
+        own_ids(&store.list_reclaimable(10_000, 0).await?, ctx),
+        vec![id.clone()],
+        "reclaimable while detached"
+    );
+    store
+        .update(
+            &id,
+            RunPatch {
+                detached_since: Patch::Clear,
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure_eq!(
+        own_ids(&store.list_reclaimable(10_000, 0).await?, ctx),
+        Vec::<String>::new(),
+        "reclaimable after clearing detachedSince"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H12.5–6. Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_never_lists_terminal_or_interrupted_runs_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let thread = ctx.id("thread");
+    for s in [
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Aborted,
+        RunStatus::Interrupted,
+    ] {
+        let mut patch = detached(10);
+        patch.status = Some(s);
+        seed(store, &ctx.id(s.as_str()), &thread, 1, patch).await?;
+    }
+    seed(store, &ctx.id("running"), &thread, 1, detached(10)).await?;
+    ensure_eq!(
+        own_ids(&store.list_reclaimable(1_000_000, 0).await?, ctx),
+        vec![ctx.id("running")],
+        "reclaimable among runs detached long ago"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// The four durable fields of a row (H13).
+fn durable(r: &RunRecord) -> (Option<String>, Option<EpochMs>, Option<bool>, Option<u64>) {
+    (
+        r.sandbox_key.clone(),
+        r.detached_since,
+        r.cancel_requested,
+        r.driver_epoch,
+    )
+}
+
+fn set_durable(sandbox_key: &str, detached_since: EpochMs, cancel: bool, epoch: u64) -> RunPatch {
+    RunPatch {
+        sandbox_key: Patch::Set(sandbox_key.into()),
+        detached_since: Patch::Set(detached_since),
+        cancel_requested: Patch::Set(cancel),
+        driver_epoch: Patch::Set(epoch),
+        ..Default::default()
+    }
+}
+
+/// H13.1: absent, never a zero value.
+pub async fn durable_fields_of_a_fresh_row_read_back_absent<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    store
+        .create_or_resume(new_run(&id, &ctx.id("thread"), 1))
+        .await?;
+    ensure_eq!(
+        durable(&must_get(store, &id).await?),
+        (None, None, None, None),
+        "sandboxKey, detachedSince, cancelRequested, driverEpoch of a fresh row"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H13.2.
+pub async fn durable_fields_round_trip<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let row = seed(
+        store,
+        &id,
+        &ctx.id("thread"),
+        1,
+        set_durable("sandbox-abc", 500, true, 1),
+    )
+    .await?;
+    ensure_eq!(
+        durable(&row),
+        (Some("sandbox-abc".into()), Some(500), Some(true), Some(1)),
+        "durable fields after writing them"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H13.3.
+pub async fn overwriting_one_durable_field_leaves_the_others_unchanged<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    seed(
+        store,
+        &id,
+        &ctx.id("thread"),
+        1,
+        set_durable("sandbox-abc", 500, true, 1),
+    )
+    .await?;
+    store
+        .update(
+            &id,
+            RunPatch {
+                driver_epoch: Patch::Set(2),
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure_eq!(
+        durable(&must_get(store, &id).await?),
+        (Some("sandbox-abc".into()), Some(500), Some(true), Some(2)),
+        "durable fields after overwriting driverEpoch"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H13.4: `Patch::Clear` really clears (the reference's `{field: undefined}`).
+pub async fn clearing_one_durable_field_clears_only_that_field<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    seed(
+        store,
+        &id,
+        &ctx.id("thread"),
+        1,
+        set_durable("sandbox-abc", 500, true, 2),
+    )
+    .await?;
+    store
+        .update(
+            &id,
+            RunPatch {
+                detached_since: Patch::Clear,
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure_eq!(
+        durable(&must_get(store, &id).await?),
+        (Some("sandbox-abc".into()), None, Some(true), Some(2)),
+        "durable fields after clearing detachedSince"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H13.5: `false` is a value, distinct from absent.
+pub async fn explicit_cancel_requested_false_round_trips_as_false<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    seed(store, &id, &ctx.id("thread"), 1, RunPatch::cancel()).await?;
+    store
+        .update(
+            &id,
+            RunPatch {
+                cancel_requested: Patch::Set(false),
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure_eq!(
+        must_get(store, &id).await?.cancel_requested,
+        Some(false),
+        "cancelRequested after writing false"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H13.6: clearing all four fields leaves a live `running` row.
+pub async fn clearing_every_durable_field_keeps_the_row<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let thread = ctx.id("thread");
+    seed(
+        store,
+        &id,
+        &thread,
+        1,
+        set_durable("sandbox-abc", 500, false, 3),
+    )
+    .await?;
+    store
+        .update(
+            &id,
+            RunPatch {
+                sandbox_key: Patch::Clear,
+                detached_since: Patch::Clear,
+                cancel_requested: Patch::Clear,
+                driver_epoch: Patch::Clear,
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure_eq!(
+        store.get(&id).await?,
+        Some(RunRecord::new(&id, &thread, 1)),
+        "the row after clearing every durable field"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn bump_epoch_of_an_unknown_run_is_unknown_and_creates_nothing<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("missing");
+    ensure_eq!(
+        store.bump_epoch(&id).await?,
+        EpochBump::Unknown,
+        "bump of an unknown run"
+    );
+    ensure_eq!(
+        store.get(&id).await?,
+        None,
+        "get after bumping an unknown run"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// A refused claim never moves the epoch (A.5).
+pub async fn bump_epoch_of_a_terminal_run_is_refused_and_leaves_the_epoch<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    for s in [RunStatus::Completed, RunStatus::Failed, RunStatus::Aborted] {
+        let id = ctx.id(s.as_str());
+        let mut patch = status(s);
+        patch.driver_epoch = Patch::Set(3);
+        let before = seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+        ensure_eq!(
+            store.bump_epoch(&id).await?,
+            EpochBump::Terminal(s),
+            "bump of a {s} run"
+        );
+        ensure_eq!(
+            must_get(store, &id).await?,
+            before,
+            "the {s} row after the refused bump"
+        );
+    }
+    Ok(Verdict::Passed)
+}
+
+pub async fn bump_epoch_of_a_never_claimed_run_writes_one<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let mut expected = seed(store, &id, &ctx.id("thread"), 1, detached(50)).await?;
+    expected.driver_epoch = Some(1);
+    ensure_eq!(
+        store.bump_epoch(&id).await?,
+        EpochBump::Claimed {
+            epoch: 1,
+            record: expected.clone()
+        },
+        "bump of a never-claimed run"
+    );
+    ensure_eq!(
+        must_get(store, &id).await?,
+        expected,
+        "the row after the bump"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn bump_epoch_increments_a_stored_epoch<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let patch = RunPatch {
+        driver_epoch: Patch::Set(7),
+        ..Default::default()
+    };
+    seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+    let bumped = store.bump_epoch(&id).await?;
+    ensure!(
+        matches!(&bumped, EpochBump::Claimed { epoch: 8, record } if record.driver_epoch == Some(8)),
+        "bump of a run at epoch 7 answered {bumped:?}, expected Claimed at 8 with the record at 8"
+    );
+    ensure_eq!(
+        must_get(store, &id).await?.driver_epoch,
+        Some(8),
+        "stored epoch"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// `interrupted` is a pause, not terminal (A.1): it can be claimed.
+pub async fn bump_epoch_of_an_interrupted_run_claims_it<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    seed(
+        store,
+        &id,
+        &ctx.id("thread"),
+        1,
+        status(RunStatus::Interrupted),
+    )
+    .await?;
+    let bumped = store.bump_epoch(&id).await?;
+    ensure!(
+        matches!(bumped, EpochBump::Claimed { epoch: 1, .. }),
+        "bump of an interrupted run answered {bumped:?}, expected Claimed at 1"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// The bump is atomic: concurrent claims never read the same old epoch.
+pub async fn concurrent_bump_epochs_produce_distinct_consecutive_epochs<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    const CLAIMS: u64 = 8;
+    let id = ctx.id("run");
+    seed(store, &id, &ctx.id("thread"), 1, RunPatch::default()).await?;
+    let answers = join_all((0..CLAIMS).map(|_| store.bump_epoch(&id))).await;
+    let mut epochs = Vec::new();
+    for answer in answers {
+        match answer? {
+            EpochBump::Claimed { epoch, .. } => epochs.push(epoch),
+            other => {
+                return Err(Failure::at(
+                    format!("a concurrent bump answered {other:?}"),
+                    file!(),
+                    line!(),
+                ))
+            }
+        }
+    }
+    epochs.sort_unstable();
+    ensure_eq!(
+        epochs,
+        (1..=CLAIMS).collect::<Vec<_>>(),
+        "epochs of {CLAIMS} concurrent bumps"
+    );
+    ensure_eq!(
+        must_get(store, &id).await?.driver_epoch,
+        Some(CLAIMS),
+        "stored epoch after the concurrent bumps"
+    );
+    Ok(Verdict::Passed)
+}
+
+fn failed_at(finished_at: EpochMs) -> TerminalWrite {
+    TerminalWrite {
+        status: TerminalStatus::Failed,
+        finished_at,
+        error: Some(RunError::new("agent crashed").with_code("exit_1")),
+    }
+}
+
+pub async fn write_terminal_lands_when_the_held_epoch_is_current<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let mut patch = detached(40);
+    patch.sandbox_key = Patch::Set("sandbox-1".into());
+    patch.driver_epoch = Patch::Set(2);
+    let mut expected = seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+    let write = failed_at(900);
+    ensure_eq!(
+        store.write_terminal(&id, 2, &write).await?,
+        Fenced::Written(true),
+        "terminal write at the current epoch"
+    );
+    expected.status = RunStatus::Failed;
+    expected.finished_at = Some(900);
+    expected.error = write.error.clone();
+    ensure_eq!(
+        must_get(store, &id).await?,
+        expected,
+        "the row after the terminal write"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// The condition is `driverEpoch <= held`: an absent epoch is not past any holder.
+pub async fn write_terminal_lands_when_the_run_was_never_claimed_or_the_held_epoch_is_ahead<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let never = ctx.id("never-claimed");
+    seed(store, &never, &ctx.id("thread"), 1, RunPatch::default()).await?;
+    let write = TerminalWrite {
+        status: TerminalStatus::Completed,
+        finished_at: 10,
+        error: None,
+    };
+    ensure_eq!(
+        store.write_terminal(&never, 1, &write).await?,
+        Fenced::Written(true),
+        "terminal write on a run without driverEpoch"
+    );
+    let row = must_get(store, &never).await?;
+    ensure_eq!(
+        (row.status, row.finished_at, row.error),
+        (RunStatus::Completed, Some(10), None),
+        "status, finishedAt, error after completing"
+    );
+
+    let behind = ctx.id("stored-behind");
+    let patch = RunPatch {
+        driver_epoch: Patch::Set(2),
+        ..Default::default()
+    };
+    seed(store, &behind, &ctx.id("thread"), 1, patch).await?;
+    ensure_eq!(
+        store.write_terminal(&behind, 3, &write).await?,
+        Fenced::Written(true),
+        "terminal write held at 3 on a run at 2"
+    );
+    ensure_eq!(
+        must_get(store, &behind).await?.status,
+        RunStatus::Completed,
+        "status after the write held ahead"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn write_terminal_is_superseded_when_the_stored_epoch_is_greater<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let patch = RunPatch {
+        driver_epoch: Patch::Set(5),
+        ..Default::default()
+    };
+    let before = seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+    ensure_eq!(
+        store.write_terminal(&id, 4, &failed_at(900)).await?,
+        Fenced::Superseded { observed: 5 },
+        "terminal write held at 4 on a run at 5"
+    );
+    ensure_eq!(
+        must_get(store, &id).await?,
+        before,
+        "the row after the refused write"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn write_terminal_of_a_missing_run_writes_nothing_and_creates_nothing<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("missing");
+    ensure_eq!(
+        store.write_terminal(&id, 1, &failed_at(900)).await?,
+        Fenced::Written(false),
+        "terminal write on a missing run"
+    );
+    ensure_eq!(
+        store.get(&id).await?,
+        None,
+        "get after the write on a missing run"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn usage_json_round_trips<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let usage = json!({
+        "promptTokens": 1234,
+        "completionTokens": 0,
+        "cost": 0.125,
+        "byModel": [{"model": "m-1", "tokens": 9_007_199_254_740_991_i64}, {"model": null}],
+        "cached": false,
+        "note": "ünïcödé \"quoted\"\nline",
+    });
+    let patch = RunPatch {
+        usage: Patch::Set(usage.clone()),
+        ..Default::default()
+    };
+    seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+    ensure_eq!(must_get(store, &id).await?.usage, Some(usage), "usage");
+    store
+        .update(
+            &id,
+            RunPatch {
+                usage: Patch::Clear,
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure_eq!(
+        must_get(store, &id).await?.usage,
+        None,
+        "usage after clearing"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// H10.7.
+pub async fn error_with_and_without_code_round_trips<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    for (name, error) in [
+        (
+            "with-code",
+            RunError::new("blocked").with_code("content_filter"),
+        ),
+        ("without-code", RunError::new("something broke")),
+    ] {
+        let id = ctx.id(name);
+        let mut patch = status(RunStatus::Failed);
+        patch.error = Patch::Set(error.clone());
+        seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+        ensure_eq!(
+            must_get(store, &id).await?.error,
+            Some(error),
+            "error {name}"
+        );
+    }
+    Ok(Verdict::Passed)
+}
+
+/// Ids are opaque strings: no escaping bugs, no truncation.
+pub async fn awkward_run_ids_round_trip<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let thread = ctx.id("thread \"quoted\"\n");
+    let ids = [
+        ctx.id("it's \"quoted\" `back` \\slash"),
+        ctx.id("new\nline\r\ttab"),
+        ctx.id("ünïcödé-日本語-🦀"),
+        ctx.id("'; DROP TABLE runs; --"),
+        ctx.id(&"x".repeat(5_000)),
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let started_at = 100 + i as EpochMs;
+        let created = store
+            .create_or_resume(new_run(id, &thread, started_at))
+            .await?;
+        ensure_eq!(created.run_id, *id, "run id echoed by create_or_resume");
+        store.update(id, detached(5)).await?;
+        let row = must_get(store, id).await?;
+        ensure_eq!(
+            (
+                row.run_id,
+                row.thread_id,
+                row.started_at,
+                row.detached_since
+            ),
+            (id.clone(), thread.clone(), started_at, Some(5)),
+            "run id, thread id, startedAt, detachedSince"
+        );
+        let bumped = store.bump_epoch(id).await?;
+        ensure!(
+            matches!(bumped, EpochBump::Claimed { epoch: 1, .. }),
+            "bump of run {id:?} answered {bumped:?}"
+        );
+    }
+    ensure_eq!(
+        store.find_active_run(&thread).await?.map(|r| r.run_id),
+        Some(ids[ids.len() - 1].clone()),
+        "active run of the awkward thread"
+    );
+    Ok(Verdict::Passed)
+}
