@@ -1,1 +1,217 @@
-//! (in progress)
+//! `pipe_to_run_log` (spec C): drains a drive's chunks into the run's delivery log, then writes a
+//! terminal status and closes the log — on every path, never failing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::{FutureExt, StreamExt};
+
+use crate::claim::{TerminalResult, Writer};
+use crate::domain::{Chunk, NewRun, RunError, RunRecord, TerminalStatus, TerminalWrite};
+use crate::ports::{CancellationToken, ChunkStream, Clock};
+
+/// At most this many chunks that are already available are appended in one request.
+pub const MAX_APPEND_BATCH: usize = 64;
+
+/// What a pipe needs besides the stream.
+#[derive(Clone, Copy)]
+pub struct PipeContext<'a> {
+    pub writer: Writer<'a>,
+    pub clock: &'a dyn Clock,
+    pub run_id: &'a str,
+    pub thread_id: &'a str,
+    pub signal: &'a CancellationToken,
+}
+
+impl std::fmt::Debug for PipeContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipeContext")
+            .field("run_id", &self.run_id)
+            .field("writer", &self.writer)
+            .finish()
+    }
+}
+
+/// Why the loop ended.
+enum Ending {
+    Status(TerminalStatus, Option<RunError>),
+    Threw(RunError),
+}
+
+/// Pipes `stream` into the run's log and returns the final record. Never fails:
+///
+/// - every chunk is appended (in batches of what is already available) until the stream ends,
+///   the signal fires (the chunk pulled after the abort is not appended), or a `RUN_ERROR`
+///   chunk is appended (status `failed` with its error);
+/// - a stream error, a failed `create_or_resume` or a failed append appends a synthetic
+///   `RUN_ERROR` (best effort) and records `failed`;
+/// - after the loop, a fired signal means `aborted`, otherwise `completed`;
+/// - the terminal write goes through the writer (suppressed if the claim was lost), `close` is
+///   called exactly once, and the record is re-read.
+pub async fn pipe_to_run_log(stream: ChunkStream, cx: PipeContext<'_>) -> RunRecord {
+    let started_at = cx.clock.now_ms();
+    let ending = match drain(stream, &cx).await {
+        Ok(ending) => ending,
+        Err(err) => Ending::Threw(err),
+    };
+    let (status, error) = match ending {
+        Ending::Status(status, error) => (status, error),
+        Ending::Threw(mut err) => {
+            tracing::error!(target: "reaper", run_id = cx.run_id, error = %err.message, "the run failed before completing");
+            let synthetic = Chunk::run_error(&err);
+            if let Err(secondary) = cx
+                .writer
+                .append(cx.run_id, &[synthetic], cx.clock.now_ms())
+                .await
+            {
+                tracing::error!(target: "reaper", run_id = cx.run_id, error = %secondary, "appending the synthesized RUN_ERROR failed");
+                err.message = format!(
+                    "{}; appending the synthesized RUN_ERROR failed: {secondary}",
+                    err.message
+                );
+            }
+            (TerminalStatus::Failed, Some(err))
+        }
+    };
+    finish(&cx, started_at, status, error).await
+}
+
+async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, RunError> {
+    cx.writer
+        .runs
+        .create_or_resume(NewRun {
+            run_id: cx.run_id.to_string(),
+            thread_id: cx.thread_id.to_string(),
+            started_at: cx.clock.now_ms(),
+            status: None,
+        })
+        .await
+        .map_err(|e| RunError::new(e.to_string()))?;
+    if cx.signal.is_cancelled() {
+        return Ok(Ending::Status(TerminalStatus::Aborted, None));
+    }
+    let mut batch: Vec<Chunk> = Vec::new();
+    loop {
+        // Wait for one chunk, then take whatever else is already there, so a replay of a long
+        // journal costs one request per batch rather than per chunk.
+        let mut next = stream.next().await;
+        let mut ended = false;
+        let mut aborted = false;
+        let mut run_error = None;
+        loop {
+            match next {
+                None => {
+                    ended = true;
+                    break;
+                }
+                Some(Err(e)) => {
+                    flush(cx, &mut batch).await?;
+                    return Err(RunError::normalise(&e.message, e.code, e.is_abort));
+                }
+                Some(Ok(chunk)) => {
+                    if cx.signal.is_cancelled() {
+                        aborted = true;
+                        break;
+                    }
+                    let is_error = chunk.is_run_error();
+                    if is_error {
+                        run_error = Some(chunk.as_run_error());
+                    }
+                    batch.push(chunk);
+                    if is_error || batch.len() >= MAX_APPEND_BATCH {
+                        break;
+                    }
+                }
+            }
+            match stream.next().now_or_never() {
+                Some(item) => next = item,
+                None => break,
+            }
+        }
+        flush(cx, &mut batch).await?;
+        if let Some(err) = run_error {
+            return Ok(Ending::Status(TerminalStatus::Failed, Some(err)));
+        }
+        if aborted {
+            return Ok(Ending::Status(TerminalStatus::Aborted, None));
+        }
+        if ended {
+            break;
+        }
+        // A stream that is always ready must not starve the budget timer sharing this task.
+        YieldNow(false).await;
+    }
+    // The post-loop re-check: a producer that notices the abort and ends its stream normally
+    // was still aborted.
+    if cx.signal.is_cancelled() {
+        Ok(Ending::Status(TerminalStatus::Aborted, None))
+    } else {
+        Ok(Ending::Status(TerminalStatus::Completed, None))
+    }
+}
+
+async fn flush(cx: &PipeContext<'_>, batch: &mut Vec<Chunk>) -> Result<(), RunError> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let result = cx.writer.append(cx.run_id, batch, cx.clock.now_ms()).await;
+    batch.clear();
+    result.map_err(|e| RunError::new(e.to_string()))
+}
+
+/// `finish`: total, every step guarded; `close` runs on every path, even after a lost claim.
+async fn finish(
+    cx: &PipeContext<'_>,
+    started_at: i64,
+    status: TerminalStatus,
+    error: Option<RunError>,
+) -> RunRecord {
+    let write = TerminalWrite {
+        status,
+        finished_at: cx.clock.now_ms(),
+        error,
+    };
+    let mut local = RunRecord::new(cx.run_id, cx.thread_id, started_at);
+    local.apply(&write.to_patch());
+
+    let recorded = match cx.writer.write_terminal(cx.run_id, &write).await {
+        Ok(TerminalResult::Written | TerminalResult::Suppressed) => true,
+        Err(error) => {
+            tracing::error!(target: "reaper", run_id = cx.run_id, %error, "recording the terminal run record failed");
+            false
+        }
+    };
+    if let Err(error) = cx.writer.log.close(cx.run_id, cx.clock.now_ms()).await {
+        tracing::error!(target: "reaper", run_id = cx.run_id, %error, "closing the run event log failed");
+    }
+    if !recorded {
+        return local;
+    }
+    match cx.writer.runs.get(cx.run_id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            tracing::error!(target: "reaper", run_id = cx.run_id, "record vanished before the terminal re-read");
+            local
+        }
+        Err(error) => {
+            tracing::error!(target: "reaper", run_id = cx.run_id, %error, "re-reading the terminal run record failed");
+            local
+        }
+    }
+}
+
+/// Yields to the executor once. Runtime-agnostic (tokio and a Worker alike).
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}

@@ -1,1 +1,772 @@
-//! (in progress)
+//! Fault-injecting fakes for the sweep's tests: a store that records every call and fails the
+//! ones you choose, leases that are handed out already lost or lost later, scripted probes,
+//! drives and reclaimers, a provider whose destroy rejects, virtual time, and a log capture.
+//!
+//! These are fakes for fault injection only; the real backends run the conformance suites.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::stream;
+use reaper_core::domain::{
+    Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, RunPatch, RunRecord, TerminalWrite,
+};
+use reaper_core::error::{DriveError, ProbeError, ReclaimError, SandboxError, StoreError};
+use reaper_core::memory::MemoryStore;
+use reaper_core::ports::{
+    Appended, CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, EpochBump,
+    ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, Reclaim, RunExitProbe, RunStore,
+    SandboxHandle, SandboxProvider, Sleeper,
+};
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Virtual time
+
+/// A clock on tokio's (pausable) time: `base` plus the time elapsed since creation. Under
+/// `#[tokio::test(start_paused = true)]` time only moves when every task is waiting, so sleeps
+/// cost nothing and ordering is deterministic.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    base: EpochMs,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    pub fn new(base: EpochMs) -> Self {
+        TokioClock {
+            base,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> EpochMs {
+        self.base + self.start.elapsed().as_millis() as EpochMs
+    }
+}
+
+/// Sleeps on tokio's (pausable) time.
+#[derive(Debug, Clone, Default)]
+pub struct TokioSleeper;
+
+#[async_trait::async_trait]
+impl Sleeper for TokioSleeper {
+    async fn sleep(&self, ms: u64) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A spying, fault-injecting store
+
+/// One store call, as the spy saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    CreateOrResume(String),
+    Update(String, RunPatch),
+    Get(String),
+    FindActive(String),
+    ListReclaimable,
+    BumpEpoch(String),
+    WriteTerminal(String, u64),
+    Append(String, usize),
+    Close(String),
+    Snapshot(String),
+    Read(String),
+}
+
+impl Op {
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            Op::CreateOrResume(r)
+            | Op::Update(r, _)
+            | Op::Get(r)
+            | Op::BumpEpoch(r)
+            | Op::WriteTerminal(r, _)
+            | Op::Append(r, _)
+            | Op::Close(r)
+            | Op::Snapshot(r)
+            | Op::Read(r) => Some(r),
+            Op::FindActive(_) | Op::ListReclaimable => None,
+        }
+    }
+
+    /// A call that changes stored state.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Op::CreateOrResume(_)
+                | Op::Update(..)
+                | Op::BumpEpoch(_)
+                | Op::WriteTerminal(..)
+                | Op::Append(..)
+                | Op::Close(_)
+        )
+    }
+}
+
+type FailFn = dyn Fn(&Op, usize) -> Option<StoreError> + Send + Sync;
+type HookFn = dyn Fn(&Op) + Send + Sync;
+
+/// Wraps a [`MemoryStore`] as a run store and delivery log, records every call, and fails the
+/// calls a rule picks (by op and by call number).
+#[derive(Clone)]
+pub struct SpyStore {
+    pub inner: MemoryStore,
+    ops: Arc<Mutex<Vec<Op>>>,
+    fail: Arc<Mutex<Option<Arc<FailFn>>>>,
+    before: Arc<Mutex<Option<Arc<HookFn>>>>,
+    growing: Arc<Mutex<HashMap<String, u64>>>,
+    no_listing: bool,
+    appended_chunks: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl std::fmt::Debug for SpyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpyStore").finish_non_exhaustive()
+    }
+}
+
+impl SpyStore {
+    pub fn new(inner: MemoryStore) -> Self {
+        SpyStore {
+            inner,
+            ops: Default::default(),
+            fail: Default::default(),
+            before: Default::default(),
+            growing: Default::default(),
+            no_listing: false,
+            appended_chunks: Default::default(),
+        }
+    }
+
+    /// A store without the optional `list_reclaimable` capability.
+    pub fn without_listing(mut self) -> Self {
+        self.no_listing = true;
+        self
+    }
+
+    /// Fails every call for which `rule(op, call_number)` answers an error (call numbers count
+    /// from 1 over all calls).
+    pub fn fail_when(
+        &self,
+        rule: impl Fn(&Op, usize) -> Option<StoreError> + Send + Sync + 'static,
+    ) {
+        *lock(&self.fail) = Some(Arc::new(rule));
+    }
+
+    /// Runs `hook` before every call reaches the inner store.
+    pub fn before_each(&self, hook: impl Fn(&Op) + Send + Sync + 'static) {
+        *lock(&self.before) = Some(Arc::new(hook));
+    }
+
+    /// Makes the run's log snapshot grow by one on every call, so it never quiesces.
+    pub fn grow_snapshot(&self, run_id: &str) {
+        lock(&self.growing).insert(run_id.to_string(), 0);
+    }
+
+    pub fn ops(&self) -> Vec<Op> {
+        lock(&self.ops).clone()
+    }
+
+    pub fn clear_ops(&self) {
+        lock(&self.ops).clear();
+    }
+
+    pub fn ops_for(&self, run_id: &str) -> Vec<Op> {
+        self.ops()
+            .into_iter()
+            .filter(|o| o.run_id() == Some(run_id))
+            .collect()
+    }
+
+    pub fn writes_for(&self, run_id: &str) -> Vec<Op> {
+        self.ops_for(run_id)
+            .into_iter()
+            .filter(Op::is_write)
+            .collect()
+    }
+
+    /// Chunks that landed in the run's log through this spy.
+    pub fn appended(&self, run_id: &str) -> usize {
+        lock(&self.appended_chunks)
+            .get(run_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn closes(&self, run_id: &str) -> usize {
+        self.ops_for(run_id)
+            .iter()
+            .filter(|o| matches!(o, Op::Close(_)))
+            .count()
+    }
+
+    pub async fn log_entries(&self, run_id: &str) -> Vec<Chunk> {
+        DeliveryLog::read(&self.inner, run_id, 0, usize::MAX)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.chunk)
+            .collect()
+    }
+
+    pub async fn record(&self, run_id: &str) -> Option<RunRecord> {
+        RunStore::get(&self.inner, run_id).await.unwrap()
+    }
+
+    fn enter(&self, op: Op) -> Result<(), StoreError> {
+        let hook = lock(&self.before).clone();
+        if let Some(hook) = hook {
+            hook(&op);
+        }
+        let n = {
+            let mut ops = lock(&self.ops);
+            ops.push(op.clone());
+            ops.len()
+        };
+        let rule = lock(&self.fail).clone();
+        match rule.and_then(|r| r(&op, n)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for SpyStore {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        self.enter(Op::CreateOrResume(new.run_id.clone()))?;
+        self.inner.create_or_resume(new).await
+    }
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        self.enter(Op::Update(run_id.into(), patch.clone()))?;
+        self.inner.update(run_id, patch).await
+    }
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.enter(Op::Get(run_id.into()))?;
+        RunStore::get(&self.inner, run_id).await
+    }
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.enter(Op::FindActive(thread_id.into()))?;
+        self.inner.find_active_run(thread_id).await
+    }
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.enter(Op::ListReclaimable)?;
+        self.inner.list_reclaimable(now, ttl_ms).await
+    }
+    fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
+        reaper_core::ports::RunStoreCapabilities {
+            list_reclaimable: !self.no_listing,
+            list_by_thread: true,
+        }
+    }
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        self.enter(Op::BumpEpoch(run_id.into()))?;
+        self.inner.bump_epoch(run_id).await
+    }
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.enter(Op::WriteTerminal(run_id.into(), held_epoch))?;
+        self.inner.write_terminal(run_id, held_epoch, write).await
+    }
+}
+
+#[async_trait::async_trait]
+impl DeliveryLog for SpyStore {
+    async fn append(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        chunks: &[Chunk],
+        now: EpochMs,
+    ) -> Result<Fenced<Appended>, StoreError> {
+        self.enter(Op::Append(run_id.into(), chunks.len()))?;
+        let result = self.inner.append(run_id, fence, chunks, now).await?;
+        if let Fenced::Written(Appended::At { .. }) = result {
+            *lock(&self.appended_chunks)
+                .entry(run_id.to_string())
+                .or_default() += chunks.len();
+        }
+        Ok(result)
+    }
+    async fn close(&self, run_id: &str, now: EpochMs) -> Result<(), StoreError> {
+        self.enter(Op::Close(run_id.into()))?;
+        self.inner.close(run_id, now).await
+    }
+    async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
+        self.enter(Op::Snapshot(run_id.into()))?;
+        if let Some(n) = lock(&self.growing).get_mut(run_id) {
+            *n += 1;
+            return Ok(LogSnapshot {
+                len: *n,
+                last_append_at: None,
+                closed: false,
+            });
+        }
+        self.inner.snapshot(run_id).await
+    }
+    async fn read(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        self.enter(Op::Read(run_id.into()))?;
+        DeliveryLog::read(&self.inner, run_id, from, limit).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leases that are lost
+
+/// Leases over a [`MemoryStore`] with faults: a run's claim can be handed out already lost
+/// (expired on arrival) or lost at its first renewal; acquisition can run a hook (for example a
+/// viewer coming back at the moment the claim is taken) or be refused as held elsewhere.
+#[derive(Clone, Default)]
+pub struct FaultyLeases {
+    pub inner: MemoryStore,
+    lost_on_arrival: Arc<Mutex<HashSet<String>>>,
+    lost_on_renew: Arc<Mutex<HashSet<String>>>,
+    held_elsewhere: Arc<Mutex<HashSet<String>>>,
+    on_acquire: Arc<Mutex<Option<Arc<HookKey>>>>,
+    acquired: Arc<Mutex<Vec<String>>>,
+    released: Arc<Mutex<Vec<String>>>,
+    acquire_delay_ms: Arc<Mutex<u64>>,
+}
+
+type HookKey = dyn Fn(&str) + Send + Sync;
+
+impl std::fmt::Debug for FaultyLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyLeases").finish_non_exhaustive()
+    }
+}
+
+impl FaultyLeases {
+    pub fn new(inner: MemoryStore) -> Self {
+        FaultyLeases {
+            inner,
+            ..Default::default()
+        }
+    }
+    /// The lease for `key` is expired when handed out.
+    pub fn lose_on_arrival(&self, key: &str) {
+        lock(&self.lost_on_arrival).insert(key.into());
+    }
+    /// The lease for `key` is gone at its first renewal.
+    pub fn lose_on_renew(&self, key: &str) {
+        lock(&self.lost_on_renew).insert(key.into());
+    }
+    /// `key` is held by another owner.
+    pub fn hold_elsewhere(&self, key: &str) {
+        lock(&self.held_elsewhere).insert(key.into());
+    }
+    /// Every acquisition waits this long (virtual time) before it is answered, like a lock that
+    /// queues behind another holder.
+    pub fn delay_acquire(&self, ms: u64) {
+        *lock(&self.acquire_delay_ms) = ms;
+    }
+    pub fn on_acquire(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        *lock(&self.on_acquire) = Some(Arc::new(hook));
+    }
+    pub fn acquired(&self) -> Vec<String> {
+        lock(&self.acquired).clone()
+    }
+    pub fn released(&self) -> Vec<String> {
+        lock(&self.released).clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for FaultyLeases {
+    async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<LeaseGrant, StoreError> {
+        if lock(&self.held_elsewhere).contains(key) {
+            return Ok(LeaseGrant::Held {
+                owner: "another-host".into(),
+                expires_at: now + 60_000,
+            });
+        }
+        let delay = *lock(&self.acquire_delay_ms);
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        }
+        let hook = lock(&self.on_acquire).clone();
+        if let Some(hook) = hook {
+            hook(key);
+        }
+        lock(&self.acquired).push(key.to_string());
+        let grant = self.inner.acquire(key, owner, now, ttl_ms).await?;
+        match grant {
+            LeaseGrant::Acquired(mut lease) if lock(&self.lost_on_arrival).contains(key) => {
+                lease.expires_at = now;
+                Ok(LeaseGrant::Acquired(lease))
+            }
+            other => Ok(other),
+        }
+    }
+    async fn renew(
+        &self,
+        lease: &Lease,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Option<Lease>, StoreError> {
+        if lock(&self.lost_on_renew).contains(&lease.key) {
+            return Ok(None);
+        }
+        self.inner.renew(lease, now, ttl_ms).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        lock(&self.released).push(lease.key.clone());
+        self.inner.release(lease).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scripted probe, drive and reclaim
+
+/// Answers per run; `producing` for any run not scripted. Counts calls.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedProbe {
+    answers: Arc<Mutex<HashMap<String, Result<RunExitProbe, String>>>>,
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl ScriptedProbe {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn answer(&self, run_id: &str, probe: RunExitProbe) -> &Self {
+        lock(&self.answers).insert(run_id.into(), Ok(probe));
+        self
+    }
+    pub fn finished(&self, run_id: &str, exit_code: i64) -> &Self {
+        self.answer(run_id, RunExitProbe::Finished { exit_code })
+    }
+    /// The probe itself fails for this run.
+    pub fn fail(&self, run_id: &str, message: &str) -> &Self {
+        lock(&self.answers).insert(run_id.into(), Err(message.into()));
+        self
+    }
+    pub fn calls(&self) -> Vec<String> {
+        lock(&self.calls).clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl ExitProbe for ScriptedProbe {
+    async fn has_finished(&self, record: &RunRecord) -> Result<RunExitProbe, ProbeError> {
+        lock(&self.calls).push(record.run_id.clone());
+        match lock(&self.answers).get(&record.run_id) {
+            Some(Ok(p)) => Ok(p.clone()),
+            Some(Err(m)) => Err(ProbeError(m.clone())),
+            None => Ok(RunExitProbe::Producing),
+        }
+    }
+}
+
+/// What a scripted drive does for a run.
+#[derive(Debug, Clone)]
+pub enum DriveScript {
+    /// Yields these chunks (stopping early if the signal fires), then ends.
+    Chunks(Vec<Chunk>),
+    /// Yields one chunk, then waits for the signal and ends normally (what `chat()` does).
+    UntilAborted,
+    /// Yields one chunk every `ms` of (virtual) time, ignoring the signal, forever.
+    IgnoresAbort { every_ms: u64 },
+    /// Yields the chunks, then fails with the error.
+    Throws(Vec<Chunk>, DriveError),
+    /// `drive` itself fails before producing a stream.
+    SyncError(DriveError),
+}
+
+/// A drive that follows a script per run; two text chunks (`hello `, `world`) by default.
+/// Records which runs it drove and whether their signal was already cancelled.
+#[derive(Clone)]
+pub struct ScriptedDrive {
+    scripts: Arc<Mutex<HashMap<String, DriveScript>>>,
+    calls: Arc<Mutex<Vec<(String, bool)>>>,
+    sleeper: Arc<dyn Sleeper>,
+}
+
+impl std::fmt::Debug for ScriptedDrive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedDrive").finish_non_exhaustive()
+    }
+}
+
+impl ScriptedDrive {
+    pub fn new(sleeper: Arc<dyn Sleeper>) -> Self {
+        ScriptedDrive {
+            scripts: Default::default(),
+            calls: Default::default(),
+            sleeper,
+        }
+    }
+    pub fn script(&self, run_id: &str, script: DriveScript) -> &Self {
+        lock(&self.scripts).insert(run_id.into(), script);
+        self
+    }
+    /// Runs driven, in order.
+    pub fn driven(&self) -> Vec<String> {
+        lock(&self.calls).iter().map(|(r, _)| r.clone()).collect()
+    }
+    /// Whether the run's signal was already cancelled when its drive started.
+    pub fn signal_was_cancelled(&self, run_id: &str) -> Option<bool> {
+        lock(&self.calls)
+            .iter()
+            .find(|(r, _)| r == run_id)
+            .map(|(_, c)| *c)
+    }
+}
+
+pub fn default_chunks() -> Vec<Chunk> {
+    vec![Chunk::text("hello "), Chunk::text("world")]
+}
+
+impl Drive for ScriptedDrive {
+    fn drive(
+        &self,
+        request: DriveRequest,
+        signal: CancellationToken,
+    ) -> Result<ChunkStream, DriveError> {
+        lock(&self.calls).push((request.run_id.clone(), signal.is_cancelled()));
+        let script = lock(&self.scripts)
+            .get(&request.run_id)
+            .cloned()
+            .unwrap_or(DriveScript::Chunks(default_chunks()));
+        let sleeper = self.sleeper.clone();
+        Ok(match script {
+            DriveScript::Chunks(chunks) => Box::pin(stream::unfold(
+                (chunks.into_iter(), signal),
+                |(mut it, signal)| async move {
+                    if signal.is_cancelled() {
+                        return None;
+                    }
+                    it.next().map(|c| (Ok(c), (it, signal)))
+                },
+            )),
+            DriveScript::UntilAborted => {
+                Box::pin(stream::unfold((0u32, signal), |(n, signal)| async move {
+                    if n == 0 {
+                        return Some((Ok(Chunk::text("working")), (1, signal)));
+                    }
+                    signal.cancelled().await;
+                    None
+                }))
+            }
+            DriveScript::IgnoresAbort { every_ms } => {
+                Box::pin(stream::unfold(sleeper, move |sleeper| async move {
+                    sleeper.sleep(every_ms).await;
+                    Some((Ok(Chunk::text("more")), sleeper))
+                }))
+            }
+            DriveScript::Throws(chunks, error) => {
+                let items: Vec<Result<Chunk, DriveError>> = chunks
+                    .into_iter()
+                    .map(Ok)
+                    .chain(std::iter::once(Err(error)))
+                    .collect();
+                Box::pin(stream::iter(items))
+            }
+            DriveScript::SyncError(error) => return Err(error),
+        })
+    }
+}
+
+/// Records the records it is asked to reclaim; fails for chosen runs.
+#[derive(Debug, Clone, Default)]
+pub struct RecordingReclaim {
+    calls: Arc<Mutex<Vec<RunRecord>>>,
+    failing: Arc<Mutex<HashSet<String>>>,
+}
+
+impl RecordingReclaim {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn fail_for(&self, run_id: &str) -> &Self {
+        lock(&self.failing).insert(run_id.into());
+        self
+    }
+    pub fn calls(&self) -> Vec<RunRecord> {
+        lock(&self.calls).clone()
+    }
+    pub fn reclaimed(&self) -> Vec<String> {
+        self.calls().into_iter().map(|r| r.run_id).collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Reclaim for RecordingReclaim {
+    async fn reclaim(&self, record: &RunRecord) -> Result<(), ReclaimError> {
+        lock(&self.calls).push(record.clone());
+        if lock(&self.failing).contains(&record.run_id) {
+            return Err(ReclaimError::Other(format!(
+                "reclaim refused for {}",
+                record.run_id
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A provider whose `destroy` rejects for chosen sandbox ids; records destroy calls. It has no
+/// live sandboxes (`resume` answers `None`).
+#[derive(Debug, Clone)]
+pub struct FakeProvider {
+    name: String,
+    failing: Arc<Mutex<HashSet<String>>>,
+    destroyed: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeProvider {
+    pub fn new(name: &str) -> Self {
+        FakeProvider {
+            name: name.into(),
+            failing: Default::default(),
+            destroyed: Default::default(),
+        }
+    }
+    pub fn fail_destroy(&self, id: &str) -> &Self {
+        lock(&self.failing).insert(id.into());
+        self
+    }
+    /// Every destroy call, in order (including failed ones).
+    pub fn destroy_calls(&self) -> Vec<String> {
+        lock(&self.destroyed).clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl SandboxProvider for FakeProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    async fn resume(&self, _id: &str) -> Result<Option<Arc<dyn SandboxHandle>>, SandboxError> {
+        Ok(None)
+    }
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
+        lock(&self.destroyed).push(id.into());
+        if lock(&self.failing).contains(id) {
+            return Err(SandboxError::Other(format!("destroy of {id} rejected")));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Log capture
+
+/// One captured tracing event.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    pub level: tracing::Level,
+    pub message: String,
+    pub fields: String,
+}
+
+/// Captures tracing events emitted on this thread while the guard lives.
+#[derive(Debug, Clone, Default)]
+pub struct LogCapture {
+    events: Arc<Mutex<Vec<Captured>>>,
+}
+
+impl LogCapture {
+    /// Installs the capture as this thread's default subscriber (works with tokio's
+    /// current-thread test runtime).
+    pub fn install() -> (Self, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::layer::SubscriberExt;
+        let capture = LogCapture::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(CaptureLayer(capture.clone()))
+            .with(tracing_subscriber::filter::LevelFilter::TRACE);
+        let guard = tracing::subscriber::set_default(subscriber);
+        (capture, guard)
+    }
+
+    pub fn events(&self) -> Vec<Captured> {
+        lock(&self.events).clone()
+    }
+
+    pub fn count(&self, level: tracing::Level) -> usize {
+        self.events().iter().filter(|e| e.level == level).count()
+    }
+
+    pub fn contains(&self, level: tracing::Level, needle: &str) -> bool {
+        self.events()
+            .iter()
+            .any(|e| e.level == level && (e.message.contains(needle) || e.fields.contains(needle)))
+    }
+
+    pub fn any(&self, needle: &str) -> bool {
+        self.events()
+            .iter()
+            .any(|e| e.message.contains(needle) || e.fields.contains(needle))
+    }
+}
+
+struct CaptureLayer(LogCapture);
+
+struct Visitor<'a> {
+    message: &'a mut String,
+    fields: &'a mut String,
+}
+
+impl tracing::field::Visit for Visitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            *self.message = format!("{value:?}");
+        } else {
+            self.fields
+                .push_str(&format!("{}={:?} ", field.name(), value));
+        }
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            *self.message = value.to_string();
+        } else {
+            self.fields
+                .push_str(&format!("{}={} ", field.name(), value));
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CaptureLayer {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut message = String::new();
+        let mut fields = String::new();
+        event.record(&mut Visitor {
+            message: &mut message,
+            fields: &mut fields,
+        });
+        lock(&self.0.events).push(Captured {
+            level: *event.metadata().level(),
+            message,
+            fields,
+        });
+    }
+}
