@@ -1,1 +1,36 @@
-//! placeholder
+//! A real sandbox provider on this machine, and the native adapters for the core's time ports.
+//!
+//! A sandbox is a directory `<root>/<id>/` plus the processes started in it:
+//!
+//! ```text
+//! <root>/<id>/sandbox.json   metadata: id, createdAt, journalDir, path?, agents [{runId, pid, pgid, startTime?}]
+//! <root>/<id>/work/          the working directory of every command
+//! <root>/<id>/journals/      the journal directory, unless `CreateOptions::journal_dir` says otherwise
+//! ```
+//!
+//! [`LocalSandboxProvider`] implements the core's `SandboxProvider` port and [`LocalSandbox`]
+//! its `SandboxHandle` port: `exec` runs a real `/bin/sh -c` with a clean environment, a timeout
+//! that kills the command's process group, and output limits; [`LocalSandbox::start_agent`]
+//! starts a real agent under the journaled wrapper so it writes a real journal.
+//!
+//! Invariants:
+//! - A sandbox id is validated (`[A-Za-z0-9-]`, 1–64 characters) before it is joined to the
+//!   root, so a hostile id is refused and never becomes a path.
+//! - Every command and agent leads its own process group; `destroy` signals groups, never single
+//!   pids, so nothing an agent forked survives its sandbox.
+//! - A recorded group is only signalled while it is still the one recorded (its leader's start
+//!   time matches), so a reused pid is never killed.
+
+mod meta;
+mod process;
+mod provider;
+mod sandbox;
+pub mod time;
+
+pub use meta::{validate_sandbox_id, AgentRecord, SandboxMetadata};
+pub use provider::{
+    CreateOptions, LocalProviderOptions, LocalSandboxProvider, DEFAULT_KILL_GRACE,
+    DEFAULT_OUTPUT_LIMIT, DEFAULT_PROVIDER_NAME, DEFAULT_SANDBOX_PATH, DESTROY_FAILS_FLAG,
+};
+pub use sandbox::{AgentProcess, LocalSandbox};
+pub use time::{SystemClock, TokioSleeper};

@@ -1,0 +1,279 @@
+//! The provider: creates, finds and destroys sandbox directories under one root.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reaper_core::{Clock, SandboxError, SandboxHandle, SandboxProvider};
+
+use crate::meta::{
+    generate_sandbox_id, read_metadata, validate_sandbox_id, write_metadata, SandboxMetadata,
+};
+use crate::process::{group_is_ours, terminate_groups};
+use crate::sandbox::LocalSandbox;
+use crate::time::SystemClock;
+
+/// The provider name recorded in instance records unless configured otherwise.
+pub const DEFAULT_PROVIDER_NAME: &str = "local";
+/// The `PATH` every command sees unless configured otherwise. The caller's own `PATH` is never
+/// inherited, so what a sandbox can run does not depend on who started it.
+pub const DEFAULT_SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// The most stdout (and, separately, stderr) one `exec` may return. More is an error, never a
+/// silent truncation: a cut journal page would look like a complete one.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
+/// How long `destroy` waits after SIGTERM before SIGKILL.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// **Fault-injection switch for demos and tests.** While a file with this name exists in a
+/// sandbox's directory, `destroy` refuses with [`SandboxError::Refused`] and leaves the sandbox
+/// and its processes alone, exactly as a provider whose teardown API failed. Nothing in the
+/// provider creates it; `touch <root>/<id>/.destroy-fails` arms it.
+pub const DESTROY_FAILS_FLAG: &str = ".destroy-fails";
+
+/// How a [`LocalSandboxProvider`] is set up.
+#[derive(Debug, Clone)]
+pub struct LocalProviderOptions {
+    /// The directory holding one subdirectory per sandbox (`--sandboxes DIR`).
+    pub root: PathBuf,
+    pub name: String,
+    /// `PATH` inside the sandboxes (tests put a BusyBox applet directory first).
+    pub path: String,
+    pub output_limit: usize,
+    pub kill_grace: Duration,
+}
+
+impl LocalProviderOptions {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        LocalProviderOptions {
+            root: root.into(),
+            name: DEFAULT_PROVIDER_NAME.into(),
+            path: DEFAULT_SANDBOX_PATH.into(),
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+            kill_grace: DEFAULT_KILL_GRACE,
+        }
+    }
+}
+
+/// Per-sandbox options of [`LocalSandboxProvider::create`].
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// The sandbox's journal directory. Default `<sandbox>/journals`, so sandboxes (and tests)
+    /// never share `/tmp/tanstack-runs`. Created if missing.
+    pub journal_dir: Option<String>,
+    /// `PATH` for this sandbox's commands instead of the provider's.
+    pub path: Option<String>,
+}
+
+/// State shared by the provider and every handle it gives out.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) options: LocalProviderOptions,
+    /// Serialises `start_agent` against `destroy` per sandbox, so an agent is either recorded
+    /// before the kill or started after the directory is gone, never leaked in between.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Process groups of `exec` commands still running, per sandbox: `destroy` kills them too.
+    in_flight: Mutex<HashMap<String, HashSet<i32>>>,
+}
+
+impl Shared {
+    pub(crate) fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(id.to_string()).or_default().clone()
+    }
+
+    pub(crate) fn track_exec(&self, id: &str, pgid: i32) {
+        let mut map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(id.to_string()).or_default().insert(pgid);
+    }
+
+    pub(crate) fn untrack_exec(&self, id: &str, pgid: i32) {
+        let mut map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = map.get_mut(id) {
+            set.remove(&pgid);
+            if set.is_empty() {
+                map.remove(id);
+            }
+        }
+    }
+
+    fn in_flight_groups(&self, id: &str) -> Vec<i32> {
+        let map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(id)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn sandbox_dir(&self, id: &str) -> Result<PathBuf, SandboxError> {
+        validate_sandbox_id(id)?;
+        Ok(self.options.root.join(id))
+    }
+}
+
+/// A sandbox provider on this machine. A sandbox is the directory `<root>/<id>/` (metadata in
+/// `sandbox.json`, commands run in `work/`, journals in `journals/` unless overridden) plus the
+/// processes started in it, each the leader of its own process group.
+#[derive(Debug, Clone)]
+pub struct LocalSandboxProvider {
+    shared: Arc<Shared>,
+}
+
+impl LocalSandboxProvider {
+    pub fn new(options: LocalProviderOptions) -> Self {
+        LocalSandboxProvider {
+            shared: Arc::new(Shared {
+                options,
+                locks: Mutex::default(),
+                in_flight: Mutex::default(),
+            }),
+        }
+    }
+
+    /// A provider with every default under `root`.
+    pub fn with_root(root: impl Into<PathBuf>) -> Self {
+        Self::new(LocalProviderOptions::new(root))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.shared.options.root
+    }
+
+    /// Creates a fresh sandbox with a generated id.
+    pub async fn create(&self, options: CreateOptions) -> Result<LocalSandbox, SandboxError> {
+        let root = std::path::absolute(&self.shared.options.root).map_err(|e| {
+            SandboxError::Other(format!(
+                "cannot resolve sandbox root {}: {e}",
+                self.shared.options.root.display()
+            ))
+        })?;
+        let io = |what: &str, path: &Path, e: std::io::Error| {
+            SandboxError::Other(format!("cannot create {what} {}: {e}", path.display()))
+        };
+        tokio::fs::create_dir_all(&root)
+            .await
+            .map_err(|e| io("sandbox root", &root, e))?;
+        let id = generate_sandbox_id()?;
+        let dir = root.join(&id);
+        // `create_dir`, not `create_dir_all`: an existing directory means an id collision, which
+        // must not hand out someone else's sandbox.
+        tokio::fs::create_dir(&dir)
+            .await
+            .map_err(|e| io("sandbox directory", &dir, e))?;
+        let work = dir.join("work");
+        tokio::fs::create_dir(&work)
+            .await
+            .map_err(|e| io("sandbox work directory", &work, e))?;
+        let journal_dir = match options.journal_dir {
+            Some(d) => d,
+            None => dir
+                .join("journals")
+                .to_str()
+                .ok_or_else(|| {
+                    SandboxError::Other(format!(
+                        "sandbox root {} is not valid UTF-8; shell commands need a UTF-8 path",
+                        root.display()
+                    ))
+                })?
+                .to_string(),
+        };
+        tokio::fs::create_dir_all(&journal_dir)
+            .await
+            .map_err(|e| io("journal directory", Path::new(&journal_dir), e))?;
+        let meta = SandboxMetadata {
+            id: id.clone(),
+            created_at: SystemClock.now_ms(),
+            journal_dir,
+            path: options.path,
+            agents: Vec::new(),
+        };
+        write_metadata(&dir, &meta).await?;
+        tracing::debug!(sandbox = %id, dir = %dir.display(), "sandbox created");
+        Ok(LocalSandbox::new(self.shared.clone(), dir, meta))
+    }
+
+    /// The live sandbox `id`, with its concrete type (for `start_agent`). `None` when it does not
+    /// exist or was destroyed; a hostile id is an error, never joined to a path.
+    pub async fn open(&self, id: &str) -> Result<Option<LocalSandbox>, SandboxError> {
+        let dir = self.shared.sandbox_dir(id)?;
+        Ok(read_metadata(&dir)
+            .await?
+            .map(|meta| LocalSandbox::new(self.shared.clone(), dir, meta)))
+    }
+}
+
+#[async_trait::async_trait]
+impl SandboxProvider for LocalSandboxProvider {
+    fn name(&self) -> &str {
+        &self.shared.options.name
+    }
+
+    async fn resume(&self, id: &str) -> Result<Option<Arc<dyn SandboxHandle>>, SandboxError> {
+        Ok(self
+            .open(id)
+            .await?
+            .map(|s| Arc::new(s) as Arc<dyn SandboxHandle>))
+    }
+
+    /// Kills the process group of every agent and running command of the sandbox (SIGTERM, then
+    /// SIGKILL after the grace period) and removes its directory. A missing sandbox is `Ok`.
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
+        let dir = self.shared.sandbox_dir(id)?;
+        let lock = self.shared.lock_for(id);
+        let _held = lock.lock().await;
+        if !tokio::fs::try_exists(&dir).await.unwrap_or(true) {
+            return Ok(());
+        }
+        if tokio::fs::try_exists(dir.join(DESTROY_FAILS_FLAG))
+            .await
+            .unwrap_or(false)
+        {
+            return Err(SandboxError::Refused(format!(
+                "destroy of sandbox {id} refused: the fault-injection flag {} is set; remove it \
+                 to allow teardown",
+                dir.join(DESTROY_FAILS_FLAG).display()
+            )));
+        }
+        let mut groups: Vec<i32> = self.shared.in_flight_groups(id);
+        if let Some(meta) = read_metadata(&dir).await? {
+            groups.extend(
+                meta.agents
+                    .iter()
+                    .filter(|a| group_is_ours(a.pgid, a.start_time))
+                    .map(|a| a.pgid),
+            );
+        }
+        groups.sort_unstable();
+        groups.dedup();
+        terminate_groups(&groups, self.shared.options.kill_grace)
+            .await
+            .map_err(|(pgid, e)| {
+                SandboxError::Other(format!(
+                    "cannot kill process group {pgid} of sandbox {id}: {e}; it may still be running"
+                ))
+            })?;
+        remove_dir(&dir).await.map_err(|e| {
+            SandboxError::Other(format!(
+                "cannot remove sandbox directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        tracing::debug!(sandbox = %id, groups = groups.len(), "sandbox destroyed");
+        Ok(())
+    }
+}
+
+/// `remove_dir_all`, retried: a process killed a moment ago may still have been creating a file,
+/// which makes one pass fail with "directory not empty".
+async fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    let mut attempts = 0;
+    loop {
+        match tokio::fs::remove_dir_all(dir).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if attempts < 3 && e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+                attempts += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
