@@ -1,1 +1,240 @@
-//! placeholder
+//! Every reaper store port on one SQLite file: runs, leases, delivery logs, sandbox instances and
+//! transcripts, in the versioned schema that `SCHEMA.md` documents for the applications writing
+//! into the same file.
+//!
+//! SQLite is bundled, so a fresh machine needs nothing installed. The file is opened in WAL mode
+//! with a 5 s busy timeout, and every read-modify-write runs in a `BEGIN IMMEDIATE` transaction or
+//! is one conditional statement, so several processes may share a file.
+//!
+//! # Async over a blocking library
+//!
+//! One `rusqlite::Connection` sits behind a mutex, and each port call runs its few statements as
+//! one job on tokio's blocking pool (`spawn_blocking`). The statements themselves take well under
+//! a millisecond on a local file, but a write can wait up to the busy timeout for another process;
+//! running that wait inline would stall a runtime worker (all of them, on the CLI's
+//! current-thread runtime). Outside a tokio runtime the job runs inline. A job whose caller stops
+//! waiting still runs to the end, so a write is never left half applied.
+
+mod error;
+mod instances;
+mod leases;
+mod log;
+mod runs;
+mod schema;
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reaper_core::StoreError;
+use rusqlite::{Connection, OpenFlags};
+
+pub use error::OpenError;
+pub use log::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
+pub use runs::{DetachedRun, StatusCounts};
+pub use schema::SCHEMA_VERSION;
+
+use error::store_err;
+use schema::Found;
+
+/// How long a statement waits for another process's write lock before it fails as
+/// [`StoreError::Unavailable`].
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The first 16 bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Every store port over one SQLite database. Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Mutex<Connection>,
+    path: Option<PathBuf>,
+    read_only: bool,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .field("read_only", &self.inner.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating it if missing) the reaper database at `path` and applies any pending
+    /// migration. A file that is not SQLite, a SQLite database of another application, or one
+    /// whose schema is newer than [`SCHEMA_VERSION`] is refused before anything is written to it.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, OpenError> {
+        let path = path.as_ref();
+        check_header(path, true)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let sql = |e| OpenError::from_sqlite(path, e);
+        let mut conn = Connection::open_with_flags(path, flags).map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        // Decide whose file this is with reads only: the WAL switch below rewrites the header.
+        let found = schema::inspect(&conn).map_err(sql)?;
+        let current = found == Found::Reaper(SCHEMA_VERSION);
+        refuse_unless_ours(path, found)?;
+        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+            .map_err(sql)?;
+        // In WAL mode NORMAL loses at most the last commits on power loss, never consistency.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        if !current {
+            refuse_unless_ours(path, schema::migrate(&mut conn).map_err(sql)?)?;
+        }
+        Ok(Self::wrap(conn, Some(path.to_path_buf()), false))
+    }
+
+    /// Opens an existing reaper database without ever writing to it (for `reaper status`). Refuses
+    /// a database that needs a migration; writes through this store fail.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, OpenError> {
+        let path = path.as_ref();
+        check_header(path, false)?;
+        let sql = |e| OpenError::from_sqlite(path, e);
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        match schema::inspect(&conn).map_err(sql)? {
+            Found::Reaper(v) if v == SCHEMA_VERSION => {}
+            Found::Reaper(v) if v > SCHEMA_VERSION => refuse_unless_ours(path, Found::Reaper(v))?,
+            Found::Reaper(found) => {
+                return Err(OpenError::NeedsMigration {
+                    path: path.to_path_buf(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                })
+            }
+            Found::Empty => {
+                return Err(OpenError::NeedsMigration {
+                    path: path.to_path_buf(),
+                    found: 0,
+                    supported: SCHEMA_VERSION,
+                })
+            }
+            foreign => refuse_unless_ours(path, foreign)?,
+        }
+        Ok(Self::wrap(conn, Some(path.to_path_buf()), true))
+    }
+
+    /// A private database in memory, gone when the last clone drops. For tests and demos.
+    pub fn open_in_memory() -> Result<Self, OpenError> {
+        let path = Path::new(":memory:");
+        let sql = |e| OpenError::from_sqlite(path, e);
+        let mut conn = Connection::open_in_memory().map_err(sql)?;
+        schema::migrate(&mut conn).map_err(sql)?;
+        Ok(Self::wrap(conn, None, false))
+    }
+
+    fn wrap(conn: Connection, path: Option<PathBuf>, read_only: bool) -> Self {
+        SqliteStore {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                path,
+                read_only,
+            }),
+        }
+    }
+
+    /// The database file, or `None` in memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    /// Runs `job` with the connection on the blocking pool (see the crate docs for why).
+    pub(crate) async fn call<T, F>(&self, job: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let job = move || {
+            // A job that panicked mid-transaction rolled it back when the transaction dropped,
+            // so the connection behind a poisoned lock is still consistent.
+            let mut conn = inner.conn.lock().unwrap_or_else(|p| p.into_inner());
+            job(&mut conn)
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => match handle.spawn_blocking(job).await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Err(StoreError::Backend(format!(
+                    "sqlite job was cancelled: {e}"
+                ))),
+            },
+            Err(_) => job(),
+        }
+    }
+}
+
+/// Refuses a non-empty file that does not start with the SQLite header, before SQLite sees it.
+fn check_header(path: &Path, missing_ok: bool) -> Result<(), OpenError> {
+    let io = |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(e)),
+    };
+    let mut head = Vec::with_capacity(SQLITE_HEADER.len());
+    file.take(SQLITE_HEADER.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(io)?;
+    if head.is_empty() || head == SQLITE_HEADER {
+        Ok(())
+    } else {
+        Err(OpenError::NotSqlite {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+fn refuse_unless_ours(path: &Path, found: Found) -> Result<(), OpenError> {
+    match found {
+        Found::Empty => Ok(()),
+        Found::Reaper(v) if v <= SCHEMA_VERSION => Ok(()),
+        Found::Reaper(found) => Err(OpenError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Found::Foreign(tables) => Err(OpenError::Foreign {
+            path: path.to_path_buf(),
+            tables,
+        }),
+    }
+}
+
+/// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so a
+/// read-then-write never fails half way with a stale snapshot, and commits only on `Ok`.
+pub(crate) fn immediate<T>(
+    conn: &mut Connection,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(store_err)?;
+    let out = f(&tx)?;
+    tx.commit().map_err(store_err)?;
+    Ok(out)
+}
+
+/// Saturating conversions between the ports' unsigned counts and SQLite's signed integers.
+pub(crate) fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

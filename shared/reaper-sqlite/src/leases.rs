@@ -1,0 +1,102 @@
+//! The `leases` table: [`LeaseStore`].
+
+use reaper_core::{EpochMs, Lease, LeaseGrant, LeaseStore, StoreError};
+use rusqlite::{params, OptionalExtension};
+
+use crate::error::store_err;
+use crate::{immediate, to_i64, SqliteStore};
+
+fn expiry(now: EpochMs, ttl_ms: u64) -> EpochMs {
+    now.saturating_add(to_i64(ttl_ms))
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for SqliteStore {
+    async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<LeaseGrant, StoreError> {
+        let key = key.to_string();
+        let owner = owner.to_string();
+        let expires_at = expiry(now, ttl_ms);
+        self.call(move |c| {
+            immediate(c, |tx| {
+                // One conditional upsert grants a free or expired key; the token is 128 random
+                // bits from SQLite, so a stale holder's token never matches a newer grant.
+                let token: Option<String> = tx
+                    .prepare_cached(
+                        "INSERT INTO leases (key, owner, token, expires_at) \
+                         VALUES (?1, ?2, lower(hex(randomblob(16))), ?3) \
+                         ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, \
+                         token = excluded.token, expires_at = excluded.expires_at \
+                         WHERE leases.expires_at <= ?4 \
+                         RETURNING token",
+                    )
+                    .and_then(|mut s| {
+                        s.query_row(params![key, owner, expires_at, now], |r| r.get(0))
+                            .optional()
+                    })
+                    .map_err(store_err)?;
+                if let Some(token) = token {
+                    return Ok(LeaseGrant::Acquired(Lease {
+                        key,
+                        owner,
+                        token,
+                        expires_at,
+                    }));
+                }
+                let (owner, expires_at) = tx
+                    .query_row(
+                        "SELECT owner, expires_at FROM leases WHERE key = ?1",
+                        [&key],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(store_err)?;
+                Ok(LeaseGrant::Held { owner, expires_at })
+            })
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Option<Lease>, StoreError> {
+        let mut renewed = lease.clone();
+        renewed.expires_at = expiry(now, ttl_ms);
+        self.call(move |c| {
+            let changed = c
+                .prepare_cached(
+                    "UPDATE leases SET expires_at = ?4 \
+                     WHERE key = ?1 AND owner = ?2 AND token = ?3",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        renewed.key,
+                        renewed.owner,
+                        renewed.token,
+                        renewed.expires_at
+                    ])
+                })
+                .map_err(store_err)?;
+            Ok((changed == 1).then_some(renewed))
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        let lease = lease.clone();
+        self.call(move |c| {
+            c.prepare_cached("DELETE FROM leases WHERE key = ?1 AND owner = ?2 AND token = ?3")
+                .and_then(|mut s| s.execute(params![lease.key, lease.owner, lease.token]))
+                .map_err(store_err)?;
+            Ok(())
+        })
+        .await
+    }
+}

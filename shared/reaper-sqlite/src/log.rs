@@ -1,0 +1,278 @@
+//! The `logs` and `log_entries` tables: [`DeliveryLog`], and the retention that ages events out.
+
+use reaper_core::{
+    Appended, Chunk, DeliveryLog, EpochMs, Fenced, LogEntry, LogSnapshot, StoreError,
+};
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use crate::error::{corrupt, store_err, store_err_for};
+use crate::{immediate, to_i64, SqliteStore};
+
+/// How long a finished run's events are kept: 30 days, long enough that a user opening a thread
+/// the next morning still gets an exact replay. Transcripts are kept for ever.
+pub const DEFAULT_EVENT_RETENTION_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+
+/// What one [`SqliteStore::prune_events`] call removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionReport {
+    /// Runs whose events were all deleted by this call.
+    pub runs: u64,
+    pub events_deleted: u64,
+    /// Transactions used; each deleted at most `batch_limit` events.
+    pub batches: u64,
+}
+
+#[async_trait::async_trait]
+impl DeliveryLog for SqliteStore {
+    async fn append(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        chunks: &[Chunk],
+        now: EpochMs,
+    ) -> Result<Fenced<Appended>, StoreError> {
+        let run_id = run_id.to_string();
+        let encoded = chunks
+            .iter()
+            .map(|c| serde_json::to_string(&c.0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Backend(format!("chunk does not serialise: {e}")))?;
+        self.call(move |c| {
+            // The epoch check and the insert share one immediate transaction: no claim can move
+            // the epoch between them.
+            immediate(c, |tx| {
+                if let Some(held) = fence {
+                    let epoch: Option<Option<i64>> = tx
+                        .query_row(
+                            "SELECT driver_epoch FROM runs WHERE run_id = ?1",
+                            [&run_id],
+                            |r| r.get(0),
+                        )
+                        .optional()
+                        .map_err(store_err)?;
+                    if let Some(Some(observed)) = epoch {
+                        let observed = u64::try_from(observed)
+                            .map_err(|_| corrupt(&run_id, "driver_epoch is negative"))?;
+                        if observed > held {
+                            return Ok(Fenced::Superseded { observed });
+                        }
+                    }
+                }
+                tx.prepare_cached("INSERT INTO logs (run_id) VALUES (?1) ON CONFLICT DO NOTHING")
+                    .and_then(|mut s| s.execute([&run_id]))
+                    .map_err(store_err)?;
+                let (closed, next_seq): (bool, i64) = tx
+                    .query_row(
+                        "SELECT closed, next_seq FROM logs WHERE run_id = ?1",
+                        [&run_id],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(store_err)?;
+                if closed {
+                    return Ok(Fenced::Written(Appended::Closed));
+                }
+                insert_chunks(tx, &run_id, next_seq, &encoded)?;
+                if !encoded.is_empty() {
+                    tx.prepare_cached(
+                        "UPDATE logs SET next_seq = ?2, last_append_at = ?3 WHERE run_id = ?1",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![run_id, next_seq + encoded.len() as i64, now])
+                    })
+                    .map_err(store_err)?;
+                }
+                let first = u64::try_from(next_seq)
+                    .map_err(|_| corrupt(&run_id, "log next_seq is negative"))?;
+                Ok(Fenced::Written(Appended::At { first }))
+            })
+        })
+        .await
+    }
+
+    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
+        let run_id = run_id.to_string();
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO logs (run_id, closed) VALUES (?1, 1) \
+                 ON CONFLICT (run_id) DO UPDATE SET closed = 1",
+            )
+            .and_then(|mut s| s.execute([&run_id]))
+            .map_err(store_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
+        let run_id = run_id.to_string();
+        self.call(move |c| {
+            let row: Option<(bool, Option<i64>, i64, bool)> = c
+                .prepare_cached(
+                    "SELECT closed, last_append_at, next_seq, events_pruned_at IS NOT NULL \
+                     FROM logs WHERE run_id = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_row([&run_id], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })
+                    .optional()
+                })
+                .map_err(store_err_for(&format!("log {run_id}")))?;
+            let Some((closed, last_append_at, next_seq, pruned)) = row else {
+                return Ok(LogSnapshot::default());
+            };
+            let len = if pruned {
+                0
+            } else {
+                u64::try_from(next_seq).map_err(|_| corrupt(&run_id, "log next_seq is negative"))?
+            };
+            Ok(LogSnapshot {
+                len,
+                last_append_at,
+                closed,
+            })
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        let run_id = run_id.to_string();
+        let from = to_i64(from);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.call(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT seq, chunk FROM log_entries WHERE run_id = ?1 AND seq >= ?2 \
+                     ORDER BY seq LIMIT ?3",
+                )
+                .map_err(store_err)?;
+            let mut rows = stmt
+                .query(params![run_id, from, limit])
+                .map_err(store_err)?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(store_err)? {
+                let seq: i64 = row.get(0).map_err(store_err)?;
+                let key = format!("{run_id}#{seq}");
+                let raw: String = row
+                    .get(1)
+                    .map_err(|e| corrupt(&key, format!("chunk: {e}")))?;
+                let chunk = serde_json::from_str(&raw)
+                    .map(Chunk)
+                    .map_err(|e| corrupt(&key, format!("chunk is not a JSON object: {e}")))?;
+                out.push(LogEntry {
+                    offset: seq as u64,
+                    chunk,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn insert_chunks(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    first: i64,
+    encoded: &[String],
+) -> Result<(), StoreError> {
+    let mut stmt = tx
+        .prepare_cached("INSERT INTO log_entries (run_id, seq, chunk) VALUES (?1, ?2, ?3)")
+        .map_err(store_err)?;
+    for (i, chunk) in encoded.iter().enumerate() {
+        stmt.execute(params![run_id, first + i as i64, chunk])
+            .map_err(store_err)?;
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    /// Ages out delivery-log events: deletes the events of every run that is terminal with
+    /// `finished_at <= now - retention_ms`, at most `batch_limit` events per transaction so other
+    /// writers wait at most one short batch, until none are left. The log is then closed and reads
+    /// back empty. Run rows and transcripts are never deleted; a terminal run without
+    /// `finished_at` keeps its events (there is no evidence of its age).
+    pub async fn prune_events(
+        &self,
+        now: EpochMs,
+        retention_ms: u64,
+        batch_limit: usize,
+    ) -> Result<RetentionReport, StoreError> {
+        let cutoff = now.saturating_sub(to_i64(retention_ms));
+        let batch_limit = i64::try_from(batch_limit.max(1)).unwrap_or(i64::MAX);
+        let mut report = RetentionReport::default();
+        loop {
+            let (runs, deleted, more) = self
+                .call(move |c| immediate(c, |tx| prune_batch(tx, now, cutoff, batch_limit)))
+                .await?;
+            report.runs += runs;
+            report.events_deleted += deleted;
+            if runs > 0 || deleted > 0 {
+                report.batches += 1;
+            }
+            if !more {
+                break;
+            }
+        }
+        tracing::debug!(
+            runs = report.runs,
+            events_deleted = report.events_deleted,
+            batches = report.batches,
+            "pruned aged-out delivery-log events"
+        );
+        Ok(report)
+    }
+}
+
+/// One batch: returns (runs finished, events deleted, whether another batch may find more).
+fn prune_batch(
+    tx: &Transaction<'_>,
+    now: EpochMs,
+    cutoff: EpochMs,
+    batch_limit: i64,
+) -> Result<(u64, u64, bool), StoreError> {
+    let mut budget = batch_limit;
+    let mut runs = 0;
+    let mut deleted = 0;
+    while budget > 0 {
+        let candidate: Option<String> = tx
+            .prepare_cached(
+                "SELECT logs.run_id FROM logs JOIN runs ON runs.run_id = logs.run_id \
+                 WHERE logs.events_pruned_at IS NULL \
+                 AND runs.finished_at IS NOT NULL AND runs.finished_at <= ?1 \
+                 AND runs.status IN ('completed', 'failed', 'aborted') \
+                 ORDER BY runs.finished_at LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([cutoff], |r| r.get(0)).optional())
+            .map_err(store_err)?;
+        let Some(run_id) = candidate else {
+            return Ok((runs, deleted, false));
+        };
+        let requested = budget;
+        let n = tx
+            .prepare_cached(
+                "DELETE FROM log_entries WHERE run_id = ?1 AND seq IN \
+                 (SELECT seq FROM log_entries WHERE run_id = ?1 ORDER BY seq LIMIT ?2)",
+            )
+            .and_then(|mut s| s.execute(params![run_id, requested]))
+            .map_err(store_err)? as i64;
+        budget -= n;
+        deleted += n as u64;
+        if n < requested {
+            // Fewer than asked for: this run has no events left. Closing keeps a late append from
+            // starting a fresh log under offsets that were already handed out.
+            tx.prepare_cached(
+                "UPDATE logs SET events_pruned_at = ?2, closed = 1 WHERE run_id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![run_id, now]))
+            .map_err(store_err)?;
+            runs += 1;
+        }
+    }
+    Ok((runs, deleted, true))
+}

@@ -1,0 +1,474 @@
+//! The `runs` table: [`RunStore`], and the read-only listings `reaper status` needs.
+
+use reaper_core::{
+    EpochBump, EpochMs, Fenced, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, RunStore,
+    RunStoreCapabilities, StoreError, TerminalWrite,
+};
+use rusqlite::types::{FromSql, Value};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
+
+use crate::error::{corrupt, store_err};
+use crate::{immediate, to_i64, SqliteStore};
+
+/// The columns [`decode_run`] reads, in its order.
+const COLUMNS: &str = "run_id, thread_id, status, started_at, finished_at, error_message, \
+                       error_code, usage, sandbox_key, detached_since, cancel_requested, \
+                       driver_epoch";
+
+fn column<T: FromSql>(row: &Row<'_>, idx: usize, run_id: &str) -> Result<T, StoreError> {
+    row.get(idx).map_err(|e| {
+        let name = COLUMNS.split(", ").nth(idx).unwrap_or("?").trim();
+        corrupt(run_id, format!("column {name}: {e}"))
+    })
+}
+
+pub(crate) fn parse_status(raw: &str, run_id: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(raw).ok_or_else(|| {
+        corrupt(
+            run_id,
+            format!(
+                "status {raw:?} is not a run status (expected running, interrupted, completed, \
+                 failed or aborted)"
+            ),
+        )
+    })
+}
+
+/// Decodes one row selected with [`COLUMNS`]. Anything that does not parse, an unknown status
+/// above all, is [`StoreError::Corrupt`] naming the run: never read as something else.
+fn decode_run(row: &Row<'_>) -> Result<RunRecord, StoreError> {
+    let run_id: String = row
+        .get(0)
+        .map_err(|e| corrupt("<unreadable run_id>", format!("column run_id: {e}")))?;
+    let id = run_id.as_str();
+    let status = parse_status(&column::<String>(row, 2, id)?, id)?;
+    let error = match (
+        column::<Option<String>>(row, 5, id)?,
+        column::<Option<String>>(row, 6, id)?,
+    ) {
+        (Some(message), code) => Some(RunError { message, code }),
+        (None, None) => None,
+        (None, Some(_)) => return Err(corrupt(id, "error_code is set without error_message")),
+    };
+    let usage = column::<Option<String>>(row, 7, id)?
+        .map(|raw| serde_json::from_str(&raw))
+        .transpose()
+        .map_err(|e| corrupt(id, format!("column usage is not JSON: {e}")))?;
+    let cancel_requested = match column::<Option<i64>>(row, 10, id)? {
+        None => None,
+        Some(0) => Some(false),
+        Some(1) => Some(true),
+        Some(other) => {
+            return Err(corrupt(
+                id,
+                format!("cancel_requested is {other}, expected 0, 1 or NULL"),
+            ))
+        }
+    };
+    let driver_epoch = column::<Option<i64>>(row, 11, id)?
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| corrupt(id, "driver_epoch is negative"))?;
+    Ok(RunRecord {
+        thread_id: column(row, 1, id)?,
+        status,
+        started_at: column(row, 3, id)?,
+        finished_at: column(row, 4, id)?,
+        error,
+        usage,
+        sandbox_key: column(row, 8, id)?,
+        detached_since: column(row, 9, id)?,
+        cancel_requested,
+        driver_epoch,
+        run_id,
+    })
+}
+
+/// Runs a statement selecting [`COLUMNS`] and decodes every row.
+fn query_runs(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<RunRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(store_err)?;
+    let mut rows = stmt.query(params).map_err(store_err)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(store_err)? {
+        out.push(decode_run(row)?);
+    }
+    Ok(out)
+}
+
+fn get_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM runs WHERE run_id = ?1");
+    Ok(query_runs(conn, &sql, [run_id])?.pop())
+}
+
+fn patch_value<T>(patch: &Patch<T>, to_value: impl Fn(&T) -> Value) -> Option<Value> {
+    match patch {
+        Patch::Keep => None,
+        Patch::Clear => Some(Value::Null),
+        Patch::Set(v) => Some(to_value(v)),
+    }
+}
+
+/// The `SET` assignments of a patch. `Clear` becomes NULL, so clearing really clears.
+fn assignments(patch: &RunPatch) -> Result<Vec<(&'static str, Value)>, StoreError> {
+    let mut set = Vec::new();
+    if let Some(status) = patch.status {
+        set.push(("status", Value::Text(status.as_str().into())));
+    }
+    let int = |v: &i64| Value::Integer(*v);
+    if let Some(v) = patch_value(&patch.finished_at, int) {
+        set.push(("finished_at", v));
+    }
+    match &patch.error {
+        Patch::Keep => {}
+        Patch::Clear => {
+            set.push(("error_message", Value::Null));
+            set.push(("error_code", Value::Null));
+        }
+        Patch::Set(e) => {
+            set.push(("error_message", Value::Text(e.message.clone())));
+            set.push((
+                "error_code",
+                e.code.clone().map_or(Value::Null, Value::Text),
+            ));
+        }
+    }
+    if let Patch::Set(usage) = &patch.usage {
+        let json = serde_json::to_string(usage)
+            .map_err(|e| StoreError::Backend(format!("usage does not serialise: {e}")))?;
+        set.push(("usage", Value::Text(json)));
+    } else if let Some(v) = patch_value(&patch.usage, |_| Value::Null) {
+        set.push(("usage", v));
+    }
+    if let Some(v) = patch_value(&patch.sandbox_key, |k| Value::Text(k.clone())) {
+        set.push(("sandbox_key", v));
+    }
+    if let Some(v) = patch_value(&patch.detached_since, int) {
+        set.push(("detached_since", v));
+    }
+    if let Some(v) = patch_value(&patch.cancel_requested, |b| Value::Integer(i64::from(*b))) {
+        set.push(("cancel_requested", v));
+    }
+    if let Some(v) = patch_value(&patch.driver_epoch, |e| Value::Integer(to_i64(*e))) {
+        set.push(("driver_epoch", v));
+    }
+    Ok(set)
+}
+
+/// Counts of runs by status, for `reaper status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatusCounts {
+    pub running: u64,
+    pub interrupted: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub aborted: u64,
+}
+
+impl StatusCounts {
+    pub fn get(&self, status: RunStatus) -> u64 {
+        match status {
+            RunStatus::Running => self.running,
+            RunStatus::Interrupted => self.interrupted,
+            RunStatus::Completed => self.completed,
+            RunStatus::Failed => self.failed,
+            RunStatus::Aborted => self.aborted,
+        }
+    }
+
+    fn slot(&mut self, status: RunStatus) -> &mut u64 {
+        match status {
+            RunStatus::Running => &mut self.running,
+            RunStatus::Interrupted => &mut self.interrupted,
+            RunStatus::Completed => &mut self.completed,
+            RunStatus::Failed => &mut self.failed,
+            RunStatus::Aborted => &mut self.aborted,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        RunStatus::ALL.iter().map(|s| self.get(*s)).sum()
+    }
+}
+
+/// A running run that nobody is attached to, as `reaper status` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetachedRun {
+    /// `now - detached_since`: how long it has been detached (negative if stamped in the future).
+    pub detached_for_ms: i64,
+    pub record: RunRecord,
+}
+
+impl SqliteStore {
+    /// Every run, in insertion order.
+    pub async fn all_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.call(|c| query_runs(c, &format!("SELECT {COLUMNS} FROM runs ORDER BY rowid"), []))
+            .await
+    }
+
+    /// Every `running` run with a `detached_since`, longest detached first.
+    pub async fn list_detached(&self, now: EpochMs) -> Result<Vec<DetachedRun>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+             ORDER BY detached_since, rowid"
+        );
+        let rows = self.call(move |c| query_runs(c, &sql, [])).await?;
+        Ok(rows
+            .into_iter()
+            .map(|record| DetachedRun {
+                detached_for_ms: now.saturating_sub(record.detached_since.unwrap_or(now)),
+                record,
+            })
+            .collect())
+    }
+
+    /// How many runs hold each status. A row with an unknown status is reported as corrupt.
+    pub async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
+        self.call(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT status, COUNT(*), MIN(run_id) FROM runs GROUP BY status")
+                .map_err(store_err)?;
+            let mut rows = stmt.query([]).map_err(store_err)?;
+            let mut counts = StatusCounts::default();
+            while let Some(row) = rows.next().map_err(store_err)? {
+                let example: String = row.get(2).map_err(store_err)?;
+                let raw: String = row.get(0).map_err(|e| corrupt(&example, e.to_string()))?;
+                let n: i64 = row.get(1).map_err(store_err)?;
+                *counts.slot(parse_status(&raw, &example)?) += n.max(0) as u64;
+            }
+            Ok(counts)
+        })
+        .await
+    }
+
+    /// Inserts or replaces a whole row as is: seeding for tests and demos, not a port operation.
+    pub async fn put_run(&self, record: RunRecord) -> Result<(), StoreError> {
+        self.call(move |c| {
+            immediate(c, |tx| {
+                tx.execute(
+                    "INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
+                     started_at = excluded.started_at",
+                    params![
+                        record.run_id,
+                        record.thread_id,
+                        record.status.as_str(),
+                        record.started_at
+                    ],
+                )
+                .map_err(store_err)?;
+                let patch = RunPatch {
+                    status: Some(record.status),
+                    finished_at: record.finished_at.into(),
+                    error: record.error.clone().into(),
+                    usage: record.usage.clone().into(),
+                    sandbox_key: record.sandbox_key.clone().into(),
+                    detached_since: record.detached_since.into(),
+                    cancel_requested: record.cancel_requested.into(),
+                    driver_epoch: record.driver_epoch.into(),
+                };
+                update_row(tx, &record.run_id, &patch)
+            })
+        })
+        .await
+    }
+}
+
+fn update_row(conn: &Connection, run_id: &str, patch: &RunPatch) -> Result<(), StoreError> {
+    let set = assignments(patch)?;
+    if set.is_empty() {
+        return Ok(());
+    }
+    let columns: Vec<String> = set
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| format!("{name} = ?{}", i + 2))
+        .collect();
+    let sql = format!("UPDATE runs SET {} WHERE run_id = ?1", columns.join(", "));
+    let values =
+        std::iter::once(Value::Text(run_id.to_string())).chain(set.into_iter().map(|s| s.1));
+    conn.prepare_cached(&sql)
+        .and_then(|mut stmt| stmt.execute(params_from_iter(values)))
+        .map_err(store_err)?;
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl RunStore for SqliteStore {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        self.call(move |c| {
+            immediate(c, |tx| {
+                let status = new.status.unwrap_or(RunStatus::Running);
+                tx.prepare_cached(
+                    "INSERT INTO runs (run_id, thread_id, status, started_at) \
+                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (run_id) DO NOTHING",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        new.run_id,
+                        new.thread_id,
+                        status.as_str(),
+                        new.started_at
+                    ])
+                })
+                .map_err(store_err)?;
+                get_run(tx, &new.run_id)?.ok_or_else(|| {
+                    StoreError::Backend(format!(
+                        "run {} vanished right after its insert",
+                        new.run_id
+                    ))
+                })
+            })
+        })
+        .await
+    }
+
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        let run_id = run_id.to_string();
+        // One statement: atomic on its own, and a no-op for an unknown run.
+        self.call(move |c| update_row(c, &run_id, &patch)).await
+    }
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let run_id = run_id.to_string();
+        self.call(move |c| get_run(c, &run_id)).await
+    }
+
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let thread_id = thread_id.to_string();
+        let sql = format!(
+            "SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 AND status = 'running' \
+             ORDER BY started_at DESC, rowid DESC LIMIT 1"
+        );
+        self.call(move |c| Ok(query_runs(c, &sql, [thread_id])?.pop()))
+            .await
+    }
+
+    async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let thread_id = thread_id.to_string();
+        let sql =
+            format!("SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 ORDER BY started_at, rowid");
+        self.call(move |c| query_runs(c, &sql, [thread_id])).await
+    }
+
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let cutoff = now.saturating_sub(to_i64(ttl_ms));
+        // Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
+        let sql = format!(
+            "SELECT {COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+             AND detached_since <= ?1 ORDER BY detached_since, rowid"
+        );
+        self.call(move |c| query_runs(c, &sql, [cutoff])).await
+    }
+
+    fn capabilities(&self) -> RunStoreCapabilities {
+        RunStoreCapabilities {
+            list_reclaimable: true,
+            list_by_thread: true,
+        }
+    }
+
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        let run_id = run_id.to_string();
+        let bump = format!(
+            "UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 \
+             WHERE run_id = ?1 AND status IN ('running', 'interrupted') RETURNING {COLUMNS}"
+        );
+        self.call(move |c| {
+            immediate(c, |tx| {
+                if let Some(record) = query_runs(tx, &bump, [&run_id])?.pop() {
+                    let epoch = record
+                        .driver_epoch
+                        .ok_or_else(|| corrupt(&run_id, "driver_epoch is NULL after a bump"))?;
+                    return Ok(EpochBump::Claimed { epoch, record });
+                }
+                // Nothing was written; say why.
+                let status: Option<String> = tx
+                    .query_row(
+                        "SELECT status FROM runs WHERE run_id = ?1",
+                        [&run_id],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(store_err)?;
+                match status {
+                    None => Ok(EpochBump::Unknown),
+                    Some(raw) => match parse_status(&raw, &run_id)? {
+                        s if s.is_terminal() => Ok(EpochBump::Terminal(s)),
+                        s => Err(StoreError::Backend(format!(
+                            "run {run_id} is {s} but its epoch bump matched no row"
+                        ))),
+                    },
+                }
+            })
+        })
+        .await
+    }
+
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let run_id = run_id.to_string();
+        let held = to_i64(held_epoch);
+        let status = reaper_core::RunStatus::from(write.status).as_str();
+        let finished_at = write.finished_at;
+        // No error in the write keeps the stored one, as `TerminalWrite::to_patch` does.
+        let (error_sql, message, code) = match &write.error {
+            Some(e) => (
+                ", error_message = ?5, error_code = ?6",
+                Some(e.message.clone()),
+                e.code.clone(),
+            ),
+            None => ("", None, None),
+        };
+        // The fence is in the statement itself: a superseded holder cannot land this whatever
+        // its timing. The transaction only keeps the follow-up read consistent with it.
+        let sql = format!(
+            "UPDATE runs SET status = ?2, finished_at = ?3{error_sql} \
+             WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?4)"
+        );
+        self.call(move |c| {
+            immediate(c, |tx| {
+                let mut stmt = tx.prepare_cached(&sql).map_err(store_err)?;
+                let changed = if message.is_some() {
+                    stmt.execute(params![run_id, status, finished_at, held, message, code])
+                } else {
+                    stmt.execute(params![run_id, status, finished_at, held])
+                }
+                .map_err(store_err)?;
+                if changed == 1 {
+                    return Ok(Fenced::Written(true));
+                }
+                let epoch: Option<Option<i64>> = tx
+                    .query_row(
+                        "SELECT driver_epoch FROM runs WHERE run_id = ?1",
+                        [&run_id],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(store_err)?;
+                match epoch {
+                    None => Ok(Fenced::Written(false)),
+                    Some(Some(observed)) if observed > held => Ok(Fenced::Superseded {
+                        observed: observed as u64,
+                    }),
+                    Some(observed) => Err(StoreError::Backend(format!(
+                        "run {run_id}: fenced terminal write matched no row at epoch {observed:?} \
+                         (held {held})"
+                    ))),
+                }
+            })
+        })
+        .await
+    }
+}
