@@ -10,7 +10,7 @@
 //!   that builds a fresh backend for each case (the consumer needs `tokio` with the `macros` and
 //!   `rt` features as a dev-dependency):
 //!
-//!   ```ignore
+//!   ```text
 //!   reaper_testkit::store_conformance!(async { Arc::new(MemoryStore::new()) });
 //!   // or one port at a time, declaring optional capabilities the backend lacks:
 //!   reaper_testkit::run_store_conformance!(async { open().await }, lacks = [list_by_thread]);
@@ -70,6 +70,8 @@ pub mod lease_store;
 pub mod message_store;
 pub mod run_store;
 pub mod sandbox_instance_store;
+#[cfg(test)]
+mod self_test;
 
 /// What a case concluded when it did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
