@@ -57,7 +57,8 @@ macro_rules! __reaper_run_store_cases {
             write_terminal_of_a_missing_run_writes_nothing_and_creates_nothing,
             usage_json_round_trips,
             error_with_and_without_code_round_trips,
-            awkward_run_ids_round_trip,
+            run_ids_with_quotes_newlines_and_unicode_round_trip,
+            a_five_thousand_char_run_id_round_trips,
         ] }
     };
 }
@@ -1102,8 +1103,8 @@ pub async fn error_with_and_without_code_round_trips<S: RunStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
-/// Ids are opaque strings: no escaping bugs, no truncation.
-pub async fn awkward_run_ids_round_trip<S: RunStore + ?Sized>(
+/// Ids are opaque strings: no escaping or quoting bugs.
+pub async fn run_ids_with_quotes_newlines_and_unicode_round_trip<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
 ) -> CaseResult {
@@ -1113,12 +1114,33 @@ pub async fn awkward_run_ids_round_trip<S: RunStore + ?Sized>(
         ctx.id("new\nline\r\ttab"),
         ctx.id("ünïcödé-日本語-🦀"),
         ctx.id("'; DROP TABLE runs; --"),
-        ctx.id(&"x".repeat(5_000)),
+        ctx.id("%2F/../?#&=*"),
     ];
+    round_trip_ids(store, &thread, &ids).await
+}
+
+/// No truncation: 5,000 characters (a backend with a shorter key limit must map long ids, not
+/// cut them).
+pub async fn a_five_thousand_char_run_id_round_trips<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let long = ctx.id(&"x".repeat(5_000));
+    // A sibling differing only in the last character must stay a different run.
+    let sibling = format!("{}y", &long[..long.len() - 1]);
+    round_trip_ids(store, &ctx.id("thread"), &[long, sibling]).await
+}
+
+/// Creates, detaches, reads back and claims each id, all on one thread.
+async fn round_trip_ids<S: RunStore + ?Sized>(
+    store: &S,
+    thread: &str,
+    ids: &[String],
+) -> CaseResult {
     for (i, id) in ids.iter().enumerate() {
         let started_at = 100 + i as EpochMs;
         let created = store
-            .create_or_resume(new_run(id, &thread, started_at))
+            .create_or_resume(new_run(id, thread, started_at))
             .await?;
         ensure_eq!(created.run_id, *id, "run id echoed by create_or_resume");
         store.update(id, detached(5)).await?;
@@ -1130,7 +1152,7 @@ pub async fn awkward_run_ids_round_trip<S: RunStore + ?Sized>(
                 row.started_at,
                 row.detached_since
             ),
-            (id.clone(), thread.clone(), started_at, Some(5)),
+            (id.clone(), thread.to_string(), started_at, Some(5)),
             "run id, thread id, startedAt, detachedSince"
         );
         let bumped = store.bump_epoch(id).await?;
@@ -1140,9 +1162,9 @@ pub async fn awkward_run_ids_round_trip<S: RunStore + ?Sized>(
         );
     }
     ensure_eq!(
-        store.find_active_run(&thread).await?.map(|r| r.run_id),
-        Some(ids[ids.len() - 1].clone()),
-        "active run of the awkward thread"
+        store.find_active_run(thread).await?.map(|r| r.run_id),
+        ids.last().cloned(),
+        "active run of the thread"
     );
     Ok(Verdict::Passed)
 }

@@ -44,6 +44,7 @@ enum Flaw {
     SaveKeepsFirst,
     /// Reports `list_by_thread` absent while the test declares it present.
     UndeclaredMissingCapability,
+    GetIsUnavailable,
 }
 
 #[derive(Debug)]
@@ -101,6 +102,9 @@ impl RunStore for Flawed {
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        if self.flaw == Flaw::GetIsUnavailable {
+            return Err(StoreError::Unavailable("injected outage".into()));
+        }
         RunStore::get(&self.inner, run_id).await
     }
 
@@ -521,6 +525,23 @@ async fn every_planted_flaw_fails_the_case_written_for_it() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_store_error_fails_the_case_and_says_where() {
+    let backend = flawed(Flaw::GetIsUnavailable);
+    let case = super::run_store::cases::<Flawed>()
+        .into_iter()
+        .find(|c| c.name == "get_of_an_unknown_run_is_none")
+        .expect("the case exists");
+    let reports = run_cases(&backend, &[case], "err", RunStoreCapabilities::default()).await;
+    let Err(failure) = &reports[0].result else {
+        panic!("a store error passed the case: {reports:?}");
+    };
+    assert!(
+        failure.message.contains("injected outage") && failure.message.contains("run_store.rs:"),
+        "failure message: {failure}"
+    );
 }
 
 #[derive(Debug, Default)]
