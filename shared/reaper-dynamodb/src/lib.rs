@@ -1,1 +1,80 @@
-//! (in progress)
+//! Every reaper store port on **one DynamoDB table**: runs, claims (the atomic epoch bump),
+//! leases (the sweep lease and per-run claims), per-run delivery logs, sandbox instances and
+//! transcripts. [`DynamoStore`] implements [`RunStore`](reaper_core::RunStore),
+//! [`LeaseStore`](reaper_core::LeaseStore), [`DeliveryLog`](reaper_core::DeliveryLog),
+//! [`SandboxInstanceStore`](reaper_core::SandboxInstanceStore) and
+//! [`MessageStore`](reaper_core::MessageStore).
+//!
+//! # Table layout (a contract shared with the SAM template; see `LAYOUT.md`)
+//!
+//! Keys: `pk` (S, partition), `sk` (S, sort). TTL attribute: `ttl` (N, epoch seconds).
+//!
+//! | item | `pk` | `sk` | attributes |
+//! |---|---|---|---|
+//! | run | `RUN#<runId>` | `RUN` | `runId`, `threadId`, `status`, `startedAt`, `finishedAt?`, `error?` (M: `message`, `code?`), `usage?` (any), `sandboxKey?`, `detachedSince?`, `cancelRequested?`, `driverEpoch?`, `gsi1pk?`/`gsi1sk?`, `gsi2pk`/`gsi2sk` |
+//! | log meta | `RUN#<runId>` | `LOG` | `nextSeq`, `closed?`, `lastAppendAt?`, `ttl` |
+//! | log entry | `RUN#<runId>` | `LOG#<seq, 20 digits>` | `seq`, `chunk` (S, JSON object), `ttl` |
+//! | transcript | `RUN#<runId>` | `TRANSCRIPT` | `runId`, `threadId`, `messages` (L of M: `role`, `content`), `exitCode?`, `savedAt` (no TTL) |
+//! | lease | `LEASE#<key>` | `LEASE` | `leaseKey`, `owner`, `token`, `expiresAt`, `ttl` |
+//! | sandbox instance | `SANDBOX#<key>` | `SANDBOX` | `key`, `provider`, `providerSandboxId`, `latestSnapshotId?`, `threadId`, `latestRunId?`, `updatedAt` |
+//!
+//! Every item may also carry `entity` (`run`, `log`, `entry`, `transcript`, `lease`,
+//! `sandbox`); reads never require it. Instants are epoch milliseconds (N) except `ttl`.
+//!
+//! Indexes (both projection ALL):
+//! - `reclaimable`: `gsi1pk` (S) = `"DETACHED"`, `gsi1sk` (N) = `detachedSince`. **Sparse**:
+//!   present exactly on run items with `status = running` and a `detachedSince`. Detaching sets
+//!   it; the terminal write and a re-attach (clearing `detachedSince`) remove it in the same
+//!   `UpdateItem`. It is never keyed on `detachedSince` alone, which the sweep never clears.
+//!   `list_reclaimable` is one paginated Query `gsi1pk = DETACHED AND gsi1sk <= now - ttl`.
+//! - `by-thread`: `gsi2pk` (S) = `THREAD#<threadId>`, `gsi2sk` (N) = `startedAt`, on every run
+//!   item: `find_active_run` and `list_by_thread`. GSI reads are eventually consistent.
+//!
+//! No operation scans.
+//!
+//! # Atomicity and fencing
+//!
+//! - `bump_epoch`: one `UpdateItem` `SET driverEpoch = if_not_exists(driverEpoch, 0) + 1` on
+//!   condition `status IN (running, interrupted)`; a lost condition returns the old item
+//!   (`ReturnValuesOnConditionCheckFailure`), so an unknown or terminal run costs one request.
+//! - `write_terminal`: one `UpdateItem` on `attribute_exists(pk) AND (attribute_not_exists(
+//!   driverEpoch) OR driverEpoch <= :held)`; a lost condition reports the observed epoch.
+//! - fenced `append`: one `TransactWriteItems` with a `ConditionCheck` on the run item
+//!   (same epoch condition), the meta update conditional on the expected `nextSeq` and on
+//!   the log being open, and one `Put` per chunk.
+//! - leases: `PutItem` on `attribute_not_exists(pk) OR expiresAt <= :now`; renew and release
+//!   are conditional on `owner` and the per-grant `token`.
+//!
+//! # Retention
+//!
+//! Each log entry gets `ttl = its append time + log_retention` when it is written, and the meta
+//! item gets the same at each append, then `finish time + log_retention` from the terminal
+//! write (and `close time + log_retention` from `close`). So every event ages out at most
+//! `log_retention` after the run finished, with no per-entry rewrite at finish and no item
+//! that can miss its TTL if a process dies between two writes. The retention must exceed the
+//! longest run (default 30 days), or a still-running log loses its oldest events. Reads treat
+//! an item whose `ttl` has passed as gone (DynamoDB deletes within days, not at once).
+//! Transcripts, sandbox instances and run items carry no TTL.
+//!
+//! # Errors
+//!
+//! `error.rs` maps every SDK error: a lost condition that has no semantic answer is
+//! `Conflict`; throttling, transaction conflicts, 5xx, timeouts and connection failures are
+//! `Unavailable` (after the SDK's own retries with backoff); anything else is `Backend` with
+//! the source's message. An item that does not parse is `Corrupt` naming the run;
+//! `list_reclaimable` skips such items (error log, counted in [`RequestStats`]) so a sweep
+//! never stops for one bad row; [`DynamoStore::list_reclaimable_report`] returns them.
+
+mod error;
+pub mod layout;
+mod leases;
+mod log;
+mod records;
+mod runs;
+mod stats;
+mod store;
+
+pub use log::{MAX_CHUNK_BYTES, MAX_TRANSACTION_ITEMS};
+pub use runs::ReclaimableListing;
+pub use stats::{OpStats, RequestStats};
+pub use store::{DynamoOptions, DynamoStore, SystemClock, DEFAULT_LOG_RETENTION};

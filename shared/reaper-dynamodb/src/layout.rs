@@ -1,0 +1,455 @@
+//! The table layout: key formats, attribute names, index names, and the conversions between
+//! items and domain types. This module *is* the contract that `LAYOUT.md` and the SAM template
+//! describe; change one and you change all three.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use reaper_core::{
+    EpochMs, RunError, RunRecord, RunStatus, SandboxInstanceRecord, StoreError, Transcript,
+    TranscriptMessage,
+};
+
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+/// Partition key (S) of every item.
+pub const PK: &str = "pk";
+/// Sort key (S) of every item.
+pub const SK: &str = "sk";
+
+/// The sparse index of detached `running` runs: `gsi1pk` (S) = [`DETACHED`], `gsi1sk` (N) =
+/// `detachedSince`. Projection ALL, so a listing needs no per-run read.
+pub const RECLAIMABLE_INDEX: &str = "reclaimable";
+pub const GSI1_PK: &str = "gsi1pk";
+pub const GSI1_SK: &str = "gsi1sk";
+/// The only `gsi1pk` value. One index partition serves well past any realistic number of
+/// detached runs; sharding (`DETACHED#n`) would be a compatible extension.
+pub const DETACHED: &str = "DETACHED";
+
+/// Runs by thread: `gsi2pk` (S) = `THREAD#<threadId>`, `gsi2sk` (N) = `startedAt`. Projection
+/// ALL. Only run items carry these attributes.
+pub const THREAD_INDEX: &str = "by-thread";
+pub const GSI2_PK: &str = "gsi2pk";
+pub const GSI2_SK: &str = "gsi2sk";
+
+/// The table's TTL attribute (N, epoch **seconds**), enabled on the table.
+pub const TTL: &str = "ttl";
+/// What kind of item this is (`run`, `log`, `entry`, `lease`, `sandbox`, `transcript`).
+/// Informational: reads never require it, so hand-written items may omit it.
+pub const ENTITY: &str = "entity";
+
+pub const RUN_SK: &str = "RUN";
+pub const LOG_SK: &str = "LOG";
+pub const TRANSCRIPT_SK: &str = "TRANSCRIPT";
+pub const LEASE_SK: &str = "LEASE";
+pub const SANDBOX_SK: &str = "SANDBOX";
+
+/// Run item attributes (the reference's JSON field names).
+pub mod run {
+    pub const RUN_ID: &str = "runId";
+    pub const THREAD_ID: &str = "threadId";
+    pub const STATUS: &str = "status";
+    pub const STARTED_AT: &str = "startedAt";
+    pub const FINISHED_AT: &str = "finishedAt";
+    pub const ERROR: &str = "error";
+    pub const USAGE: &str = "usage";
+    pub const SANDBOX_KEY: &str = "sandboxKey";
+    pub const DETACHED_SINCE: &str = "detachedSince";
+    pub const CANCEL_REQUESTED: &str = "cancelRequested";
+    pub const DRIVER_EPOCH: &str = "driverEpoch";
+}
+
+/// Log-meta and log-entry attributes.
+pub mod log {
+    pub const NEXT_SEQ: &str = "nextSeq";
+    pub const CLOSED: &str = "closed";
+    pub const LAST_APPEND_AT: &str = "lastAppendAt";
+    pub const SEQ: &str = "seq";
+    pub const CHUNK: &str = "chunk";
+}
+
+/// Lease attributes.
+pub mod lease {
+    pub const KEY: &str = "leaseKey";
+    pub const OWNER: &str = "owner";
+    pub const TOKEN: &str = "token";
+    pub const EXPIRES_AT: &str = "expiresAt";
+}
+
+/// Ids longer than this (bytes) are keyed by their hash: DynamoDB caps a partition key at
+/// 2,048 bytes. The item still carries the full id in its own attribute.
+pub const MAX_RAW_KEY_ID_BYTES: usize = 1024;
+
+/// An id as it appears inside a key: itself, or `~sha256:<hex>` when it is too long.
+pub fn key_id(id: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest;
+    if id.len() <= MAX_RAW_KEY_ID_BYTES {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    std::borrow::Cow::Owned(format!("~sha256:{hex}"))
+}
+
+pub fn run_pk(run_id: &str) -> String {
+    format!("RUN#{}", key_id(run_id))
+}
+
+pub fn lease_pk(key: &str) -> String {
+    format!("LEASE#{}", key_id(key))
+}
+
+pub fn sandbox_pk(key: &str) -> String {
+    format!("SANDBOX#{}", key_id(key))
+}
+
+pub fn thread_gsi_pk(thread_id: &str) -> String {
+    format!("THREAD#{}", key_id(thread_id))
+}
+
+/// `LOG#` + the sequence number zero-padded to 20 digits, so string order is numeric order.
+pub fn entry_sk(seq: u64) -> String {
+    format!("LOG#{seq:020}")
+}
+
+pub fn key(pk: String, sk: &str) -> Item {
+    HashMap::from([
+        (PK.to_string(), AttributeValue::S(pk)),
+        (SK.to_string(), AttributeValue::S(sk.to_string())),
+    ])
+}
+
+pub fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub fn n(v: impl std::fmt::Display) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Whether a run with this state belongs in the sparse index.
+pub fn indexed(status: RunStatus, detached_since: Option<EpochMs>) -> bool {
+    status == RunStatus::Running && detached_since.is_some()
+}
+
+/// Reads typed attributes out of an item, naming the item in every error.
+pub(crate) struct Reader<'a> {
+    pub item: &'a Item,
+    pub key: String,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(item: &'a Item, key: String) -> Self {
+        Reader { item, key }
+    }
+
+    fn corrupt(&self, reason: String) -> StoreError {
+        StoreError::Corrupt {
+            key: self.key.clone(),
+            reason,
+        }
+    }
+
+    /// `None` for a missing attribute or an explicit NULL (what a JS writer stores for
+    /// `undefined` with `convertEmptyValues`/`removeUndefinedValues` off).
+    fn present(&self, name: &str) -> Option<&'a AttributeValue> {
+        self.item
+            .get(name)
+            .filter(|v| !matches!(v, AttributeValue::Null(_)))
+    }
+
+    fn required<T>(
+        &self,
+        name: &str,
+        value: Result<Option<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        value?.ok_or_else(|| self.corrupt(format!("missing attribute {name}")))
+    }
+
+    pub fn opt_str(&self, name: &str) -> Result<Option<String>, StoreError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(AttributeValue::S(v)) => Ok(Some(v.clone())),
+            Some(other) => {
+                Err(self.corrupt(format!("attribute {name} is not a string: {other:?}")))
+            }
+        }
+    }
+
+    pub fn str(&self, name: &str) -> Result<String, StoreError> {
+        self.required(name, self.opt_str(name))
+    }
+
+    pub fn opt_num<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, StoreError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(AttributeValue::N(v)) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| self.corrupt(format!("attribute {name} is out of range: {v}"))),
+            Some(other) => {
+                Err(self.corrupt(format!("attribute {name} is not a number: {other:?}")))
+            }
+        }
+    }
+
+    pub fn num<T: std::str::FromStr>(&self, name: &str) -> Result<T, StoreError> {
+        self.required(name, self.opt_num(name))
+    }
+
+    pub fn opt_bool(&self, name: &str) -> Result<Option<bool>, StoreError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(AttributeValue::Bool(v)) => Ok(Some(*v)),
+            Some(other) => {
+                Err(self.corrupt(format!("attribute {name} is not a boolean: {other:?}")))
+            }
+        }
+    }
+
+    pub fn opt_json(&self, name: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        self.present(name)
+            .map(|v| attr_to_json(v).map_err(|e| self.corrupt(format!("attribute {name}: {e}"))))
+            .transpose()
+    }
+
+    /// Whether the item's TTL has passed: DynamoDB deletes expired items lazily (within days),
+    /// so reads must treat them as gone themselves.
+    pub fn expired(&self, now_secs: i64) -> Result<bool, StoreError> {
+        Ok(self.opt_num::<i64>(TTL)?.is_some_and(|t| t <= now_secs))
+    }
+}
+
+pub fn status_value(status: RunStatus) -> AttributeValue {
+    s(status.as_str())
+}
+
+fn error_value(error: &RunError) -> AttributeValue {
+    let mut m = HashMap::from([("message".to_string(), s(&error.message))]);
+    if let Some(code) = &error.code {
+        m.insert("code".into(), s(code));
+    }
+    AttributeValue::M(m)
+}
+
+/// The attribute a [`RunPatch`](reaper_core::RunPatch) field sets, by field.
+pub fn run_error_value(error: &RunError) -> AttributeValue {
+    error_value(error)
+}
+
+/// The full item of a new run record, index attributes included.
+pub fn run_item(r: &RunRecord) -> Item {
+    let mut item = key(run_pk(&r.run_id), RUN_SK);
+    item.insert(ENTITY.into(), s("run"));
+    item.insert(run::RUN_ID.into(), s(&r.run_id));
+    item.insert(run::THREAD_ID.into(), s(&r.thread_id));
+    item.insert(run::STATUS.into(), status_value(r.status));
+    item.insert(run::STARTED_AT.into(), n(r.started_at));
+    item.insert(GSI2_PK.into(), s(thread_gsi_pk(&r.thread_id)));
+    item.insert(GSI2_SK.into(), n(r.started_at));
+    if let Some(v) = r.finished_at {
+        item.insert(run::FINISHED_AT.into(), n(v));
+    }
+    if let Some(v) = &r.error {
+        item.insert(run::ERROR.into(), error_value(v));
+    }
+    if let Some(v) = &r.usage {
+        item.insert(run::USAGE.into(), json_to_attr(v));
+    }
+    if let Some(v) = &r.sandbox_key {
+        item.insert(run::SANDBOX_KEY.into(), s(v));
+    }
+    if let Some(v) = r.detached_since {
+        item.insert(run::DETACHED_SINCE.into(), n(v));
+    }
+    if let Some(v) = r.cancel_requested {
+        item.insert(run::CANCEL_REQUESTED.into(), AttributeValue::Bool(v));
+    }
+    if let Some(v) = r.driver_epoch {
+        item.insert(run::DRIVER_EPOCH.into(), n(v));
+    }
+    if let (true, Some(d)) = (indexed(r.status, r.detached_since), r.detached_since) {
+        item.insert(GSI1_PK.into(), s(DETACHED));
+        item.insert(GSI1_SK.into(), n(d));
+    }
+    item
+}
+
+/// The run id an item belongs to, for naming it in errors even when `runId` is missing.
+pub fn run_id_of(item: &Item) -> String {
+    match (item.get(run::RUN_ID), item.get(PK)) {
+        (Some(AttributeValue::S(id)), _) => id.clone(),
+        (_, Some(AttributeValue::S(pk))) => pk.strip_prefix("RUN#").unwrap_or(pk).to_string(),
+        _ => "<no key>".to_string(),
+    }
+}
+
+/// Parses a run item. Unknown status strings, missing required attributes and wrongly typed
+/// attributes are [`StoreError::Corrupt`] naming the run: never read as something else.
+pub fn run_from_item(item: &Item) -> Result<RunRecord, StoreError> {
+    let r = Reader::new(item, run_id_of(item));
+    let status = r.str(run::STATUS)?;
+    let status =
+        RunStatus::parse(&status).ok_or_else(|| r.corrupt(format!("unknown status {status:?}")))?;
+    let error = match r.present(run::ERROR) {
+        None => None,
+        Some(AttributeValue::M(m)) => {
+            let e = Reader::new(m, r.key.clone());
+            Some(RunError {
+                message: e.str("message")?,
+                code: e.opt_str("code")?,
+            })
+        }
+        Some(other) => return Err(r.corrupt(format!("attribute error is not a map: {other:?}"))),
+    };
+    Ok(RunRecord {
+        run_id: r.str(run::RUN_ID)?,
+        thread_id: r.str(run::THREAD_ID)?,
+        status,
+        started_at: r.num(run::STARTED_AT)?,
+        finished_at: r.opt_num(run::FINISHED_AT)?,
+        error,
+        usage: r.opt_json(run::USAGE)?,
+        sandbox_key: r.opt_str(run::SANDBOX_KEY)?,
+        detached_since: r.opt_num(run::DETACHED_SINCE)?,
+        cancel_requested: r.opt_bool(run::CANCEL_REQUESTED)?,
+        driver_epoch: r.opt_num(run::DRIVER_EPOCH)?,
+    })
+}
+
+pub fn sandbox_item(rec: &SandboxInstanceRecord) -> Item {
+    let mut item = key(sandbox_pk(&rec.key), SANDBOX_SK);
+    item.insert(ENTITY.into(), s("sandbox"));
+    item.insert("key".into(), s(&rec.key));
+    item.insert("provider".into(), s(&rec.provider));
+    item.insert("providerSandboxId".into(), s(&rec.provider_sandbox_id));
+    item.insert("threadId".into(), s(&rec.thread_id));
+    item.insert("updatedAt".into(), n(rec.updated_at));
+    if let Some(v) = &rec.latest_snapshot_id {
+        item.insert("latestSnapshotId".into(), s(v));
+    }
+    if let Some(v) = &rec.latest_run_id {
+        item.insert("latestRunId".into(), s(v));
+    }
+    item
+}
+
+pub fn sandbox_from_item(item: &Item, key: &str) -> Result<SandboxInstanceRecord, StoreError> {
+    let r = Reader::new(item, format!("sandbox {key}"));
+    Ok(SandboxInstanceRecord {
+        key: r.str("key")?,
+        provider: r.str("provider")?,
+        provider_sandbox_id: r.str("providerSandboxId")?,
+        latest_snapshot_id: r.opt_str("latestSnapshotId")?,
+        thread_id: r.str("threadId")?,
+        latest_run_id: r.opt_str("latestRunId")?,
+        updated_at: r.num("updatedAt")?,
+    })
+}
+
+pub fn transcript_item(t: &Transcript) -> Item {
+    let mut item = key(run_pk(&t.run_id), TRANSCRIPT_SK);
+    item.insert(ENTITY.into(), s("transcript"));
+    item.insert("runId".into(), s(&t.run_id));
+    item.insert("threadId".into(), s(&t.thread_id));
+    item.insert("savedAt".into(), n(t.saved_at));
+    if let Some(code) = t.exit_code {
+        item.insert("exitCode".into(), n(code));
+    }
+    let messages = t
+        .messages
+        .iter()
+        .map(|m| {
+            AttributeValue::M(HashMap::from([
+                ("role".to_string(), s(&m.role)),
+                ("content".to_string(), s(&m.content)),
+            ]))
+        })
+        .collect();
+    item.insert("messages".into(), AttributeValue::L(messages));
+    item
+}
+
+pub fn transcript_from_item(item: &Item, run_id: &str) -> Result<Transcript, StoreError> {
+    let key = format!("transcript {run_id}");
+    let r = Reader::new(item, key.clone());
+    let messages = match r.present("messages") {
+        None => Vec::new(),
+        Some(AttributeValue::L(list)) => list
+            .iter()
+            .map(|m| match m {
+                AttributeValue::M(m) => {
+                    let m = Reader::new(m, key.clone());
+                    Ok(TranscriptMessage {
+                        role: m.str("role")?,
+                        content: m.str("content")?,
+                    })
+                }
+                other => Err(r.corrupt(format!("a message is not a map: {other:?}"))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(r.corrupt(format!("attribute messages is not a list: {other:?}")))
+        }
+    };
+    Ok(Transcript {
+        run_id: r.str("runId")?,
+        thread_id: r.str("threadId")?,
+        messages,
+        exit_code: r.opt_num("exitCode")?,
+        saved_at: r.num("savedAt")?,
+    })
+}
+
+/// JSON to a native DynamoDB value (so `usage` written by a JS app as a map reads back).
+pub fn json_to_attr(v: &serde_json::Value) -> AttributeValue {
+    use serde_json::Value;
+    match v {
+        Value::Null => AttributeValue::Null(true),
+        Value::Bool(b) => AttributeValue::Bool(*b),
+        Value::Number(num) => AttributeValue::N(num.to_string()),
+        Value::String(st) => AttributeValue::S(st.clone()),
+        Value::Array(a) => AttributeValue::L(a.iter().map(json_to_attr).collect()),
+        Value::Object(o) => AttributeValue::M(
+            o.iter()
+                .map(|(k, v)| (k.clone(), json_to_attr(v)))
+                .collect(),
+        ),
+    }
+}
+
+pub fn attr_to_json(v: &AttributeValue) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    let number = |raw: &str| -> Result<Value, String> {
+        raw.parse::<i64>()
+            .map(Value::from)
+            .or_else(|_| raw.parse::<u64>().map(Value::from))
+            .ok()
+            .or_else(|| {
+                raw.parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                    .map(Value::Number)
+            })
+            .ok_or_else(|| format!("number {raw} does not fit JSON"))
+    };
+    Ok(match v {
+        AttributeValue::Null(_) => Value::Null,
+        AttributeValue::Bool(b) => Value::Bool(*b),
+        AttributeValue::N(raw) => number(raw)?,
+        AttributeValue::S(st) => Value::String(st.clone()),
+        AttributeValue::L(list) => {
+            Value::Array(list.iter().map(attr_to_json).collect::<Result<_, _>>()?)
+        }
+        AttributeValue::M(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| Ok((k.clone(), attr_to_json(v)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        AttributeValue::Ss(set) => Value::Array(set.iter().cloned().map(Value::String).collect()),
+        AttributeValue::Ns(set) => {
+            Value::Array(set.iter().map(|x| number(x)).collect::<Result<_, _>>()?)
+        }
+        other => return Err(format!("unsupported attribute type {other:?}")),
+    })
+}

@@ -1,0 +1,527 @@
+//! [`RunStore`] on the run items and the two indexes.
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
+use reaper_core::{
+    EpochBump, EpochMs, Fenced, NewRun, Patch, RunPatch, RunRecord, RunStatus, RunStore,
+    RunStoreCapabilities, StoreError, TerminalWrite,
+};
+
+use crate::error::CONDITION_FAILED;
+use crate::layout::{
+    self, indexed, json_to_attr, key, n, run, run_error_value, run_from_item, run_id_of, run_item,
+    run_pk, s, status_value, thread_gsi_pk, Item, DETACHED, GSI1_PK, GSI1_SK, GSI2_PK, LOG_SK, PK,
+    RECLAIMABLE_INDEX, RUN_SK, THREAD_INDEX, TTL,
+};
+use crate::store::{DynamoStore, Expr};
+
+/// The answer of [`DynamoStore::list_reclaimable_report`]: the runs, and the items that did
+/// not parse (each a [`StoreError::Corrupt`] naming its run).
+#[derive(Debug, Clone, Default)]
+pub struct ReclaimableListing {
+    pub runs: Vec<RunRecord>,
+    pub corrupt: Vec<StoreError>,
+}
+
+/// Operation errors that can carry the item of a failed condition.
+pub(crate) trait ConditionItem {
+    fn old_item(&self) -> Option<Item>;
+}
+
+macro_rules! condition_item {
+    ($($t:ty),*) => {$(
+        impl ConditionItem for $t {
+            fn old_item(&self) -> Option<Item> {
+                match self {
+                    Self::ConditionalCheckFailedException(e) => e.item().cloned(),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+condition_item!(
+    aws_sdk_dynamodb::operation::put_item::PutItemError,
+    aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+    aws_sdk_dynamodb::operation::delete_item::DeleteItemError
+);
+
+/// The item a failed condition carried back (`ReturnValuesOnConditionCheckFailure::AllOld`):
+/// `Some(None)` when the condition failed on a missing item, `None` for any other error.
+pub(crate) fn condition_failed<E>(
+    err: &SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
+) -> Option<Option<Item>>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + ConditionItem,
+{
+    match err {
+        SdkError::ServiceError(ctx) if ctx.err().code() == Some(CONDITION_FAILED) => {
+            Some(ctx.err().old_item())
+        }
+        _ => None,
+    }
+}
+
+impl DynamoStore {
+    async fn get_run_item(&self, run_id: &str) -> Result<Option<Item>, StoreError> {
+        let res = self
+            .client
+            .get_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(run_pk(run_id), RUN_SK)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("get", &res);
+        Ok(res.map_err(|e| self.map_err("GetItem", e))?.item)
+    }
+
+    /// Every detached `running` run with `detachedSince <= now - ttl_ms`, from the sparse index,
+    /// paginated to the end. Items that do not parse are returned apart, so one bad item never
+    /// hides the others.
+    pub async fn list_reclaimable_report(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<ReclaimableListing, StoreError> {
+        let cutoff = now.saturating_sub(ttl_ms.min(i64::MAX as u64) as i64);
+        let mut listing = ReclaimableListing::default();
+        let mut start: Option<Item> = None;
+        loop {
+            let res = self
+                .client
+                .query()
+                .table_name(self.table_name())
+                .index_name(RECLAIMABLE_INDEX)
+                .key_condition_expression("#pk = :pk AND #sk <= :cutoff")
+                .expression_attribute_names("#pk", GSI1_PK)
+                .expression_attribute_names("#sk", GSI1_SK)
+                .expression_attribute_values(":pk", s(DETACHED))
+                .expression_attribute_values(":cutoff", n(cutoff))
+                .set_limit(self.options.page_limit)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            self.track("list_reclaimable", &res);
+            let page = res.map_err(|e| self.map_err("Query", e))?;
+            for item in page.items() {
+                match run_from_item(item) {
+                    // The index is eventually consistent and a racing update may not have
+                    // fixed it yet: the contract is `running` rows only.
+                    Ok(r) if indexed(r.status, r.detached_since) => listing.runs.push(r),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(run_id = %run_id_of(item), error = %e,
+                            "skipping a corrupt run item in the reclaimable listing");
+                        listing.corrupt.push(e);
+                    }
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        self.counters.corrupt_skipped(listing.corrupt.len() as u64);
+        Ok(listing)
+    }
+
+    /// Runs of a thread from the thread index, ascending or descending by `startedAt`, stopping
+    /// once `take` rows passed `keep`.
+    async fn query_thread(
+        &self,
+        op: &str,
+        thread_id: &str,
+        forward: bool,
+        only_running: bool,
+        take: Option<usize>,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut rows = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let mut q = self
+                .client
+                .query()
+                .table_name(self.table_name())
+                .index_name(THREAD_INDEX)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", GSI2_PK)
+                .expression_attribute_values(":pk", s(thread_gsi_pk(thread_id)))
+                .scan_index_forward(forward)
+                .set_limit(self.options.page_limit)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            if only_running {
+                q = q
+                    .filter_expression("#status = :running")
+                    .expression_attribute_names("#status", run::STATUS)
+                    .expression_attribute_values(":running", status_value(RunStatus::Running));
+            }
+            let res = q.send().await;
+            self.track(op, &res);
+            let page = res.map_err(|e| self.map_err("Query", e))?;
+            for item in page.items() {
+                rows.push(run_from_item(item)?);
+                if take.is_some_and(|t| rows.len() >= t) {
+                    return Ok(rows);
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(rows),
+            }
+        }
+    }
+
+    /// Brings the sparse-index attributes in line with the item's state when a patch could not
+    /// decide them alone (it changed `status` or `detachedSince` but not both). Conditional on
+    /// the state it saw, so it never undoes a newer write; that newer write checks for itself.
+    async fn fix_index(&self, item: &Item) -> Result<(), StoreError> {
+        let Ok(record) = run_from_item(item) else {
+            return Ok(());
+        };
+        let want = indexed(record.status, record.detached_since);
+        let have_sk =
+            layout::Reader::new(item, record.run_id.clone()).opt_num::<EpochMs>(GSI1_SK)?;
+        let have = item.contains_key(GSI1_PK) && have_sk.is_some();
+        if want == have && (!want || have_sk == record.detached_since) {
+            return Ok(());
+        }
+        let mut e = Expr::default();
+        match (want, record.detached_since) {
+            (true, Some(d)) => {
+                e.set(GSI1_PK, s(DETACHED));
+                e.set(GSI1_SK, n(d));
+            }
+            _ => {
+                e.remove(GSI1_PK);
+                e.remove(GSI1_SK);
+            }
+        }
+        let status = e.name(run::STATUS);
+        let status_v = e.value(status_value(record.status));
+        let detached = e.name(run::DETACHED_SINCE);
+        let detached_cond = match record.detached_since {
+            Some(d) => {
+                let v = e.value(n(d));
+                format!("{detached} = {v}")
+            }
+            None => format!("attribute_not_exists({detached})"),
+        };
+        let res = self
+            .client
+            .update_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(run_pk(&record.run_id), RUN_SK)))
+            .update_expression(e.update_expression())
+            .condition_expression(format!("{status} = {status_v} AND {detached_cond}"))
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("update_fix_index", &res);
+        match res {
+            Ok(_) => Ok(()),
+            Err(err) if condition_failed(&err).is_some() => Ok(()),
+            Err(err) => Err(self.map_err("UpdateItem", err)),
+        }
+    }
+
+    /// Stamps the log meta with its retention TTL after the run finished. Best effort: every
+    /// entry already carries its own TTL from its append, so a failure here only delays the
+    /// deletion of the one meta item.
+    async fn stamp_log_ttl(&self, run_id: &str) {
+        let mut e = Expr::default();
+        e.set(TTL, n(self.retention_ttl()));
+        let pk = e.name(PK);
+        let res = self
+            .client
+            .update_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(run_pk(run_id), LOG_SK)))
+            .update_expression(e.update_expression())
+            .condition_expression(format!("attribute_exists({pk})"))
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("write_terminal_log_ttl", &res);
+        if let Err(err) = res {
+            if condition_failed(&err).is_none() {
+                tracing::warn!(run_id, error = %self.map_err("UpdateItem", err),
+                    "could not stamp the delivery log's retention TTL; its entries still expire on their own");
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for DynamoStore {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        let mut record = RunRecord::new(new.run_id, new.thread_id, new.started_at);
+        if let Some(status) = new.status {
+            record.status = status;
+        }
+        let res = self
+            .client
+            .put_item()
+            .table_name(self.table_name())
+            .set_item(Some(run_item(&record)))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", PK)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("create_or_resume", &res);
+        match res {
+            Ok(_) => Ok(record),
+            Err(err) => match condition_failed(&err) {
+                Some(Some(existing)) => run_from_item(&existing),
+                // A condition failure without the old item (a service that ignores
+                // ReturnValuesOnConditionCheckFailure): read it.
+                Some(None) => match self.get_run_item(&record.run_id).await? {
+                    Some(existing) => run_from_item(&existing),
+                    None => Err(StoreError::Conflict(format!(
+                        "run {} existed at create and was gone right after",
+                        record.run_id
+                    ))),
+                },
+                None => Err(self.map_err("PutItem", err)),
+            },
+        }
+    }
+
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        let mut e = Expr::default();
+        if let Some(status) = patch.status {
+            e.set(run::STATUS, status_value(status));
+        }
+        fn field<T>(e: &mut Expr, attr: &str, p: &Patch<T>, to: impl Fn(&T) -> AttributeValue) {
+            match p {
+                Patch::Keep => {}
+                Patch::Clear => e.remove(attr),
+                Patch::Set(v) => e.set(attr, to(v)),
+            }
+        }
+        field(&mut e, run::FINISHED_AT, &patch.finished_at, |v| n(v));
+        field(&mut e, run::ERROR, &patch.error, run_error_value);
+        field(&mut e, run::USAGE, &patch.usage, json_to_attr);
+        field(&mut e, run::SANDBOX_KEY, &patch.sandbox_key, |v| s(v));
+        field(&mut e, run::DETACHED_SINCE, &patch.detached_since, |v| n(v));
+        field(
+            &mut e,
+            run::CANCEL_REQUESTED,
+            &patch.cancel_requested,
+            |v| AttributeValue::Bool(*v),
+        );
+        field(&mut e, run::DRIVER_EPOCH, &patch.driver_epoch, |v| n(v));
+        if e.is_empty() {
+            return Ok(());
+        }
+        // The sparse index follows `status == running && detachedSince present`, decided in the
+        // same request whenever the patch alone determines it; otherwise `fix_index` settles it
+        // from the returned item.
+        let status_known_not_running = patch.status.is_some_and(|s| s != RunStatus::Running);
+        match (&patch.detached_since, status_known_not_running) {
+            (_, true) | (Patch::Clear, _) => {
+                e.remove(GSI1_PK);
+                e.remove(GSI1_SK);
+            }
+            (Patch::Set(d), false) => {
+                e.set(GSI1_PK, s(DETACHED));
+                e.set(GSI1_SK, n(d));
+            }
+            (Patch::Keep, false) => {}
+        }
+        let pk = e.name(PK);
+        let res = self
+            .client
+            .update_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(run_pk(run_id), RUN_SK)))
+            .update_expression(e.update_expression())
+            .condition_expression(format!("attribute_exists({pk})"))
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values(ReturnValue::AllNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("update", &res);
+        match res {
+            Ok(out) => match out.attributes {
+                Some(item) => self.fix_index(&item).await,
+                None => Ok(()),
+            },
+            // An unknown run: a no-op by contract.
+            Err(err) if condition_failed(&err).is_some() => Ok(()),
+            Err(err) => Err(self.map_err("UpdateItem", err)),
+        }
+    }
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.get_run_item(run_id)
+            .await?
+            .map(|item| run_from_item(&item))
+            .transpose()
+    }
+
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self
+            .query_thread("find_active_run", thread_id, false, true, Some(1))
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        self.query_thread("list_by_thread", thread_id, true, false, None)
+            .await
+    }
+
+    /// Skips items that do not parse (logged at error level naming the run, and counted in
+    /// [`RequestStats::corrupt_items_skipped`](crate::RequestStats)) so one bad item never
+    /// stops a sweep; [`DynamoStore::list_reclaimable_report`] returns them.
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(self.list_reclaimable_report(now, ttl_ms).await?.runs)
+    }
+
+    fn capabilities(&self) -> RunStoreCapabilities {
+        RunStoreCapabilities {
+            list_reclaimable: true,
+            list_by_thread: true,
+        }
+    }
+
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        let res = self
+            .client
+            .update_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(run_pk(run_id), RUN_SK)))
+            .update_expression("SET #epoch = if_not_exists(#epoch, :zero) + :one")
+            // Positive list: a corrupt status string must not be claimable.
+            .condition_expression("attribute_exists(#pk) AND #status IN (:running, :interrupted)")
+            .expression_attribute_names("#epoch", run::DRIVER_EPOCH)
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#status", run::STATUS)
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":running", status_value(RunStatus::Running))
+            .expression_attribute_values(":interrupted", status_value(RunStatus::Interrupted))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("bump_epoch", &res);
+        match res {
+            Ok(out) => {
+                let item = out.attributes.unwrap_or_default();
+                let record = run_from_item(&item)?;
+                let epoch = record.driver_epoch.ok_or_else(|| StoreError::Corrupt {
+                    key: run_id.to_string(),
+                    reason: "driverEpoch missing right after the bump".into(),
+                })?;
+                Ok(EpochBump::Claimed { epoch, record })
+            }
+            Err(err) => match condition_failed(&err) {
+                Some(None) => {
+                    // No old item returned: either no run, or a service without
+                    // ReturnValuesOnConditionCheckFailure. Read to tell.
+                    match self.get(run_id).await? {
+                        None => Ok(EpochBump::Unknown),
+                        Some(r) if r.status.is_terminal() => Ok(EpochBump::Terminal(r.status)),
+                        Some(_) => Err(StoreError::Conflict(format!(
+                            "bump_epoch of run {run_id} lost its condition on a claimable run"
+                        ))),
+                    }
+                }
+                Some(Some(old)) => {
+                    let r = run_from_item(&old)?;
+                    if r.status.is_terminal() {
+                        Ok(EpochBump::Terminal(r.status))
+                    } else {
+                        Err(StoreError::Conflict(format!(
+                            "bump_epoch of run {run_id} lost its condition on a {} run",
+                            r.status
+                        )))
+                    }
+                }
+                None => Err(self.map_err("UpdateItem", err)),
+            },
+        }
+    }
+
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let mut e = Expr::default();
+        e.set(run::STATUS, status_value(write.status.into()));
+        e.set(run::FINISHED_AT, n(write.finished_at));
+        if let Some(err) = &write.error {
+            e.set(run::ERROR, run_error_value(err));
+        }
+        // Leaves the sparse index in the same request: a finished run is never listed again.
+        e.remove(GSI1_PK);
+        e.remove(GSI1_SK);
+        let pk = e.name(PK);
+        let epoch = e.name(run::DRIVER_EPOCH);
+        let held = e.value(n(held_epoch));
+        let res = self
+            .client
+            .update_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(run_pk(run_id), RUN_SK)))
+            .update_expression(e.update_expression())
+            .condition_expression(format!(
+                "attribute_exists({pk}) AND (attribute_not_exists({epoch}) OR {epoch} <= {held})"
+            ))
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("write_terminal", &res);
+        match res {
+            Ok(_) => {
+                self.stamp_log_ttl(run_id).await;
+                Ok(Fenced::Written(true))
+            }
+            Err(err) => {
+                let old = match condition_failed(&err) {
+                    None => return Err(self.map_err("UpdateItem", err)),
+                    Some(Some(old)) => Some(old),
+                    Some(None) => self.get_run_item(run_id).await?,
+                };
+                let Some(old) = old else {
+                    return Ok(Fenced::Written(false));
+                };
+                let observed = layout::Reader::new(&old, run_id.to_string())
+                    .opt_num::<u64>(run::DRIVER_EPOCH)?;
+                match observed {
+                    Some(observed) if observed > held_epoch => Ok(Fenced::Superseded { observed }),
+                    _ => Err(StoreError::Conflict(format!(
+                        "terminal write of run {run_id} lost its condition at epoch {observed:?} \
+                         while holding {held_epoch}"
+                    ))),
+                }
+            }
+        }
+    }
+}
