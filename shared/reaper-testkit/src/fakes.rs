@@ -124,6 +124,7 @@ pub struct SpyStore {
     growing: Arc<Mutex<HashMap<String, u64>>>,
     no_listing: bool,
     appended_chunks: Arc<Mutex<HashMap<String, usize>>>,
+    hidden: Arc<Mutex<HashSet<String>>>,
 }
 
 impl std::fmt::Debug for SpyStore {
@@ -142,6 +143,7 @@ impl SpyStore {
             growing: Default::default(),
             no_listing: false,
             appended_chunks: Default::default(),
+            hidden: Default::default(),
         }
     }
 
@@ -163,6 +165,11 @@ impl SpyStore {
     /// Runs `hook` before every call reaches the inner store.
     pub fn before_each(&self, hook: impl Fn(&Op) + Send + Sync + 'static) {
         *lock(&self.before) = Some(Arc::new(hook));
+    }
+
+    /// Makes `get` answer `None` for the run from now on, as if its row vanished.
+    pub fn hide_on_get(&self, run_id: &str) {
+        lock(&self.hidden).insert(run_id.to_string());
     }
 
     /// Makes the run's log snapshot grow by one on every call, so it never quiesces.
@@ -250,6 +257,9 @@ impl RunStore for SpyStore {
     }
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.enter(Op::Get(run_id.into()))?;
+        if lock(&self.hidden).contains(run_id) {
+            return Ok(None);
+        }
         RunStore::get(&self.inner, run_id).await
     }
     async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
