@@ -76,6 +76,8 @@ impl Default for RunStoreCapabilities {
 }
 
 /// The answer to a claim's atomic epoch bump.
+// Returned once per claim and matched at once: boxing the record would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum EpochBump {
     /// The epoch moved to `epoch`; `record` is the row after the bump.

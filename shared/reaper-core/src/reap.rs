@@ -602,7 +602,7 @@ async fn drive_claimed(
         };
         match current {
             None => return Err(refuse(ClaimRefusal::Unknown)),
-            Some(c) if !c.detached_since.is_some_and(|d| d <= cutoff) => {
+            Some(c) if c.detached_since.is_none_or(|d| d > cutoff) => {
                 return Err(refuse(ClaimRefusal::Superseded))
             }
             Some(_) => {}
