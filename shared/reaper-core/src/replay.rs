@@ -1,1 +1,514 @@
-//! (in progress)
+//! The default drive: journal replay. [`JournalReplayDrive`] turns the lines a finished agent
+//! left in its journal into chunks for the sweep to append to the run's delivery log, resuming
+//! after what the log already holds.
+//!
+//! Pure: every read goes through the ports (`exec` in the sandbox, the stores), every wait through
+//! the injected [`Sleeper`], every instant through the injected [`Clock`].
+//!
+//! # What a drive does
+//!
+//! 1. Finds the run's sandbox: the record's `sandboxKey` → the instance record → the provider's
+//!    `resume`. Anything missing (or an instance of another provider) ends the stream with an
+//!    error: the run is recorded `failed` rather than replayed from the wrong place.
+//! 2. Reads the delivery log already stored for the run (`snapshot` + paged `read`): every chunk
+//!    this drive produces carries [`JOURNAL_END_FIELD`], the journal byte offset just past its
+//!    line, so the greatest one in the log is where the replay resumes. A chunk is therefore never
+//!    appended twice, even across a crash and a second sweep. Entries without the field (a live
+//!    route's own events) count towards the transcript but not towards the position: a live
+//!    route that tails the journal must stamp its chunks with [`line_chunk`] to be resumable.
+//! 3. Reads the journal from that offset in bounded pages (`journal_read_page_command`, at most
+//!    [`ReplayOptions::page_bytes`] per `exec`), splitting bytes into complete lines; a partial
+//!    trailing line is withheld until its `\n` arrives. Each line becomes one chunk:
+//!    - a JSON object with a string `type` passes through unchanged as an AG-UI event;
+//!    - a JSON object with a string `delta` and no `type` (`{"delta":"..."}`) becomes
+//!      `{"type":"TEXT_MESSAGE_CONTENT","delta":...}`;
+//!    - a blank line is skipped;
+//!    - any other line becomes `{"type":"JOURNAL_LINE","line":<the line>}`;
+//!
+//!    and each gets `journalEnd`. Forged sentinels (`{"__exit":0}`, another run's nonce) are
+//!    agent output like any other line.
+//! 4. Stops at the genuine nonced exit sentinel, which is not a chunk; anything after it is
+//!    ignored. With no sentinel yet it waits [`ReplayOptions::poll_ms`] and reads again, for
+//!    ever: a journal without a sentinel is never finalized; only the cancel signal ends it.
+//! 5. Saves the transcript ([`MessageStore::save_transcript`]) built from the **whole** output
+//!    (earlier log entries and new lines): messages already stored for the run other than a
+//!    trailing assistant message are kept (the chat route's user prompt), then one assistant
+//!    message whose content is every `TEXT_MESSAGE_CONTENT` delta concatenated, and the exit
+//!    code. Only then does the stream end, so `finalized` means "transcript saved"; a failed save
+//!    ends the stream with an error (the run becomes `failed`).
+//! 6. For a non-zero exit it then yields `{"type":"RUN_ERROR","message":"agent exited with code
+//!    N","code":"exit_N","exitCode":N}` so the run is recorded `failed`. The reference's reader
+//!    only surfaces the sentinel's code to its caller (spec D.7); this message and code are ours.
+//!    A `RUN_ERROR` event in the journal itself is treated the same way: the transcript is saved
+//!    first, then it is yielded and the replay ends (the pipe stops at a `RUN_ERROR`).
+//!
+//! The cancel signal is honoured between pages, during each `exec` and while waiting: the stream
+//! then ends without an error and without saving a transcript.
+//!
+//! # Journal files are kept
+//!
+//! Unlike the reference's reader (D.7), the replay does not remove the journal after the
+//! sentinel. A crash between the transcript save and the terminal write leaves the run
+//! `running`; the next sweep's probe must still find the sentinel to finish it, so the files stay
+//! until [`crate::prune`] removes them once the run is terminal.
+//!
+//! A failed page read (an `exec` error or a bad base64 frame) is retried after a poll interval,
+//! up to [`ReplayOptions::read_attempts`] in a row, then ends the stream with an error.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use futures::future::{select, Either};
+use serde_json::Value;
+
+use crate::domain::{Chunk, Transcript, TranscriptMessage};
+use crate::error::DriveError;
+use crate::journal::{
+    decode_base64_frame, journal_paths, journal_read_page_command, parse_exit_sentinel,
+    JournalLines, JournalPaths,
+};
+use crate::ports::{
+    CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, ExecOptions,
+    MessageStore, RunStore, SandboxHandle, SandboxInstanceStore, SandboxProvider, Sleeper,
+};
+
+/// The chunk field holding the journal byte offset just past the chunk's line.
+pub const JOURNAL_END_FIELD: &str = "journalEnd";
+/// The type of a chunk carrying a journal line that is not an event.
+pub const JOURNAL_LINE: &str = "JOURNAL_LINE";
+/// Default most journal bytes read per `exec`.
+pub const DEFAULT_REPLAY_PAGE_BYTES: u64 = 256 * 1024;
+/// Default wait before re-reading a journal that has no sentinel yet (the reference's poll
+/// interval).
+pub const DEFAULT_REPLAY_POLL_MS: u64 = 250;
+/// Default failed page reads in a row before the replay gives up.
+pub const DEFAULT_REPLAY_READ_ATTEMPTS: u32 = 3;
+/// Delivery-log entries read per request when rebuilding the position and transcript.
+const LOG_READ_PAGE: usize = 1000;
+
+/// How a replay reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// The journal directory; `None` is [`crate::journal::DEFAULT_JOURNAL_DIR`].
+    pub journal_dir: Option<String>,
+    /// Most journal bytes per `exec`. At least 1.
+    pub page_bytes: u64,
+    pub exec_timeout_ms: u64,
+    /// Wait before re-reading a journal with no new complete line and no sentinel.
+    pub poll_ms: u64,
+    /// Failed page reads in a row before the stream ends with an error. At least 1.
+    pub read_attempts: u32,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            journal_dir: None,
+            page_bytes: DEFAULT_REPLAY_PAGE_BYTES,
+            exec_timeout_ms: ExecOptions::default().timeout_ms,
+            poll_ms: DEFAULT_REPLAY_POLL_MS,
+            read_attempts: DEFAULT_REPLAY_READ_ATTEMPTS,
+        }
+    }
+}
+
+/// The ports a replay runs on.
+#[derive(Clone)]
+pub struct ReplayDeps {
+    pub runs: Arc<dyn RunStore>,
+    pub instances: Arc<dyn SandboxInstanceStore>,
+    pub provider: Arc<dyn SandboxProvider>,
+    pub logs: Arc<dyn DeliveryLog>,
+    pub messages: Arc<dyn MessageStore>,
+    pub clock: Arc<dyn Clock>,
+    pub sleeper: Arc<dyn Sleeper>,
+}
+
+impl std::fmt::Debug for ReplayDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayDeps")
+            .field("provider", &self.provider.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The [`Drive`] that replays a run's journal (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct JournalReplayDrive {
+    deps: ReplayDeps,
+    options: ReplayOptions,
+}
+
+impl JournalReplayDrive {
+    pub fn new(deps: ReplayDeps, options: ReplayOptions) -> Self {
+        JournalReplayDrive { deps, options }
+    }
+}
+
+impl Drive for JournalReplayDrive {
+    /// Checks the options and returns a lazy stream; all I/O happens while it is polled.
+    fn drive(
+        &self,
+        request: DriveRequest,
+        signal: CancellationToken,
+    ) -> Result<ChunkStream, DriveError> {
+        if self.options.page_bytes == 0 || self.options.read_attempts == 0 {
+            return Err(DriveError::new(
+                "invalid replay options: page_bytes and read_attempts must be at least 1",
+            )
+            .with_code("replay_options"));
+        }
+        let replay = Replay {
+            deps: self.deps.clone(),
+            options: self.options.clone(),
+            request,
+            signal,
+            phase: Phase::Start,
+            queue: VecDeque::new(),
+            assistant: String::new(),
+        };
+        Ok(Box::pin(futures::stream::unfold(
+            replay,
+            |mut replay| async move { replay.next().await.map(|item| (item, replay)) },
+        )))
+    }
+}
+
+/// The chunk for one journal line ending at byte `end` (exclusive), or `None` for a blank line.
+/// A live route tailing the journal should produce its chunks with this too, so a replay after
+/// it resumes where it stopped.
+pub fn line_chunk(line: &str, end: u64) -> Option<Chunk> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    let chunk = match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(map)) if matches!(map.get("type"), Some(Value::String(_))) => Chunk(map),
+        Ok(Value::Object(map)) => match map.get("delta") {
+            Some(Value::String(delta)) => Chunk::text(delta),
+            _ => Chunk::new(JOURNAL_LINE).with("line", line),
+        },
+        _ => Chunk::new(JOURNAL_LINE).with("line", line),
+    };
+    Some(chunk.with(JOURNAL_END_FIELD, end))
+}
+
+/// The journal offset a chunk was stamped with.
+pub fn journal_end(chunk: &Chunk) -> Option<u64> {
+    chunk.get(JOURNAL_END_FIELD).and_then(Value::as_u64)
+}
+
+enum Phase {
+    Start,
+    Reading(Box<Reader>),
+    Finishing(Ending),
+    Done,
+}
+
+/// How the journal ended.
+enum Ending {
+    Exited(i64),
+    /// A `RUN_ERROR` event written by the agent itself.
+    AgentError(Chunk),
+}
+
+struct Reader {
+    handle: Arc<dyn SandboxHandle>,
+    paths: JournalPaths,
+    lines: JournalLines,
+    /// The next byte to read: past every byte received, including a withheld partial line.
+    read_pos: u64,
+    /// The last page was short: the journal has no more bytes yet, so wait before reading.
+    caught_up: bool,
+    failures: u32,
+}
+
+enum Step {
+    Continue,
+    Cancelled,
+    Ended(Ending),
+}
+
+struct Replay {
+    deps: ReplayDeps,
+    options: ReplayOptions,
+    request: DriveRequest,
+    signal: CancellationToken,
+    phase: Phase,
+    queue: VecDeque<Chunk>,
+    /// Every text delta of the run so far, earlier log entries included.
+    assistant: String,
+}
+
+impl Replay {
+    async fn next(&mut self) -> Option<Result<Chunk, DriveError>> {
+        loop {
+            if self.signal.is_cancelled() {
+                self.phase = Phase::Done;
+                self.queue.clear();
+                return None;
+            }
+            if let Some(chunk) = self.queue.pop_front() {
+                return Some(Ok(chunk));
+            }
+            match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Start => match self.start().await {
+                    Ok(reader) => self.phase = Phase::Reading(Box::new(reader)),
+                    Err(e) => return Some(Err(e)),
+                },
+                Phase::Reading(mut reader) => match self.read_page(&mut reader).await {
+                    Ok(Step::Continue) => self.phase = Phase::Reading(reader),
+                    Ok(Step::Cancelled) => return None,
+                    Ok(Step::Ended(ending)) => self.phase = Phase::Finishing(ending),
+                    Err(e) => return Some(Err(e)),
+                },
+                Phase::Finishing(ending) => {
+                    if let Err(e) = self.save_transcript(&ending).await {
+                        return Some(Err(e));
+                    }
+                    match ending {
+                        Ending::Exited(0) => {}
+                        Ending::Exited(code) => self.queue.push_back(
+                            Chunk::new(Chunk::RUN_ERROR)
+                                .with("message", format!("agent exited with code {code}"))
+                                .with("code", format!("exit_{code}"))
+                                .with("exitCode", code),
+                        ),
+                        Ending::AgentError(chunk) => self.queue.push_back(chunk),
+                    }
+                }
+                Phase::Done => return None,
+            }
+        }
+    }
+
+    fn run_id(&self) -> &str {
+        &self.request.run_id
+    }
+
+    /// Finds the sandbox and the resume position, and collects the deltas already delivered.
+    async fn start(&mut self) -> Result<Reader, DriveError> {
+        let run_id = self.request.run_id.clone();
+        let setup = |message: String| DriveError::new(message).with_code("replay_setup");
+        let store = |what: &str, e: crate::error::StoreError| {
+            setup(format!("cannot replay run {run_id}: {what} failed: {e}"))
+        };
+        let record = self
+            .deps
+            .runs
+            .get(&run_id)
+            .await
+            .map_err(|e| store("reading the run record", e))?
+            .ok_or_else(|| setup(format!("cannot replay run {run_id}: no such run")))?;
+        let key = record.sandbox_key.ok_or_else(|| {
+            setup(format!(
+                "cannot replay run {run_id}: the run has no sandboxKey, so its sandbox is unknown"
+            ))
+        })?;
+        let instance = self
+            .deps
+            .instances
+            .get(&key)
+            .await
+            .map_err(|e| store("reading the sandbox instance", e))?
+            .ok_or_else(|| {
+                setup(format!(
+                    "cannot replay run {run_id}: no sandbox instance record for key {key}"
+                ))
+            })?;
+        let provider = self.deps.provider.name();
+        if instance.provider != provider {
+            return Err(setup(format!(
+                "cannot replay run {run_id}: sandbox key {key} belongs to provider {}, not {provider}",
+                instance.provider
+            )));
+        }
+        let sandbox_id = instance.provider_sandbox_id;
+        let handle = self
+            .deps
+            .provider
+            .resume(&sandbox_id)
+            .await
+            .map_err(|e| {
+                setup(format!(
+                    "cannot replay run {run_id}: resuming sandbox {sandbox_id} failed: {e}"
+                ))
+            })?
+            .ok_or_else(|| {
+                setup(format!(
+                    "cannot replay run {run_id}: sandbox {sandbox_id} is gone"
+                ))
+            })?;
+        let paths = journal_paths(&run_id, self.options.journal_dir.as_deref())
+            .map_err(|e| setup(format!("cannot replay run {run_id}: {e}")))?;
+
+        let resume = self.read_delivered().await?;
+        tracing::debug!(run_id, sandbox = %sandbox_id, resume, "journal replay starting");
+        Ok(Reader {
+            handle,
+            paths,
+            lines: JournalLines::new(resume),
+            read_pos: resume,
+            caught_up: false,
+            failures: 0,
+        })
+    }
+
+    /// Reads the whole delivery log: the greatest `journalEnd` is the resume position, and every
+    /// delta goes into the transcript.
+    async fn read_delivered(&mut self) -> Result<u64, DriveError> {
+        let run_id = self.request.run_id.clone();
+        let failed = |e: crate::error::StoreError| {
+            DriveError::new(format!(
+                "cannot replay run {run_id}: reading its delivery log failed: {e}"
+            ))
+            .with_code("replay_setup")
+        };
+        let len = self.deps.logs.snapshot(&run_id).await.map_err(failed)?.len;
+        let mut resume = 0;
+        let mut from = 0;
+        while from < len {
+            let entries = self
+                .deps
+                .logs
+                .read(&run_id, from, LOG_READ_PAGE)
+                .await
+                .map_err(failed)?;
+            let Some(last) = entries.last() else { break };
+            from = last.offset + 1;
+            for entry in &entries {
+                self.observe(&entry.chunk);
+                if let Some(end) = journal_end(&entry.chunk) {
+                    resume = resume.max(end);
+                }
+            }
+        }
+        Ok(resume)
+    }
+
+    fn observe(&mut self, chunk: &Chunk) {
+        if chunk.kind() == Some(Chunk::TEXT_MESSAGE_CONTENT) {
+            if let Some(delta) = chunk.get("delta").and_then(Value::as_str) {
+                self.assistant.push_str(delta);
+            }
+        }
+    }
+
+    /// Waits `ms` unless the signal fires first. Returns whether it waited the whole time.
+    async fn wait(&self, ms: u64) -> bool {
+        let sleep = self.deps.sleeper.sleep(ms);
+        let cancelled = self.signal.cancelled();
+        futures::pin_mut!(sleep, cancelled);
+        matches!(select(sleep, cancelled).await, Either::Left(_))
+    }
+
+    async fn read_page(&mut self, reader: &mut Reader) -> Result<Step, DriveError> {
+        if reader.caught_up && !self.wait(self.options.poll_ms).await {
+            return Ok(Step::Cancelled);
+        }
+        let command =
+            journal_read_page_command(&reader.paths, reader.read_pos, self.options.page_bytes)
+                .map_err(|e| DriveError::new(e.to_string()).with_code("replay_options"))?;
+        let exec = reader.handle.exec(
+            &command,
+            ExecOptions {
+                timeout_ms: self.options.exec_timeout_ms,
+            },
+        );
+        let output = {
+            let cancelled = self.signal.cancelled();
+            futures::pin_mut!(cancelled);
+            match select(exec, cancelled).await {
+                Either::Left((output, _)) => output,
+                Either::Right(_) => return Ok(Step::Cancelled),
+            }
+        };
+        let bytes = match output
+            .map_err(|e| e.to_string())
+            .and_then(|out| decode_base64_frame(&out.stdout).map_err(|e| e.to_string()))
+        {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                reader.failures += 1;
+                tracing::warn!(run_id = self.run_id(), sandbox = reader.handle.id(), %error, attempt = reader.failures, "journal page read failed");
+                if reader.failures >= self.options.read_attempts {
+                    return Err(DriveError::new(format!(
+                        "reading the journal of run {} in sandbox {} failed {} times in a row; \
+                         last error: {error}",
+                        self.run_id(),
+                        reader.handle.id(),
+                        reader.failures
+                    ))
+                    .with_code("journal_read"));
+                }
+                reader.caught_up = true;
+                return Ok(Step::Continue);
+            }
+        };
+        reader.failures = 0;
+        reader.read_pos += bytes.len() as u64;
+        reader.caught_up = (bytes.len() as u64) < self.options.page_bytes;
+        let nonce = reader.paths.nonce.clone();
+        for line in reader.lines.push(&bytes) {
+            if let Some(code) = parse_exit_sentinel(&line.text, &nonce) {
+                tracing::debug!(
+                    run_id = self.run_id(),
+                    exit_code = code,
+                    "journal exit sentinel reached"
+                );
+                return Ok(Step::Ended(Ending::Exited(code)));
+            }
+            let Some(chunk) = line_chunk(&line.text, line.end_position) else {
+                continue;
+            };
+            self.observe(&chunk);
+            if chunk.is_run_error() {
+                return Ok(Step::Ended(Ending::AgentError(chunk)));
+            }
+            self.queue.push_back(chunk);
+        }
+        Ok(Step::Continue)
+    }
+
+    async fn save_transcript(&self, ending: &Ending) -> Result<(), DriveError> {
+        let run_id = self.run_id();
+        let failed = |e: crate::error::StoreError| {
+            DriveError::new(format!(
+                "saving the transcript of run {run_id} failed: {e}; the run is not finalized"
+            ))
+            .with_code("transcript_save")
+        };
+        let mut messages = self
+            .deps
+            .messages
+            .get_transcript(run_id)
+            .await
+            .map_err(failed)?
+            .map(|t| t.messages)
+            .unwrap_or_default();
+        // A trailing assistant message is this replay's own from an earlier attempt: rebuilt.
+        if messages.last().is_some_and(|m| m.role == "assistant") {
+            messages.pop();
+        }
+        if !self.assistant.is_empty() {
+            messages.push(TranscriptMessage {
+                role: "assistant".into(),
+                content: self.assistant.clone(),
+            });
+        }
+        let transcript = Transcript {
+            run_id: run_id.to_string(),
+            thread_id: self.request.thread_id.clone(),
+            messages,
+            exit_code: match ending {
+                Ending::Exited(code) => Some(*code),
+                Ending::AgentError(_) => None,
+            },
+            saved_at: self.deps.clock.now_ms(),
+        };
+        self.deps
+            .messages
+            .save_transcript(&transcript)
+            .await
+            .map_err(failed)
+    }
+}
