@@ -1,1 +1,520 @@
-//! (in progress)
+//! `prune_journals`: deletes the journals of runs that no longer need them, deciding each run
+//! from the run store and, for orphans, from the files' age (spec E).
+//!
+//! Fails closed at every step: a name that does not decode, a lookup that fails, an orphan whose
+//! age cannot be proven, a live run, all keep their files. It never returns an error; every
+//! problem is a [`PruneFailure`] in the report.
+//!
+//! # Deviation from the reference: batched deletion
+//!
+//! The reference issues one `rm` `exec` per deleted run; against a remote sandbox every `exec`
+//! is a network round trip. Here every group is decided first (the same store lookups, in the
+//! same order), and the deletions then go out in batches: one `exec` per batch, whose script runs
+//! the reference's `rm -f '<journal>' '<stderr>'` for each run followed by
+//! `printf 'rm <index> %d\n' "$?"`, so each run still gets its own verdict. A run without its
+//! status line is `delete-failed` (fail closed), and a batch whose `exec` fails fails every run
+//! in it with that error. A batch is bounded by [`PruneOptions::delete_batch_bytes`].
+//!
+//! A batch of a single run is exactly the reference's command, judged by the `exec`'s exit code,
+//! so `delete_batch_bytes: 0` reproduces the reference's one-`rm`-per-run command sequence.
+//!
+//! One consequence: `max_deletes` counts *scheduled* deletions, where the reference counts
+//! successful ones, so a failed `rm` uses up a slot instead of letting one more run through.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::domain::EpochMs;
+use crate::journal::{
+    decode_journal_run_id, journal_cleanup_command, journal_list_command,
+    journal_mtime_list_command, journal_paths, js_trim, normalize_dir, parse_mtime_listing,
+    DecodedJournalName, MtimeListing, DEFAULT_MAX_DELETES, DEFAULT_ORPHAN_TTL_MS,
+};
+use crate::ports::{ExecOptions, RunStore, SandboxHandle};
+
+/// The default bound on one deletion `exec`'s script: far below `ARG_MAX` (2 MiB on Linux, 256
+/// KiB on macOS) and typical HTTP request-body limits of sandbox APIs, yet about 400 runs.
+pub const DEFAULT_DELETE_BATCH_BYTES: usize = 64 * 1024;
+
+/// What one prune does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneOptions {
+    /// The journal directory; `None` is [`crate::journal::DEFAULT_JOURNAL_DIR`].
+    pub dir: Option<String>,
+    /// The current time, from the caller's clock (the core never reads one).
+    pub now: EpochMs,
+    /// An orphan (no run record) is deleted only when its newest file is at least this old.
+    pub orphan_ttl_ms: u64,
+    /// At most this many runs' journals are scheduled for deletion. 0 keeps everything.
+    pub max_deletes: usize,
+    /// The timeout of each `exec`.
+    pub exec_timeout_ms: u64,
+    /// The longest deletion script sent in one `exec`. A run whose command alone is longer goes
+    /// in a batch of its own; 0 sends every run alone, as the reference does.
+    pub delete_batch_bytes: usize,
+}
+
+impl PruneOptions {
+    /// The defaults, at `now`.
+    pub fn new(now: EpochMs) -> Self {
+        PruneOptions {
+            dir: None,
+            now,
+            orphan_ttl_ms: DEFAULT_ORPHAN_TTL_MS,
+            max_deletes: DEFAULT_MAX_DELETES,
+            exec_timeout_ms: ExecOptions::default().timeout_ms,
+            delete_batch_bytes: DEFAULT_DELETE_BATCH_BYTES,
+        }
+    }
+}
+
+/// Whether file ages could be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgeGate {
+    /// The age listing carried its witness line: every listed file's age is known.
+    Listed,
+    /// No trustworthy ages: every orphan is kept.
+    Unavailable,
+}
+
+/// Why a journal was kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeptReason {
+    /// The run exists and is not terminal (including `interrupted`).
+    NonTerminal,
+    /// An orphan, and file ages could not be read.
+    AgeGateUnavailable,
+    /// An orphan with a file the age listing did not mention.
+    AgeGateMissingEntry,
+    /// An orphan whose newest file is younger than the orphan TTL.
+    OrphanTooRecent,
+    /// The run store lookup failed.
+    StoreError,
+    /// The file name is not one this encoding writes, or was truncated.
+    UndecodableName,
+    /// The delete cap was reached before this run.
+    MaxDeletes,
+    /// The `rm` failed or its result is unknown.
+    DeleteFailed,
+}
+
+impl KeptReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeptReason::NonTerminal => "non-terminal",
+            KeptReason::AgeGateUnavailable => "age-gate-unavailable",
+            KeptReason::AgeGateMissingEntry => "age-gate-missing-entry",
+            KeptReason::OrphanTooRecent => "orphan-too-recent",
+            KeptReason::StoreError => "store-error",
+            KeptReason::UndecodableName => "undecodable-name",
+            KeptReason::MaxDeletes => "max-deletes",
+            KeptReason::DeleteFailed => "delete-failed",
+        }
+    }
+}
+
+impl std::fmt::Display for KeptReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Files left in place, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptJournal {
+    /// Absent for an undecodable name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The listed names, in listing order.
+    pub names: Vec<String>,
+    pub reason: KeptReason,
+}
+
+/// The step a failure happened in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PruneStage {
+    List,
+    MtimeList,
+    Store,
+    Delete,
+}
+
+/// One thing that went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneFailure {
+    pub stage: PruneStage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub message: String,
+}
+
+/// What one prune did. The JSON shape is the reference's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneReport {
+    /// Names listed (a journal and its sidecar count twice).
+    pub listed: usize,
+    /// Distinct runs among the decodable names.
+    pub run_ids: usize,
+    /// Runs whose journal and sidecar were removed, in listing order.
+    pub deleted: Vec<String>,
+    pub kept: Vec<KeptJournal>,
+    pub age_gate: AgeGate,
+    pub failures: Vec<PruneFailure>,
+}
+
+enum Verdict {
+    Keep(KeptReason),
+    StoreFailed(String),
+    /// Scheduled; the outcome lands in `deletions`.
+    Delete,
+}
+
+struct Group {
+    run_id: String,
+    names: Vec<String>,
+}
+
+/// Prunes the journal directory of one sandbox. Never fails: see [`PruneReport::failures`].
+pub async fn prune_journals(
+    handle: &dyn SandboxHandle,
+    runs: &dyn RunStore,
+    options: &PruneOptions,
+) -> PruneReport {
+    let dir = normalize_dir(options.dir.as_deref());
+    let exec = ExecOptions {
+        timeout_ms: options.exec_timeout_ms,
+    };
+    let mut failures = Vec::new();
+
+    let names: Vec<String> = match handle.exec(&journal_list_command(Some(&dir)), exec).await {
+        Ok(out) => out
+            .stdout
+            .split('\n')
+            .map(js_trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect(),
+        Err(e) => {
+            let message = e.to_string();
+            tracing::warn!(dir = %dir, error = %message, "journal listing failed");
+            failures.push(PruneFailure {
+                stage: PruneStage::List,
+                run_id: None,
+                message,
+            });
+            return PruneReport {
+                listed: 0,
+                run_ids: 0,
+                deleted: Vec::new(),
+                kept: Vec::new(),
+                age_gate: AgeGate::Unavailable,
+                failures,
+            };
+        }
+    };
+
+    let mut age_gate = AgeGate::Unavailable;
+    let mut mtimes: HashMap<String, EpochMs> = HashMap::new();
+    match handle
+        .exec(&journal_mtime_list_command(Some(&dir)), exec)
+        .await
+    {
+        Ok(out) => match parse_mtime_listing(&out.stdout, Some(&dir)) {
+            MtimeListing::Listed(entries) => {
+                age_gate = AgeGate::Listed;
+                mtimes.extend(entries.into_iter().map(|e| (e.name, e.mtime_ms)));
+            }
+            MtimeListing::Unavailable => {
+                tracing::warn!(dir = %dir, "journal mtime listing unavailable; keeping every orphan");
+            }
+        },
+        Err(e) => {
+            let message = e.to_string();
+            tracing::warn!(dir = %dir, error = %message, "journal mtime listing failed; keeping every orphan");
+            failures.push(PruneFailure {
+                stage: PruneStage::MtimeList,
+                run_id: None,
+                message,
+            });
+        }
+    }
+
+    let mut kept = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of: HashMap<String, usize> = HashMap::new();
+    for name in &names {
+        match decode_journal_run_id(name) {
+            DecodedJournalName::RunId(run_id) => match group_of.get(&run_id) {
+                Some(&i) => groups[i].names.push(name.clone()),
+                None => {
+                    group_of.insert(run_id.clone(), groups.len());
+                    groups.push(Group {
+                        run_id,
+                        names: vec![name.clone()],
+                    });
+                }
+            },
+            // Never looked up: a name we cannot map back to a runId keeps its files.
+            DecodedJournalName::Truncated | DecodedJournalName::Malformed => {
+                kept.push(KeptJournal {
+                    run_id: None,
+                    names: vec![name.clone()],
+                    reason: KeptReason::UndecodableName,
+                })
+            }
+        }
+    }
+
+    let orphan_cutoff = options
+        .now
+        .saturating_sub(i64::try_from(options.orphan_ttl_ms).unwrap_or(i64::MAX));
+    let mut verdicts = Vec::with_capacity(groups.len());
+    let mut scheduled = Vec::new();
+    for (i, group) in groups.iter().enumerate() {
+        let verdict = if scheduled.len() >= options.max_deletes {
+            Verdict::Keep(KeptReason::MaxDeletes)
+        } else {
+            match runs.get(&group.run_id).await {
+                Err(e) => {
+                    let message = e.to_string();
+                    tracing::warn!(run_id = %group.run_id, error = %message, "run lookup failed; keeping its journal");
+                    Verdict::StoreFailed(message)
+                }
+                Ok(None) => orphan_verdict(age_gate, &mtimes, group, orphan_cutoff),
+                Ok(Some(record)) if !record.status.is_terminal() => {
+                    Verdict::Keep(KeptReason::NonTerminal)
+                }
+                Ok(Some(_)) => Verdict::Delete,
+            }
+        };
+        if matches!(verdict, Verdict::Delete) {
+            scheduled.push(i);
+        }
+        verdicts.push(verdict);
+    }
+
+    let (deletions, execs) = delete_batches(handle, &groups, &scheduled, &dir, options).await;
+
+    let mut deleted = Vec::new();
+    for (i, (group, verdict)) in groups.into_iter().zip(verdicts).enumerate() {
+        let reason = match verdict {
+            Verdict::Keep(reason) => reason,
+            Verdict::StoreFailed(message) => {
+                failures.push(PruneFailure {
+                    stage: PruneStage::Store,
+                    run_id: Some(group.run_id.clone()),
+                    message,
+                });
+                KeptReason::StoreError
+            }
+            Verdict::Delete => match deletions.get(&i) {
+                Some(Ok(())) => {
+                    deleted.push(group.run_id);
+                    continue;
+                }
+                failed => {
+                    let message = match failed {
+                        Some(Err(message)) => message.clone(),
+                        _ => "the delete was scheduled but never ran".to_string(),
+                    };
+                    failures.push(PruneFailure {
+                        stage: PruneStage::Delete,
+                        run_id: Some(group.run_id.clone()),
+                        message,
+                    });
+                    KeptReason::DeleteFailed
+                }
+            },
+        };
+        kept.push(KeptJournal {
+            run_id: Some(group.run_id),
+            names: group.names,
+            reason,
+        });
+    }
+
+    let report = PruneReport {
+        listed: names.len(),
+        run_ids: group_of.len(),
+        deleted,
+        kept,
+        age_gate,
+        failures,
+    };
+    tracing::debug!(
+        dir = %dir,
+        listed = report.listed,
+        run_ids = report.run_ids,
+        deleted = report.deleted.len(),
+        kept = report.kept.len(),
+        age_gate = ?report.age_gate,
+        delete_execs = execs,
+        "journal prune complete"
+    );
+    report
+}
+
+/// An orphan (no run record) is deleted only when the age listing proves every one of its files
+/// is at least the orphan TTL old. Exactly at the cutoff is old enough.
+fn orphan_verdict(
+    age_gate: AgeGate,
+    mtimes: &HashMap<String, EpochMs>,
+    group: &Group,
+    cutoff: EpochMs,
+) -> Verdict {
+    if age_gate == AgeGate::Unavailable {
+        return Verdict::Keep(KeptReason::AgeGateUnavailable);
+    }
+    let mut newest = EpochMs::MIN;
+    for name in &group.names {
+        match mtimes.get(name) {
+            Some(&mtime) => newest = newest.max(mtime),
+            None => return Verdict::Keep(KeptReason::AgeGateMissingEntry),
+        }
+    }
+    if newest > cutoff {
+        Verdict::Keep(KeptReason::OrphanTooRecent)
+    } else {
+        Verdict::Delete
+    }
+}
+
+type Deletions = HashMap<usize, Result<(), String>>;
+
+/// Runs the scheduled deletions in batches; returns each group's outcome and the `exec` count.
+async fn delete_batches(
+    handle: &dyn SandboxHandle,
+    groups: &[Group],
+    scheduled: &[usize],
+    dir: &str,
+    options: &PruneOptions,
+) -> (Deletions, usize) {
+    let exec = ExecOptions {
+        timeout_ms: options.exec_timeout_ms,
+    };
+    let mut outcomes = Deletions::new();
+    // Paths are re-derived from the runId, never taken from the listed names: only the
+    // canonical journal and sidecar of a run are ever removed.
+    let mut commands = Vec::with_capacity(scheduled.len());
+    for &i in scheduled {
+        match journal_paths(&groups[i].run_id, Some(dir)) {
+            Ok(paths) => commands.push((i, journal_cleanup_command(&paths))),
+            Err(e) => {
+                outcomes.insert(i, Err(e.to_string()));
+            }
+        }
+    }
+    let mut execs = 0;
+    for batch in batch_by_length(&commands, options.delete_batch_bytes) {
+        execs += 1;
+        let script = batch_script(batch);
+        let result = handle.exec(&script, exec).await;
+        match result {
+            Err(e) => {
+                let message = e.to_string();
+                tracing::warn!(runs = batch.len(), error = %message, "journal delete failed");
+                for (i, _) in batch {
+                    outcomes.insert(*i, Err(message.clone()));
+                }
+            }
+            Ok(out) if batch.len() == 1 => {
+                let verdict = (out.exit_code == 0)
+                    .then_some(())
+                    .ok_or_else(|| format!("rm exited {}", out.exit_code));
+                outcomes.insert(batch[0].0, verdict);
+            }
+            Ok(out) => {
+                let mut statuses: HashMap<usize, i64> = HashMap::new();
+                for line in out.stdout.split('\n') {
+                    if let Some((index, code)) = parse_status_line(line) {
+                        statuses.entry(index).or_insert(code);
+                    }
+                }
+                let mut unreported = 0;
+                for (position, (i, _)) in batch.iter().enumerate() {
+                    let verdict = match statuses.get(&position) {
+                        Some(0) => Ok(()),
+                        Some(code) => Err(format!("rm exited {code}")),
+                        None => {
+                            unreported += 1;
+                            Err(format!(
+                                "no rm status reported for this run by the batched delete \
+                                 (exec exited {}); its files may remain",
+                                out.exit_code
+                            ))
+                        }
+                    };
+                    outcomes.insert(*i, verdict);
+                }
+                if unreported > 0 {
+                    tracing::warn!(
+                        runs = batch.len(),
+                        unreported,
+                        exit_code = out.exit_code,
+                        "batched journal delete did not report every run"
+                    );
+                }
+            }
+        }
+    }
+    (outcomes, execs)
+}
+
+/// Splits commands into consecutive batches whose scripts stay within `limit` bytes (each line
+/// counted with its status print); a command longer than `limit` forms a batch of its own.
+fn batch_by_length(commands: &[(usize, String)], limit: usize) -> Vec<&[(usize, String)]> {
+    let mut batches = Vec::new();
+    let mut start = 0;
+    let mut len = 0;
+    for (k, (_, command)) in commands.iter().enumerate() {
+        let line = command.len() + status_print(k - start).len() + 1;
+        if k > start && len + line > limit {
+            batches.push(&commands[start..k]);
+            start = k;
+            len = command.len() + status_print(0).len() + 1;
+        } else {
+            len += line;
+        }
+    }
+    if start < commands.len() {
+        batches.push(&commands[start..]);
+    }
+    batches
+}
+
+fn status_print(position: usize) -> String {
+    format!("; printf 'rm {position} %d\\n' \"$?\"")
+}
+
+/// One run alone is the reference's exact command; several get a status line each.
+fn batch_script(batch: &[(usize, String)]) -> String {
+    if let [(_, command)] = batch {
+        return command.clone();
+    }
+    let mut script = String::new();
+    for (position, (_, command)) in batch.iter().enumerate() {
+        if position > 0 {
+            script.push('\n');
+        }
+        script.push_str(command);
+        script.push_str(&status_print(position));
+    }
+    script
+}
+
+/// `rm <position> <exit code>`; anything else (including stderr folded into stdout) is ignored.
+fn parse_status_line(line: &str) -> Option<(usize, i64)> {
+    let (position, code) = js_trim(line).strip_prefix("rm ")?.split_once(' ')?;
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(position) || !all_digits(code.strip_prefix('-').unwrap_or(code)) {
+        return None;
+    }
+    Some((position.parse().ok()?, code.parse().ok()?))
+}
