@@ -104,3 +104,98 @@ impl HttpStatus for aws_sdk_dynamodb::config::http::HttpResponse {
         self.status().as_u16()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::get_item::GetItemError;
+    use aws_smithy_types::body::SdkBody;
+
+    use super::*;
+
+    fn service(code: &str, status: u16) -> SdkError<GetItemError, HttpResponse> {
+        let err = GetItemError::generic(
+            ErrorMetadata::builder()
+                .code(code)
+                .message("from the service")
+                .build(),
+        );
+        let raw = HttpResponse::new(status.try_into().expect("valid status"), SdkBody::empty());
+        SdkError::service_error(err, raw)
+    }
+
+    fn mapped(err: SdkError<GetItemError, HttpResponse>) -> StoreError {
+        map_sdk("GetItem", "runs", err)
+    }
+
+    #[test]
+    fn throttling_and_server_errors_are_unavailable() {
+        for (code, status) in [
+            ("ProvisionedThroughputExceededException", 400),
+            ("ThrottlingException", 400),
+            ("RequestLimitExceeded", 400),
+            ("InternalServerError", 500),
+            ("SomethingNew", 503),
+        ] {
+            let e = mapped(service(code, status));
+            assert!(
+                matches!(&e, StoreError::Unavailable(m) if m.contains(code) && m.contains("runs")),
+                "{code}/{status} mapped to {e:?}"
+            );
+            assert!(e.is_retryable());
+        }
+    }
+
+    #[test]
+    fn a_lost_condition_is_a_conflict() {
+        let e = mapped(service(CONDITION_FAILED, 400));
+        assert!(matches!(e, StoreError::Conflict(_)), "{e:?}");
+    }
+
+    #[test]
+    fn validation_and_missing_tables_are_backend_errors_with_the_source_message() {
+        for code in [
+            "ValidationException",
+            "ResourceNotFoundException",
+            "AccessDeniedException",
+        ] {
+            let e = mapped(service(code, 400));
+            assert!(
+                matches!(&e, StoreError::Backend(m) if m.contains(code) && m.contains("from the service")),
+                "{code} mapped to {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_timeout_is_unavailable() {
+        let e = mapped(SdkError::timeout_error("operation timed out"));
+        assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
+    }
+
+    #[test]
+    fn a_cancelled_transaction_maps_by_its_reasons() {
+        let reason = |code: &str| CancellationReason::builder().code(code).build();
+        assert!(matches!(
+            map_cancelled(
+                "TransactWriteItems",
+                "t",
+                &[reason("None"), reason("TransactionConflict")]
+            ),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            map_cancelled(
+                "TransactWriteItems",
+                "t",
+                &[reason("ConditionalCheckFailed")]
+            ),
+            StoreError::Conflict(_)
+        ));
+        assert!(matches!(
+            map_cancelled("TransactWriteItems", "t", &[reason("ValidationError")]),
+            StoreError::Backend(_)
+        ));
+    }
+}

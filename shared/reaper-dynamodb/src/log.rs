@@ -366,7 +366,7 @@ impl DeliveryLog for DynamoStore {
         }))
     }
 
-    async fn close(&self, run_id: &str, now: EpochMs) -> Result<(), StoreError> {
+    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
         let mut e = Expr::default();
         e.set(log::CLOSED, AttributeValue::Bool(true));
         e.set(TTL, n(self.retention_ttl()));

@@ -437,17 +437,9 @@ impl RunStore for DynamoStore {
                 Ok(EpochBump::Claimed { epoch, record })
             }
             Err(err) => match condition_failed(&err) {
-                Some(None) => {
-                    // No old item returned: either no run, or a service without
-                    // ReturnValuesOnConditionCheckFailure. Read to tell.
-                    match self.get(run_id).await? {
-                        None => Ok(EpochBump::Unknown),
-                        Some(r) if r.status.is_terminal() => Ok(EpochBump::Terminal(r.status)),
-                        Some(_) => Err(StoreError::Conflict(format!(
-                            "bump_epoch of run {run_id} lost its condition on a claimable run"
-                        ))),
-                    }
-                }
+                // The condition failed and no old item came back: there is no item
+                // (DynamoDB returns the old item whenever one exists).
+                Some(None) => Ok(EpochBump::Unknown),
                 Some(Some(old)) => {
                     let r = run_from_item(&old)?;
                     if r.status.is_terminal() {
@@ -506,8 +498,7 @@ impl RunStore for DynamoStore {
             Err(err) => {
                 let old = match condition_failed(&err) {
                     None => return Err(self.map_err("UpdateItem", err)),
-                    Some(Some(old)) => Some(old),
-                    Some(None) => self.get_run_item(run_id).await?,
+                    Some(old) => old,
                 };
                 let Some(old) = old else {
                     return Ok(Fenced::Written(false));
