@@ -82,3 +82,66 @@ pub fn busybox() -> std::path::PathBuf {
          Install it with `apt-get install busybox` (the CI script does)."
     );
 }
+
+/// A unique label for run ids, canaries and directories of one case.
+pub fn unique() -> String {
+    let mut bytes = [0u8; 6];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").unwrap(),
+        &mut bytes,
+    )
+    .unwrap();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Starts an agent under the journaled wrapper and waits for its process to exit.
+pub async fn run_agent(sbx: &LocalSandbox, run_id: &str, command: &str, dir: Option<&str>) {
+    let mut agent = sbx
+        .start_agent(run_id, command, dir)
+        .await
+        .unwrap_or_else(|e| panic!("start agent {run_id:?}: {e}"));
+    let code = tokio::time::timeout(Duration::from_secs(60), agent.wait())
+        .await
+        .expect("agent exited within a minute")
+        .unwrap();
+    assert_eq!(code, 0, "the journaled wrapper of {run_id:?} failed");
+}
+
+/// Whether a file exists, asked through the shell (`test -f`), as a sweep would.
+pub async fn file_exists(handle: &dyn SandboxHandle, path: &str) -> bool {
+    let command = format!("test -f {}", reaper_core::journal::shell_quote(path));
+    handle
+        .exec(&command, ExecOptions::default())
+        .await
+        .unwrap()
+        .exit_code
+        == 0
+}
+
+/// A run record in `status`.
+pub fn run_record(run_id: &str, status: reaper_core::RunStatus) -> reaper_core::RunRecord {
+    let mut record = reaper_core::RunRecord::new(run_id, "thread", 0);
+    record.status = status;
+    record
+}
+
+/// Sets a file's mtime to `secs_ago` seconds in the past with the real `touch -d`.
+pub fn age_file(path: &str, secs_ago: i64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let status = std::process::Command::new("touch")
+        .arg("-d")
+        .arg(format!("@{}", now - secs_ago))
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "touch -d failed on {path}");
+}
+
+/// The current wall-clock time in ms.
+pub fn now_ms() -> i64 {
+    use reaper_core::Clock;
+    reaper_local::SystemClock.now_ms()
+}
