@@ -43,6 +43,11 @@ impl LocalSandbox {
         }
     }
 
+    /// The sandbox id (also [`SandboxHandle::id`], without importing the trait).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// `<root>/<id>`.
     pub fn dir(&self) -> &Path {
         &self.dir
