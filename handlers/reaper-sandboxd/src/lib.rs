@@ -1,0 +1,21 @@
+//! `reaper-sandboxd`: serves this machine's local sandboxes (`reaper-local`) over a JSON HTTP API,
+//! so a reaper running in Lambda, Vercel or a Worker can reach them (`reaper-http-sandbox` is
+//! the client).
+//!
+//! Invariants:
+//! - Every route but `GET /v1/healthz` requires `Authorization: Bearer <token>`, checked in
+//!   constant time before any handler or body read runs; the daemon does not start without a
+//!   token, and never logs one.
+//! - Request bodies are bounded (413), `exec` output is bounded (422, never truncated), and the
+//!   exec timeout is bounded.
+//! - A command runs only in a live sandbox: the id is validated before it is joined to the root,
+//!   and an unknown or destroyed sandbox is a 404.
+//! - The router is built from one route list, which the OpenAPI test compares with
+//!   `openapi.json`.
+
+mod error;
+pub mod server;
+pub mod token;
+
+pub use server::{route_specs, router, AppState, Limits, RouteSpec};
+pub use token::{Token, TokenError, MIN_TOKEN_BYTES, TOKEN_ENV};

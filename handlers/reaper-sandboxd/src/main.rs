@@ -1,0 +1,152 @@
+//! The daemon's composition root: flags, tracing, token, provider, listener, graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use reaper_local::{LocalProviderOptions, LocalSandboxProvider};
+use reaper_sandboxd::server::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES,
+};
+use reaper_sandboxd::{router, AppState, Limits, Token, TOKEN_ENV};
+
+/// Serves this machine's local sandboxes over HTTP (API: openapi.json, /v1). The token comes
+/// from REAPER_SANDBOXD_TOKEN or --token-file; the daemon does not start without one.
+#[derive(Debug, Parser)]
+#[command(name = "reaper-sandboxd", version)]
+struct Cli {
+    /// The directory holding one subdirectory per sandbox (created if missing).
+    #[arg(long)]
+    root: PathBuf,
+    /// Address to listen on. Port 0 picks a free port; the bound address is printed on stdout.
+    /// Anything but loopback exposes command execution to the network: put TLS in front.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// A file holding the token (one trailing newline allowed). Alternative to the environment.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Larger request bodies are refused with 413.
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    max_body_bytes: usize,
+    /// Most stdout (and, separately, stderr) one exec may return; more is a 422 error.
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
+    max_output_bytes: usize,
+    /// Longest exec timeout a request may ask for.
+    #[arg(long, default_value_t = DEFAULT_MAX_EXEC_TIMEOUT_MS)]
+    max_exec_timeout_ms: u64,
+    /// PATH inside the sandboxes (default /usr/local/bin:/usr/bin:/bin).
+    #[arg(long)]
+    sandbox_path: Option<String>,
+    /// After SIGTERM or Ctrl-C, how long in-flight requests may take before the daemon exits.
+    #[arg(long, default_value_t = 10_000)]
+    shutdown_grace_ms: u64,
+    /// Log JSON lines instead of text (stderr either way; filter with RUST_LOG).
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_json);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("reaper-sandboxd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reaper-sandboxd: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let token = Token::load(std::env::var(TOKEN_ENV).ok(), cli.token_file.as_deref())?;
+    std::fs::create_dir_all(&cli.root)
+        .with_context(|| format!("cannot create the sandbox root {}", cli.root.display()))?;
+    let mut options = LocalProviderOptions::new(&cli.root);
+    options.output_limit = cli.max_output_bytes;
+    if let Some(path) = cli.sandbox_path {
+        options.path = path;
+    }
+    let state = Arc::new(AppState {
+        provider: LocalSandboxProvider::new(options),
+        token,
+        limits: Limits {
+            max_body_bytes: cli.max_body_bytes,
+            max_output_bytes: cli.max_output_bytes,
+            max_exec_timeout_ms: cli.max_exec_timeout_ms,
+        },
+    });
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cli.listen))?;
+    let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "listening on a non-loopback address: anyone who reaches it with the token runs commands as this user; put TLS in front");
+    }
+    // The one stdout line: scripts and tests wait for it to learn the real port.
+    println!("listening on http://{addr}");
+    tracing::info!(%addr, root = %cli.root.display(), "reaper-sandboxd listening");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut stopped = stop_rx.clone();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    });
+    let grace = Duration::from_millis(cli.shutdown_grace_ms);
+    tokio::select! {
+        result = server => result.context("the server failed")?,
+        () = async {
+            shutdown_signal().await;
+            tracing::info!("shutting down: no new connections, waiting for requests in flight");
+            let _ = stop_tx.send(true);
+            tokio::time::sleep(grace).await;
+        } => tracing::warn!(grace_ms = cli.shutdown_grace_ms, "requests still in flight after the grace period; exiting anyway"),
+    }
+    tracing::info!("reaper-sandboxd stopped; agents keep running in their sandboxes");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the daemon");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,470 @@
+//! The router and its handlers: the v1 API over a [`LocalSandboxProvider`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, MethodRouter};
+use axum::{Json, Router};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use reaper_core::{ExecOptions, SandboxError, SandboxHandle, SandboxProvider};
+use reaper_http_sandbox::api::{
+    codes, AgentInfo, AgentStarted, CreateSandboxRequest, ExecRequest, ExecResult, Health,
+    SandboxInfo, StartAgentRequest, DEFAULT_EXEC_TIMEOUT_MS,
+};
+use reaper_local::{validate_sandbox_id, CreateOptions, LocalSandbox, LocalSandboxProvider};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::token::Token;
+
+/// The bounds every request is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Larger request bodies are answered 413 without being read whole.
+    pub max_body_bytes: usize,
+    /// Per stream (stdout, stderr) of one `exec`; more is a 422, never a truncation. Set on the
+    /// local provider, which enforces it while reading.
+    pub max_output_bytes: usize,
+    pub max_exec_timeout_ms: u64,
+}
+
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
+pub const DEFAULT_MAX_EXEC_TIMEOUT_MS: u64 = 600_000;
+/// Longest accepted journal directory.
+const MAX_JOURNAL_DIR_LEN: usize = 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_exec_timeout_ms: DEFAULT_MAX_EXEC_TIMEOUT_MS,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    pub provider: LocalSandboxProvider,
+    pub token: Token,
+    pub limits: Limits,
+}
+
+type Shared = Arc<AppState>;
+
+/// One route of the API, as the OpenAPI document must list it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteSpec {
+    pub method: &'static str,
+    /// In OpenAPI (and axum 0.8) syntax: `/v1/sandboxes/{id}`.
+    pub path: &'static str,
+    pub authenticated: bool,
+}
+
+/// Every route with its handler. The router is built from this list and nothing else, so
+/// [`route_specs`] (which the OpenAPI test checks) is exactly what the server serves.
+fn routes() -> Vec<(RouteSpec, MethodRouter<Shared>)> {
+    let spec = |method, path, authenticated| RouteSpec {
+        method,
+        path,
+        authenticated,
+    };
+    vec![
+        (spec("GET", "/v1/healthz", false), get(healthz)),
+        (spec("POST", "/v1/sandboxes", true), post(create_sandbox)),
+        (spec("GET", "/v1/sandboxes/{id}", true), get(sandbox_status)),
+        (
+            spec("DELETE", "/v1/sandboxes/{id}", true),
+            delete(destroy_sandbox),
+        ),
+        (spec("POST", "/v1/sandboxes/{id}/exec", true), post(exec)),
+        (
+            spec("POST", "/v1/sandboxes/{id}/agents", true),
+            post(start_agent),
+        ),
+    ]
+}
+
+pub fn route_specs() -> Vec<RouteSpec> {
+    routes().into_iter().map(|(spec, _)| spec).collect()
+}
+
+pub fn router(state: Shared) -> Router {
+    let mut open = Router::new();
+    let mut authed = Router::new();
+    for (spec, handler) in routes() {
+        if spec.authenticated {
+            authed = authed.route(spec.path, handler);
+        } else {
+            open = open.route(spec.path, handler);
+        }
+    }
+    let authed = authed.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    open.merge(authed)
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(log_request))
+        .with_state(state)
+}
+
+/// Refuses a request without the exact token before any handler (or body read) runs.
+async fn require_token(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| bearer_token(v.as_bytes()));
+    match presented {
+        Some(token) if state.token.matches(token) => next.run(request).await,
+        _ => {
+            // The presented value is never logged: a near-miss is usually the real token.
+            tracing::warn!(method = %request.method(), path = %short_path(&request), "refused: missing or wrong bearer token");
+            ApiError::unauthorized().into_response()
+        }
+    }
+}
+
+/// The token of `Bearer <token>` (scheme case-insensitive, exactly one space). Anything else is
+/// no token.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then_some(token)
+}
+
+fn short_path(request: &Request) -> String {
+    request.uri().path().chars().take(200).collect()
+}
+
+/// One structured line per request: method, path, status, duration. Headers are never logged.
+async fn log_request(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = short_path(&request);
+    let started = Instant::now();
+    let response = next.run(request).await;
+    tracing::info!(
+        %method,
+        path,
+        status = response.status().as_u16(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    response
+}
+
+async fn route_not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        codes::ROUTE_NOT_FOUND,
+        format!(
+            "no route {} {}: this daemon serves the API documented in openapi.json under /v1",
+            request.method(),
+            short_path(&request)
+        ),
+    )
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        codes::METHOD_NOT_ALLOWED,
+        format!(
+            "{} is not allowed on {}: see openapi.json for the methods of each route",
+            request.method(),
+            short_path(&request)
+        ),
+    )
+}
+
+/// A request body read up to the daemon's limit: a larger one is a 413, refused from its
+/// `Content-Length` before reading, or as soon as a chunked body passes the limit.
+struct LimitedBody(Bytes);
+
+impl FromRequest<Shared> for LimitedBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &Shared) -> Result<Self, ApiError> {
+        let limit = state.limits.max_body_bytes;
+        let too_large = || {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                codes::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the request body is over the daemon's {limit}-byte limit: send a shorter \
+                     command (split a large script, read journals in pages)"
+                ),
+            )
+        };
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(too_large());
+        }
+        match Limited::new(request.into_body(), limit).collect().await {
+            Ok(collected) => Ok(LimitedBody(collected.to_bytes())),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+            Err(e) => Err(ApiError::invalid(format!(
+                "cannot read the request body: {e}"
+            ))),
+        }
+    }
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("the request body is not the documented JSON: {e}")))
+}
+
+fn sandbox_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let invalid =
+        |detail: String| ApiError::new(StatusCode::BAD_REQUEST, codes::INVALID_SANDBOX_ID, detail);
+    let Path(id) = path.map_err(|e| invalid(format!("invalid sandbox id in the path: {e}")))?;
+    // Checked before the id is joined to the root: `..`, `/` or a dot-file never become a path.
+    validate_sandbox_id(&id).map_err(|_| {
+        invalid(format!(
+            "invalid sandbox id {:?}: ids are 1-64 characters of [A-Za-z0-9-]",
+            id.chars().take(100).collect::<String>()
+        ))
+    })?;
+    Ok(id)
+}
+
+/// A NUL cannot be passed to a process; refusing it here keeps it a 400 rather than a spawn
+/// failure.
+fn no_nul(value: &str, field: &str) -> Result<(), ApiError> {
+    if value.contains('\0') {
+        return Err(ApiError::invalid(format!(
+            "{field} contains a NUL character, which no process argument can carry"
+        )));
+    }
+    Ok(())
+}
+
+/// A journal directory must be an absolute, normalised path (no `.` or `..`, no control
+/// characters): the daemon creates it and the wrapper quotes it into a shell command.
+fn journal_dir(dir: Option<String>) -> Result<Option<String>, ApiError> {
+    let Some(dir) = dir else { return Ok(None) };
+    let bad = |why: &str| {
+        Err(ApiError::invalid(format!(
+            "invalid journalDir {:?}: {why}",
+            dir.chars().take(100).collect::<String>()
+        )))
+    };
+    if dir.len() > MAX_JOURNAL_DIR_LEN {
+        return bad("longer than 1024 bytes");
+    }
+    if !dir.starts_with('/') {
+        return bad("it must be an absolute path");
+    }
+    if dir.chars().any(char::is_control) {
+        return bad("it contains a control character");
+    }
+    if dir
+        .split('/')
+        .skip(1)
+        .any(|part| part == "." || part == "..")
+    {
+        return bad("it must not contain . or .. components");
+    }
+    Ok(Some(dir))
+}
+
+/// The live sandbox `id`, or a 404.
+async fn open(state: &AppState, id: &str) -> Result<LocalSandbox, ApiError> {
+    match state.provider.open(id).await {
+        Ok(Some(sandbox)) => Ok(sandbox),
+        Ok(None) => Err(ApiError::not_found(id)),
+        Err(e) => Err(sandbox_error(e, id)),
+    }
+}
+
+fn sandbox_error(e: SandboxError, id: &str) -> ApiError {
+    match e {
+        SandboxError::NotFound(_) => ApiError::not_found(id),
+        SandboxError::Timeout(ms) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::EXEC_TIMEOUT,
+            format!(
+                "the command in sandbox {id} timed out after {ms} ms; its process group was \
+                 killed"
+            ),
+        ),
+        // The local provider's only signal for its output limit is this message.
+        SandboxError::Other(m) if m.contains("output limit") => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::OUTPUT_LIMIT_EXCEEDED,
+            format!("{m} (the daemon's --max-output-bytes); nothing was returned"),
+        ),
+        SandboxError::Refused(m) => ApiError::invalid(m),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+async fn info(sandbox: &LocalSandbox) -> Result<SandboxInfo, ApiError> {
+    let meta = sandbox
+        .metadata()
+        .await
+        .map_err(|e| sandbox_error(e, sandbox.id()))?;
+    Ok(SandboxInfo {
+        id: meta.id,
+        created_at: meta.created_at,
+        journal_dir: meta.journal_dir,
+        agents: meta
+            .agents
+            .into_iter()
+            .map(|a| AgentInfo {
+                run_id: a.run_id,
+                pid: a.pid,
+            })
+            .collect(),
+    })
+}
+
+async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        api: "v1".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+async fn create_sandbox(
+    State(state): State<Shared>,
+    LimitedBody(body): LimitedBody,
+) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
+    // An empty body is the default request: nothing to configure.
+    let request: CreateSandboxRequest = if body.is_empty() {
+        CreateSandboxRequest::default()
+    } else {
+        parse(&body)?
+    };
+    let options = CreateOptions {
+        journal_dir: journal_dir(request.journal_dir)?,
+        path: None,
+    };
+    let sandbox = state
+        .provider
+        .create(options)
+        .await
+        .map_err(|e| sandbox_error(e, "(new)"))?;
+    tracing::info!(sandbox = sandbox.id(), "sandbox created");
+    Ok((StatusCode::CREATED, Json(info(&sandbox).await?)))
+}
+
+async fn sandbox_status(
+    State(state): State<Shared>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    let id = sandbox_id(id)?;
+    let sandbox = open(&state, &id).await?;
+    Ok(Json(info(&sandbox).await?))
+}
+
+async fn destroy_sandbox(
+    State(state): State<Shared>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let id = sandbox_id(id)?;
+    match state.provider.destroy(&id).await {
+        Ok(()) => {
+            tracing::info!(sandbox = %id, "sandbox destroyed");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(SandboxError::Refused(m)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            codes::DESTROY_REFUSED,
+            m,
+        )),
+        Err(e) => Err(ApiError::internal(format!(
+            "destroy of sandbox {id} failed, it may still be running: {e}"
+        ))),
+    }
+}
+
+async fn exec(
+    State(state): State<Shared>,
+    id: Result<Path<String>, PathRejection>,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<ExecResult>, ApiError> {
+    let id = sandbox_id(id)?;
+    let request: ExecRequest = parse(&body)?;
+    no_nul(&request.command, "command")?;
+    let timeout_ms = request.timeout_ms.unwrap_or(DEFAULT_EXEC_TIMEOUT_MS);
+    let max = state.limits.max_exec_timeout_ms;
+    if timeout_ms == 0 || timeout_ms > max {
+        return Err(ApiError::invalid(format!(
+            "timeoutMs {timeout_ms} is out of range: use 1..={max} (the daemon's \
+             --max-exec-timeout-ms)"
+        )));
+    }
+    let sandbox = open(&state, &id).await?;
+    let output = sandbox
+        .exec(&request.command, ExecOptions { timeout_ms })
+        .await
+        .map_err(|e| sandbox_error(e, &id))?;
+    Ok(Json(ExecResult {
+        stdout: output.stdout,
+        stderr: output.stderr,
+        exit_code: output.exit_code,
+    }))
+}
+
+async fn start_agent(
+    State(state): State<Shared>,
+    id: Result<Path<String>, PathRejection>,
+    LimitedBody(body): LimitedBody,
+) -> Result<(StatusCode, Json<AgentStarted>), ApiError> {
+    let id = sandbox_id(id)?;
+    let request: StartAgentRequest = parse(&body)?;
+    no_nul(&request.command, "command")?;
+    if request.run_id.is_empty() {
+        return Err(ApiError::invalid("runId must not be empty"));
+    }
+    let dir = journal_dir(request.journal_dir)?;
+    let sandbox = open(&state, &id).await?;
+    let agent = sandbox
+        .start_agent(&request.run_id, &request.command, dir.as_deref())
+        .await
+        .map_err(|e| sandbox_error(e, &id))?;
+    tracing::info!(sandbox = %id, pid = agent.pid, "agent started");
+    Ok((
+        StatusCode::CREATED,
+        Json(AgentStarted {
+            run_id: request.run_id,
+            pid: agent.pid,
+        }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_exact_bearer_scheme_yields_a_token() {
+        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"Bearer  abc"), Some(&b" abc"[..]));
+        assert_eq!(bearer_token(b"Basic abcdef"), None);
+        assert_eq!(bearer_token(b"Bearer"), None);
+        assert_eq!(bearer_token(b"abc"), None);
+    }
+
+    #[test]
+    fn journal_dirs_must_be_absolute_and_normalised() {
+        assert!(journal_dir(Some("/tmp/j".into())).is_ok());
+        assert!(journal_dir(Some("/tmp/my journals".into())).is_ok());
+        for bad in ["tmp/j", "/tmp/../etc", "/tmp/./j", "/tmp/\nj", ""] {
+            assert!(journal_dir(Some(bad.into())).is_err(), "{bad:?} accepted");
+        }
+    }
+}

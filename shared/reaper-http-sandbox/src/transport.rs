@@ -1,0 +1,85 @@
+//! The one seam between the provider and the network: send a request, get a status and a body.
+//!
+//! Native code uses [`crate::ReqwestTransport`] (feature `native`); a Cloudflare Worker supplies
+//! an implementation over `worker::Fetch` (its futures are `!Send`, which the `cfg_attr`ed
+//! `async_trait` allows on wasm32).
+
+use reaper_core::{MaybeSend, MaybeSync};
+
+/// The methods the API uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpMethod {
+    Get,
+    Post,
+    Delete,
+}
+
+impl HttpMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Delete => "DELETE",
+        }
+    }
+}
+
+/// One request. `headers` carries the bearer token: its `Debug` never shows header values.
+#[derive(Clone)]
+pub struct HttpRequest {
+    pub method: HttpMethod,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    /// A JSON body, sent with `Content-Type: application/json`.
+    pub body: Option<Vec<u8>>,
+    /// The whole exchange (connect, send, read the body) must finish within this.
+    pub timeout_ms: u64,
+    /// A response body longer than this must be refused with
+    /// [`TransportError::ResponseTooLarge`], without reading the rest into memory.
+    pub max_response_bytes: usize,
+}
+
+impl std::fmt::Debug for HttpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("HttpRequest")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &names)
+            .field("body_len", &self.body.as_ref().map(Vec::len))
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+/// Any answer the server gave, whatever its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// Why no answer arrived.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// Connecting, sending or reading failed: the daemon is down, restarting or unroutable.
+    #[error("cannot reach {url}: {message}")]
+    Unreachable { url: String, message: String },
+    /// No complete answer within the request's timeout.
+    #[error("no answer from {url} within {timeout_ms} ms")]
+    TimedOut { url: String, timeout_ms: u64 },
+    #[error("the response from {url} is larger than the {limit}-byte limit")]
+    ResponseTooLarge { url: String, limit: usize },
+    /// The request could not be built (a bad URL, an invalid header).
+    #[error("cannot send a request to {url}: {message}")]
+    Invalid { url: String, message: String },
+}
+
+/// Sends one HTTP request. Implementations must honour `timeout_ms` and `max_response_bytes`,
+/// must not follow redirects (the bearer token would follow them), and must not retry.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait HttpTransport: MaybeSend + MaybeSync {
+    async fn send(&self, request: HttpRequest) -> Result<HttpResponse, TransportError>;
+}
