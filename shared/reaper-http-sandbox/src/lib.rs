@@ -27,7 +27,7 @@ mod transport;
 pub use native::ReqwestTransport;
 pub use provider::{
     validate_sandbox_id, ConfigError, HttpProviderConfig, HttpSandbox, HttpSandboxProvider,
-    DEFAULT_EXEC_MARGIN_MS, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_PROVIDER_NAME,
-    DEFAULT_REQUEST_TIMEOUT_MS,
+    DEFAULT_EXEC_MARGIN_MS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_PROVIDER_NAME, DEFAULT_REQUEST_TIMEOUT_MS,
 };
 pub use transport::{HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};

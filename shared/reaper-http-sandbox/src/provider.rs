@@ -25,6 +25,9 @@ pub const DEFAULT_EXEC_MARGIN_MS: u64 = 5_000;
 /// The largest response body read. The daemon's default output limit is 4 MiB per stream;
 /// JSON escaping can grow control bytes sixfold.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+/// The largest request body sent: the daemon's default `--max-body-bytes`. Checked here so an
+/// oversized command is a clear error before any byte goes out.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
 /// Longest sandbox id the daemon accepts (the local provider's rule).
 const MAX_SANDBOX_ID_LEN: usize = 64;
@@ -41,6 +44,8 @@ pub struct HttpProviderConfig {
     pub request_timeout_ms: u64,
     pub exec_margin_ms: u64,
     pub max_response_bytes: usize,
+    /// Match the daemon's `--max-body-bytes`.
+    pub max_request_bytes: usize,
 }
 
 impl HttpProviderConfig {
@@ -52,6 +57,7 @@ impl HttpProviderConfig {
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             exec_margin_ms: DEFAULT_EXEC_MARGIN_MS,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
     }
 }
@@ -65,6 +71,7 @@ impl std::fmt::Debug for HttpProviderConfig {
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("exec_margin_ms", &self.exec_margin_ms)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("max_request_bytes", &self.max_request_bytes)
             .finish()
     }
 }
@@ -360,6 +367,16 @@ impl Inner {
             .map(serde_json::to_vec)
             .transpose()
             .map_err(|e| SandboxError::Other(format!("cannot encode the request: {e}")))?;
+        if let Some(body) = &body {
+            if body.len() > self.config.max_request_bytes {
+                return Err(SandboxError::Refused(format!(
+                    "the request body is {} bytes, over the {}-byte limit (the daemon's \
+                     --max-body-bytes): send a shorter command",
+                    body.len(),
+                    self.config.max_request_bytes
+                )));
+            }
+        }
         let request = HttpRequest {
             method,
             url: format!("{}{path}", self.api_base),
