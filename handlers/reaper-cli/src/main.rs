@@ -1,1 +1,126 @@
-fn main() {}
+//! `reaper`: the self-hosted handler and the operator's tool. A composition root: parse the
+//! settings, set up logging, open the SQLite store and the local sandboxes, run a command, map
+//! its result to an exit code.
+
+mod config;
+mod demo;
+mod prune;
+mod render;
+mod status;
+mod sweep;
+mod wiring;
+
+use std::process::ExitCode;
+
+use config::{Command, LogFormat, Output, Settings};
+use tracing_subscriber::EnvFilter;
+
+/// The exit codes scripts can rely on (documented in the README and `--help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done; a sweep skipped because another sweep holds the lease is done too.
+    Ok = 0,
+    /// Bad usage or a bad setting.
+    Usage = 1,
+    /// Ran, but some run failed or leaked its sandbox, or a prune failed.
+    Failures = 2,
+    /// Could not run: the database or sandbox root is unusable, or the lease store failed.
+    CannotRun = 3,
+}
+
+/// A command that could not do its job, with the message for the operator.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: Exit,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            exit: Exit::Usage,
+            message: message.into(),
+        }
+    }
+
+    pub fn cannot_run(message: impl Into<String>) -> Self {
+        Failure {
+            exit: Exit::CannotRun,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<config::ConfigError> for Failure {
+    fn from(e: config::ConfigError) -> Self {
+        Failure::usage(e.0)
+    }
+}
+
+fn main() -> ExitCode {
+    let parsed = match config::parse() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = e.print();
+            // clap exits 2 on usage errors; here 2 means "some run failed", so usage is 1.
+            return ExitCode::from(if e.use_stderr() { Exit::Usage as u8 } else { 0 });
+        }
+    };
+    let settings = parsed.settings();
+    let (output, default_log) = match &parsed.cli.command {
+        Command::Demo(a) => (&a.output, "off"),
+        Command::Sweep(a) => (&a.output, "info"),
+        Command::Watch(a) => (&a.output, "info"),
+        Command::Prune(a) => (&a.output, "info"),
+        Command::Status(a) => (&a.output, "warn"),
+    };
+    let result = init_tracing(settings, output, default_log).and_then(|()| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::cannot_run(format!("cannot start the async runtime: {e}")))?;
+        runtime.block_on(run(&parsed, settings))
+    });
+    match result {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(failure) => {
+            eprintln!("reaper: error: {}", failure.message);
+            ExitCode::from(failure.exit as u8)
+        }
+    }
+}
+
+async fn run(parsed: &config::Parsed, settings: Settings<'_>) -> Result<Exit, Failure> {
+    match &parsed.cli.command {
+        Command::Demo(a) => demo::run(a).await,
+        Command::Sweep(a) => sweep::run_sweep(a, settings).await,
+        Command::Watch(a) => sweep::run_watch(a, settings).await,
+        Command::Prune(a) => prune::run(a, settings).await,
+        Command::Status(a) => status::run(a, settings).await,
+    }
+}
+
+/// Logs go to stderr (stdout is the command's output): text for people, JSON lines for machines.
+fn init_tracing(s: Settings<'_>, output: &Output, default: &str) -> Result<(), Failure> {
+    let format = s.log_format(&output.log_format)?;
+    let (directives, name) = match (&output.log, std::env::var("RUST_LOG")) {
+        (Some(d), _) => (d.clone(), s.name(config::LOG)),
+        (None, Ok(d)) if !d.trim().is_empty() => (d, "RUST_LOG".to_string()),
+        _ => (default.to_string(), "the default log filter".to_string()),
+    };
+    let filter = EnvFilter::builder().parse(&directives).map_err(|e| {
+        Failure::usage(format!(
+            "invalid value for {name}: {directives:?}: {e}: expected tracing directives like \
+             warn, info, debug or reaper=debug,info"
+        ))
+    })?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}

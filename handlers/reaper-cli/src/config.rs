@@ -1,0 +1,489 @@
+//! The command line and its settings: every setting is a flag and a `REAPER_*` environment
+//! variable (the flag wins), parsed here into plain values, and every bad value is reported with
+//! the setting's name as the user gave it, what was wrong, and what is accepted.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// The settings table shown by `reaper --help` and copied into the README (a test keeps the two
+/// equal).
+pub const SETTINGS_TABLE: &str = "\
+| Setting | Flag | Environment | Default | Accepted | Commands |
+|---|---|---|---|---|---|
+| Database file | `--db` | `REAPER_DB` | `reaper.db` | a path to the SQLite file the application writes runs into; it must exist (an empty file is initialised) | sweep, watch, prune, status |
+| Sandbox root | `--sandboxes` | `REAPER_SANDBOXES` | `sandboxes` | an existing directory holding one directory per local sandbox | sweep, watch, prune |
+| Journal directory | `--journal-dir` | `REAPER_JOURNAL_DIR` | each sandbox's own | an absolute path inside the sandboxes | sweep, watch, prune |
+| Detached-run TTL | `--detached-ttl` | `REAPER_DETACHED_TTL` | required (no default) | a duration, 1ms..3650d | sweep, watch (status: optional) |
+| Run budget | `--run-budget` | `REAPER_RUN_BUDGET` | `30s` | a duration, 1ms..24d | sweep, watch |
+| Max runs per sweep | `--max-runs` | `REAPER_MAX_RUNS` | `25` | a whole number, 0..100000 | sweep, watch |
+| Quiet window | `--quiet-window` | `REAPER_QUIET_WINDOW` | `5s` | a duration, 0ms..24d | sweep, watch |
+| Progress after | `--progress-after` | `REAPER_PROGRESS_AFTER` | `2s` | a duration, 0ms..24d (a terminal gets progress at once) | sweep, watch |
+| Sweep interval | `--every` | `REAPER_EVERY` | `60s` | a duration, 10ms..24d | watch |
+| Prune interval | `--prune-every` | `REAPER_PRUNE_EVERY` | `10m` | a duration, 10ms..24d | watch |
+| Orphan journal TTL | `--orphan-ttl` | `REAPER_ORPHAN_TTL` | `1h` | a duration, 0ms..3650d | prune, watch |
+| Max journal deletes | `--max-deletes` | `REAPER_MAX_DELETES` | `200` | a whole number per sandbox, 0..100000 | prune, watch |
+| Event retention | `--event-retention` | `REAPER_EVENT_RETENTION` | `30d` | a duration, 0ms..3650d | prune, watch |
+| Log filter | `--log` | `REAPER_LOG`, else `RUST_LOG` | `info` (`demo`: `off`) | tracing directives: `warn`, `debug`, `reaper=debug,info` | all |
+| Log format | `--log-format` | `REAPER_LOG_FORMAT` | `text` | `text` or `json` | all |
+| Machine output | `--json` | `REAPER_JSON` | off | `true`/`false` | all |
+";
+
+pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+/// The longest timer accepted (about 24.8 days): larger is a unit mistake.
+pub const MAX_TIMER_MS: u64 = reaper_core::reap::MAX_DURATION_MS;
+/// The longest age accepted (ten years).
+pub const MAX_AGE_MS: u64 = 3650 * DAY_MS;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "reaper",
+    version,
+    about = "Cleans up after AI agents left running in sandboxes: finalizes runs that finished \
+             while nobody watched, expires the ones past their TTL, reclaims their sandboxes."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Set up a realistic scene in a fresh directory, sweep it once, prune, and explain.
+    Demo(DemoArgs),
+    /// Run one sweep (single-flight: skipped when another sweep holds the lease).
+    Sweep(SweepCmd),
+    /// Sweep on an interval until SIGTERM or Ctrl-C; prune journals and events on their own cadence.
+    Watch(WatchCmd),
+    /// Prune the journals of every sandbox and age out old delivery-log events.
+    Prune(PruneCmd),
+    /// Show what is detached, for how long, and in which sandbox.
+    Status(StatusCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct Output {
+    /// Print machine-readable JSON on stdout instead of tables.
+    #[arg(long, env = "REAPER_JSON")]
+    pub json: bool,
+    /// Log filter (tracing directives); REAPER_LOG, else RUST_LOG.
+    #[arg(long, env = "REAPER_LOG", value_name = "FILTER")]
+    pub log: Option<String>,
+    /// Log format on stderr: text or json.
+    #[arg(
+        long,
+        env = "REAPER_LOG_FORMAT",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    pub log_format: String,
+}
+
+#[derive(Debug, Args)]
+pub struct Db {
+    /// The SQLite database the application writes runs into.
+    #[arg(
+        long,
+        env = "REAPER_DB",
+        default_value = "reaper.db",
+        value_name = "PATH"
+    )]
+    pub db: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct Sandboxes {
+    /// The directory holding the local sandboxes.
+    #[arg(
+        long,
+        env = "REAPER_SANDBOXES",
+        default_value = "sandboxes",
+        value_name = "DIR"
+    )]
+    pub sandboxes: PathBuf,
+    /// The journal directory inside every sandbox (default: each sandbox's own).
+    #[arg(long, env = "REAPER_JOURNAL_DIR", value_name = "DIR")]
+    pub journal_dir: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Runs detached longer than this are expired (required; e.g. 30m).
+    #[arg(long, env = "REAPER_DETACHED_TTL", value_name = "DURATION")]
+    pub detached_ttl: Option<String>,
+    /// How long one run's drive may take.
+    #[arg(
+        long,
+        env = "REAPER_RUN_BUDGET",
+        default_value = "30s",
+        value_name = "DURATION"
+    )]
+    pub run_budget: String,
+    /// The most runs one sweep handles.
+    #[arg(long, env = "REAPER_MAX_RUNS", default_value = "25", value_name = "N")]
+    pub max_runs: String,
+    /// How long a run's delivery log must be quiet before a drive appends to it.
+    #[arg(
+        long,
+        env = "REAPER_QUIET_WINDOW",
+        default_value = "5s",
+        value_name = "DURATION"
+    )]
+    pub quiet_window: String,
+    /// Print a progress line per run once a sweep has taken this long.
+    #[arg(
+        long,
+        env = "REAPER_PROGRESS_AFTER",
+        default_value = "2s",
+        value_name = "DURATION"
+    )]
+    pub progress_after: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// A journal with no run record is deleted once its newest file is this old.
+    #[arg(
+        long,
+        env = "REAPER_ORPHAN_TTL",
+        default_value = "1h",
+        value_name = "DURATION"
+    )]
+    pub orphan_ttl: String,
+    /// The most runs' journals deleted per sandbox per prune.
+    #[arg(
+        long,
+        env = "REAPER_MAX_DELETES",
+        default_value = "200",
+        value_name = "N"
+    )]
+    pub max_deletes: String,
+    /// Delivery-log events of runs finished longer ago than this are deleted.
+    #[arg(
+        long,
+        env = "REAPER_EVENT_RETENTION",
+        default_value = "30d",
+        value_name = "DURATION"
+    )]
+    pub event_retention: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The demo directory: created, or wiped when it holds a previous demo.
+    #[arg(long, default_value = ".reaper-demo", value_name = "DIR")]
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepCmd {
+    #[command(flatten)]
+    pub db: Db,
+    #[command(flatten)]
+    pub sandboxes: Sandboxes,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchCmd {
+    #[command(flatten)]
+    pub db: Db,
+    #[command(flatten)]
+    pub sandboxes: Sandboxes,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub prune: PruneArgs,
+    /// Time between sweeps.
+    #[arg(
+        long,
+        env = "REAPER_EVERY",
+        default_value = "60s",
+        value_name = "DURATION"
+    )]
+    pub every: String,
+    /// Time between journal prunes and event retention.
+    #[arg(
+        long,
+        env = "REAPER_PRUNE_EVERY",
+        default_value = "10m",
+        value_name = "DURATION"
+    )]
+    pub prune_every: String,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneCmd {
+    #[command(flatten)]
+    pub db: Db,
+    #[command(flatten)]
+    pub sandboxes: Sandboxes,
+    #[command(flatten)]
+    pub prune: PruneArgs,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusCmd {
+    #[command(flatten)]
+    pub db: Db,
+    /// Optional here: marks the runs a sweep would expire.
+    #[arg(long, env = "REAPER_DETACHED_TTL", value_name = "DURATION")]
+    pub detached_ttl: Option<String>,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// A setting with a bad or missing value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The parsed command line and the matches it came from (to tell a flag from an environment
+/// variable in messages).
+#[derive(Debug)]
+pub struct Parsed {
+    pub cli: Cli,
+    matches: ArgMatches,
+}
+
+/// Parses the process's arguments. `Err` is clap's own error (help, version, or a usage error).
+pub fn parse() -> Result<Parsed, clap::Error> {
+    let command = Cli::command().after_long_help(format!(
+        "Settings (a flag wins over its environment variable; durations: 250ms, 30s, 5m, 2h, 7d):\n\n{SETTINGS_TABLE}\n\
+         Exit codes: 0 done (a sweep skipped because another holds the lease is done too), \
+         1 bad usage or setting, 2 some run failed or leaked its sandbox (or a prune failed), \
+         3 could not run (database or sandbox root unusable, lease store failing)."
+    ));
+    let matches = command.try_get_matches()?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    Ok(Parsed { cli, matches })
+}
+
+impl Parsed {
+    /// A resolver for the settings of the chosen subcommand.
+    pub fn settings(&self) -> Settings<'_> {
+        Settings {
+            matches: self
+                .matches
+                .subcommand()
+                .map(|(_, m)| m)
+                .unwrap_or(&self.matches),
+        }
+    }
+}
+
+/// Turns raw setting strings into values, naming the setting as the user supplied it.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings<'a> {
+    matches: &'a ArgMatches,
+}
+
+/// A setting's identity: clap's argument id, its flag and its environment variable.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    pub id: &'static str,
+    pub flag: &'static str,
+    pub env: &'static str,
+}
+
+pub const DETACHED_TTL: Key = Key::new("detached_ttl", "--detached-ttl", "REAPER_DETACHED_TTL");
+pub const RUN_BUDGET: Key = Key::new("run_budget", "--run-budget", "REAPER_RUN_BUDGET");
+pub const MAX_RUNS: Key = Key::new("max_runs", "--max-runs", "REAPER_MAX_RUNS");
+pub const QUIET_WINDOW: Key = Key::new("quiet_window", "--quiet-window", "REAPER_QUIET_WINDOW");
+pub const PROGRESS_AFTER: Key = Key::new(
+    "progress_after",
+    "--progress-after",
+    "REAPER_PROGRESS_AFTER",
+);
+pub const EVERY: Key = Key::new("every", "--every", "REAPER_EVERY");
+pub const PRUNE_EVERY: Key = Key::new("prune_every", "--prune-every", "REAPER_PRUNE_EVERY");
+pub const ORPHAN_TTL: Key = Key::new("orphan_ttl", "--orphan-ttl", "REAPER_ORPHAN_TTL");
+pub const MAX_DELETES: Key = Key::new("max_deletes", "--max-deletes", "REAPER_MAX_DELETES");
+pub const EVENT_RETENTION: Key = Key::new(
+    "event_retention",
+    "--event-retention",
+    "REAPER_EVENT_RETENTION",
+);
+pub const LOG_FORMAT: Key = Key::new("log_format", "--log-format", "REAPER_LOG_FORMAT");
+pub const LOG: Key = Key::new("log", "--log", "REAPER_LOG");
+
+impl Key {
+    const fn new(id: &'static str, flag: &'static str, env: &'static str) -> Self {
+        Key { id, flag, env }
+    }
+}
+
+impl Settings<'_> {
+    /// How the user named the setting: the variable when it came from the environment.
+    pub fn name(&self, key: Key) -> String {
+        match self.matches.value_source(key.id) {
+            Some(ValueSource::EnvVariable) => key.env.to_string(),
+            Some(ValueSource::CommandLine) => key.flag.to_string(),
+            _ => format!("{} (default)", key.flag),
+        }
+    }
+
+    fn invalid(&self, key: Key, value: &str, expected: &str) -> ConfigError {
+        ConfigError(format!(
+            "invalid value for {}: {value:?}: expected {expected}",
+            self.name(key)
+        ))
+    }
+
+    /// A duration between `min_ms` and `max_ms` inclusive.
+    pub fn duration(
+        &self,
+        key: Key,
+        value: &str,
+        min_ms: u64,
+        max_ms: u64,
+    ) -> Result<Duration, ConfigError> {
+        let expected = format!(
+            "a duration like 30s, 5m or 250ms ({}..{})",
+            show_ms(min_ms),
+            show_ms(max_ms)
+        );
+        let d = humantime::parse_duration(value.trim())
+            .map_err(|_| self.invalid(key, value, &expected))?;
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        if ms < min_ms || ms > max_ms || (min_ms > 0 && d.is_zero()) {
+            return Err(self.invalid(key, value, &expected));
+        }
+        Ok(d)
+    }
+
+    pub fn duration_ms(
+        &self,
+        key: Key,
+        value: &str,
+        min_ms: u64,
+        max_ms: u64,
+    ) -> Result<u64, ConfigError> {
+        Ok(self.duration(key, value, min_ms, max_ms)?.as_millis() as u64)
+    }
+
+    /// A whole number between `min` and `max` inclusive.
+    pub fn count(&self, key: Key, value: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
+        let expected = format!("a whole number from {min} to {max}");
+        match value.trim().parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(self.invalid(key, value, &expected)),
+        }
+    }
+
+    /// The detached-run TTL, which has no default.
+    pub fn detached_ttl_ms(&self, value: Option<&str>) -> Result<u64, ConfigError> {
+        let Some(value) = value else {
+            return Err(ConfigError(
+                "missing setting: the detached-run TTL has no default: pass --detached-ttl 30m \
+                 or set REAPER_DETACHED_TTL (a duration like 30m or 2h, 1ms..3650d); runs \
+                 detached longer than this are expired"
+                    .into(),
+            ));
+        };
+        self.duration_ms(DETACHED_TTL, value, 1, MAX_AGE_MS)
+    }
+
+    pub fn log_format(&self, value: &str) -> Result<LogFormat, ConfigError> {
+        match value.trim() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(self.invalid(LOG_FORMAT, value, "text or json")),
+        }
+    }
+}
+
+/// `250ms`, `24d`: a bound in the unit a person would write.
+fn show_ms(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(DAY_MS, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")];
+    for (size, unit) in UNITS {
+        if ms >= size && ms.checked_rem(size) == Some(0) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    if ms >= DAY_MS {
+        return format!("{}d", ms / DAY_MS);
+    }
+    format!("{ms}ms")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The sweep settings, parsed.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepSettings {
+    pub detached_ttl_ms: u64,
+    pub run_budget_ms: u64,
+    pub max_runs: usize,
+    pub quiet_window_ms: u64,
+    pub progress_after: Duration,
+}
+
+impl SweepSettings {
+    pub fn parse(s: Settings<'_>, a: &SweepArgs) -> Result<Self, ConfigError> {
+        Ok(SweepSettings {
+            detached_ttl_ms: s.detached_ttl_ms(a.detached_ttl.as_deref())?,
+            run_budget_ms: s.duration_ms(RUN_BUDGET, &a.run_budget, 1, MAX_TIMER_MS)?,
+            max_runs: s.count(MAX_RUNS, &a.max_runs, 0, 100_000)? as usize,
+            quiet_window_ms: s.duration_ms(QUIET_WINDOW, &a.quiet_window, 0, MAX_TIMER_MS)?,
+            progress_after: s.duration(PROGRESS_AFTER, &a.progress_after, 0, MAX_TIMER_MS)?,
+        })
+    }
+}
+
+/// The prune settings, parsed.
+#[derive(Debug, Clone, Copy)]
+pub struct PruneSettings {
+    pub orphan_ttl_ms: u64,
+    pub max_deletes: usize,
+    pub event_retention_ms: u64,
+}
+
+impl PruneSettings {
+    pub fn parse(s: Settings<'_>, a: &PruneArgs) -> Result<Self, ConfigError> {
+        Ok(PruneSettings {
+            orphan_ttl_ms: s.duration_ms(ORPHAN_TTL, &a.orphan_ttl, 0, MAX_AGE_MS)?,
+            max_deletes: s.count(MAX_DELETES, &a.max_deletes, 0, 100_000)? as usize,
+            event_retention_ms: s.duration_ms(
+                EVENT_RETENTION,
+                &a.event_retention,
+                0,
+                MAX_AGE_MS,
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_shown_in_the_unit_a_person_writes() {
+        assert_eq!(show_ms(1), "1ms");
+        assert_eq!(show_ms(10), "10ms");
+        assert_eq!(show_ms(1000), "1s");
+        assert_eq!(show_ms(MAX_TIMER_MS), "24d");
+        assert_eq!(show_ms(MAX_AGE_MS), "3650d");
+    }
+}

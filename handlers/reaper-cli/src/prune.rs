@@ -1,0 +1,250 @@
+//! `reaper prune`: the journal prune in every sandbox under the root, then the delivery-log
+//! event retention.
+
+use std::fmt::Write;
+
+use reaper_core::prune::{prune_journals, PruneOptions, PruneReport};
+use reaper_core::{Clock, EpochMs};
+use reaper_local::{validate_sandbox_id, LocalSandboxProvider, SystemClock};
+use reaper_sqlite::SqliteStore;
+use serde::Serialize;
+
+use crate::config::{PruneCmd, PruneSettings, Settings};
+use crate::render::{human_ms, Table};
+use crate::sweep::journal_dir;
+use crate::{wiring, Exit, Failure};
+
+/// Events deleted per transaction, so an application writing to the same file waits at most one
+/// short batch.
+const EVENT_BATCH: usize = 500;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxPrune {
+    pub sandbox: String,
+    pub journal_dir: String,
+    #[serde(flatten)]
+    pub report: PruneReport,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Skipped {
+    pub sandbox: String,
+    pub error: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsPruned {
+    pub retention_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_deleted: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What one prune did across every sandbox and the event log.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneAll {
+    pub journals: Vec<SandboxPrune>,
+    /// Sandboxes that could not be pruned (their metadata is unreadable, or listing failed).
+    pub skipped: Vec<Skipped>,
+    pub events: EventsPruned,
+}
+
+impl PruneAll {
+    pub fn deleted(&self) -> usize {
+        self.journals.iter().map(|j| j.report.deleted.len()).sum()
+    }
+
+    pub fn failures(&self) -> usize {
+        self.journals
+            .iter()
+            .map(|j| j.report.failures.len())
+            .sum::<usize>()
+            + self.skipped.len()
+            + usize::from(self.events.error.is_some())
+    }
+
+    pub fn summary(&self) -> String {
+        let events = match (&self.events.error, self.events.events_deleted) {
+            (Some(e), _) => format!("event retention failed: {e}"),
+            (None, n) => format!(
+                "{} events of {} runs finished over {} ago deleted",
+                n.unwrap_or(0),
+                self.events.runs.unwrap_or(0),
+                human_ms(self.events.retention_ms as i64)
+            ),
+        };
+        format!(
+            "{} journal(s) deleted in {} sandbox(es), {} failure(s); {events}",
+            self.deleted(),
+            self.journals.len(),
+            self.failures()
+        )
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut table = Table::new(&["SANDBOX", "DELETED", "KEPT", "FAILURES"]);
+        for j in &self.journals {
+            let kept: Vec<String> = j
+                .report
+                .kept
+                .iter()
+                .map(|k| {
+                    format!(
+                        "{} ({})",
+                        k.run_id.clone().unwrap_or_else(|| k.names.join(" ")),
+                        k.reason
+                    )
+                })
+                .collect();
+            let failures: Vec<String> = j
+                .report
+                .failures
+                .iter()
+                .map(|f| f.message.clone())
+                .collect();
+            table.row(vec![
+                j.sandbox.clone(),
+                dash(j.report.deleted.join(", ")),
+                dash(kept.join(", ")),
+                dash(failures.join("; ")),
+            ]);
+        }
+        for s in &self.skipped {
+            table.row(vec![
+                s.sandbox.clone(),
+                "-".into(),
+                "-".into(),
+                s.error.clone(),
+            ]);
+        }
+        if table.is_empty() {
+            out.push_str("no sandboxes to prune\n");
+        } else {
+            out.push_str(&table.render());
+        }
+        let _ = writeln!(out, "\n{}", self.summary());
+        out
+    }
+}
+
+fn dash(s: String) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s
+    }
+}
+
+/// Prunes every sandbox under the provider's root (in name order), then ages out events.
+/// Never fails: every problem is in the result.
+pub async fn prune_all(
+    store: &SqliteStore,
+    provider: &LocalSandboxProvider,
+    journal_dir: Option<&str>,
+    s: &PruneSettings,
+    now: EpochMs,
+) -> PruneAll {
+    let mut journals = Vec::new();
+    let mut skipped = Vec::new();
+    let mut ids: Vec<String> = match std::fs::read_dir(provider.root()) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| validate_sandbox_id(name).is_ok())
+            .collect(),
+        Err(e) => {
+            skipped.push(Skipped {
+                sandbox: provider.root().display().to_string(),
+                error: format!("cannot list the sandbox root: {e}"),
+            });
+            Vec::new()
+        }
+    };
+    ids.sort();
+    for id in ids {
+        let sandbox = match provider.open(&id).await {
+            Ok(Some(sandbox)) => sandbox,
+            // A directory without metadata is not a sandbox (or one half destroyed).
+            Ok(None) => continue,
+            Err(e) => {
+                skipped.push(Skipped {
+                    sandbox: id,
+                    error: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let dir = journal_dir
+            .map(str::to_string)
+            .unwrap_or_else(|| sandbox.journal_dir().to_string());
+        let mut options = PruneOptions::new(now);
+        options.dir = Some(dir.clone());
+        options.orphan_ttl_ms = s.orphan_ttl_ms;
+        options.max_deletes = s.max_deletes;
+        let report = prune_journals(&sandbox, store, &options).await;
+        journals.push(SandboxPrune {
+            sandbox: id,
+            journal_dir: dir,
+            report,
+        });
+    }
+    let events = match store
+        .prune_events(now, s.event_retention_ms, EVENT_BATCH)
+        .await
+    {
+        Ok(r) => EventsPruned {
+            retention_ms: s.event_retention_ms,
+            runs: Some(r.runs),
+            events_deleted: Some(r.events_deleted),
+            error: None,
+        },
+        Err(e) => EventsPruned {
+            retention_ms: s.event_retention_ms,
+            runs: None,
+            events_deleted: None,
+            error: Some(e.to_string()),
+        },
+    };
+    PruneAll {
+        journals,
+        skipped,
+        events,
+    }
+}
+
+pub async fn run(a: &PruneCmd, s: Settings<'_>) -> Result<Exit, Failure> {
+    let settings = PruneSettings::parse(s, &a.prune)?;
+    let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
+    let store = wiring::open_store(&a.db.db)?;
+    let provider = wiring::provider(&a.sandboxes.sandboxes, None)?;
+    let result = prune_all(
+        &store,
+        &provider,
+        journal_dir.as_deref(),
+        &settings,
+        SystemClock.now_ms(),
+    )
+    .await;
+    if a.output.json {
+        println!(
+            "{}",
+            serde_json::to_string(&result).unwrap_or_else(|_| "null".into())
+        );
+    } else {
+        print!("{}", result.render());
+    }
+    Ok(if result.failures() > 0 {
+        Exit::Failures
+    } else {
+        Exit::Ok
+    })
+}

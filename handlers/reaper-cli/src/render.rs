@@ -1,0 +1,184 @@
+//! Human output: aligned tables and one-line summaries. Machine output is the reports' JSON.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use reaper_core::reap::{OutcomeCounts, ReapOutcome, ReapRunEntry, SweepReport, SweepStatus};
+use reaper_core::EpochMs;
+
+/// A plain text table: columns padded to their widest cell, two spaces apart.
+#[derive(Debug)]
+pub struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(headers: &[&str]) -> Self {
+        Table {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate() {
+                if let Some(w) = widths.get_mut(i) {
+                    *w = (*w).max(cell.chars().count());
+                }
+            }
+        }
+        let mut out = String::new();
+        for row in std::iter::once(&self.headers).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                if i + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let _ = write!(line, "{cell:<width$}  ", width = widths[i]);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// `1.2s`, `350ms`, `2h 5m`: a duration rounded to what a person reads.
+pub fn human_ms(ms: i64) -> String {
+    let ms = ms.max(0) as u64;
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if ms < 60_000 {
+        return format!("{:.1}s", ms as f64 / 1000.0);
+    }
+    let rounded = Duration::from_secs(ms / 1000);
+    let rounded = if ms >= 3_600_000 {
+        Duration::from_secs(rounded.as_secs() / 60 * 60)
+    } else {
+        rounded
+    };
+    humantime::format_duration(rounded).to_string()
+}
+
+/// RFC 3339 in UTC, to the second.
+pub fn timestamp(at: EpochMs) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(at.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// `finalized 2 · producing 1`, the nonzero outcome counts in their fixed order.
+pub fn outcome_totals(o: &OutcomeCounts) -> String {
+    let parts: Vec<String> = ReapOutcome::ALL
+        .iter()
+        .filter(|x| o.get(**x) > 0)
+        .map(|x| format!("{x} {}", o.get(*x)))
+        .collect();
+    if parts.is_empty() {
+        "nothing to do".into()
+    } else {
+        parts.join(" · ")
+    }
+}
+
+/// The note for one entry: why it ended as it did, when the outcome alone does not say.
+pub fn entry_note(e: &ReapRunEntry) -> String {
+    let mut notes = Vec::new();
+    if e.terminalized_anyway.is_some() {
+        notes.push("the run budget ran out; terminalized anyway".to_string());
+    }
+    if let Some(err) = &e.error {
+        notes.push(err.to_string());
+    }
+    notes.join("; ")
+}
+
+/// One line saying whether and how the sweep ran.
+pub fn sweep_headline(r: &SweepReport) -> String {
+    match &r.sweep {
+        SweepStatus::Swept => format!(
+            "swept {} detached run{} in {} (probed {}{})",
+            r.report.considered,
+            if r.report.considered == 1 { "" } else { "s" },
+            human_ms(r.duration_ms),
+            r.report.probed,
+            if r.report.deferred > 0 {
+                format!(", {} deferred to the next sweep", r.report.deferred)
+            } else {
+                String::new()
+            }
+        ),
+        SweepStatus::AlreadyRunning { holder, expires_at } => format!(
+            "skipped: another sweep holds the lease (holder {holder}, until {}); nothing to do \
+             here",
+            timestamp(*expires_at)
+        ),
+        SweepStatus::LeaseUnavailable { error } => {
+            format!("could not sweep: taking the sweep lease failed: {error}")
+        }
+        SweepStatus::InvalidOptions { error } => format!("could not sweep: {error}"),
+    }
+}
+
+/// The full human report of one sweep.
+pub fn sweep_report(r: &SweepReport) -> String {
+    let mut out = sweep_headline(r);
+    out.push('\n');
+    if r.report.runs.is_empty() {
+        return out;
+    }
+    let mut table = Table::new(&["RUN", "OUTCOME", "STATUS", "EXIT", "NOTE"]);
+    for e in &r.report.runs {
+        table.row(vec![
+            e.run_id.clone(),
+            e.outcome.to_string(),
+            e.status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            e.exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into()),
+            entry_note(e),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&table.render());
+    out.push('\n');
+    let _ = writeln!(out, "totals: {}", outcome_totals(&r.report.outcomes));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_columns_are_padded_to_the_widest_cell() {
+        let mut t = Table::new(&["A", "LONG HEADER", "C"]);
+        t.row(vec!["wide cell".into(), "x".into(), "last".into()]);
+        assert_eq!(
+            t.render(),
+            "A          LONG HEADER  C\nwide cell  x            last\n"
+        );
+    }
+
+    #[test]
+    fn durations_read_as_a_person_would_say_them() {
+        assert_eq!(human_ms(250), "250ms");
+        assert_eq!(human_ms(1_250), "1.2s");
+        assert_eq!(human_ms(125_000), "2m 5s");
+        assert_eq!(human_ms(2 * 3_600_000 + 61_000), "2h 1m");
+    }
+}

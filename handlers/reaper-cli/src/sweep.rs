@@ -1,0 +1,272 @@
+//! `reaper sweep` and `reaper watch`.
+
+use reaper_core::reap::{sweep, ReapOptions, SweepReport, SweepStatus};
+use reaper_core::Clock;
+use reaper_local::SystemClock;
+use serde_json::{json, Value};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::config::{
+    PruneSettings, Settings, SweepCmd, SweepSettings, WatchCmd, EVERY, MAX_TIMER_MS, PRUNE_EVERY,
+};
+use crate::wiring::{self, DriveTuning, Held, Progress, Sweeper};
+use crate::{prune, render, Exit, Failure};
+
+/// The sweep options for these settings. `now` stays unset: every sweep reads the clock.
+pub fn reap_options(s: &SweepSettings, owner: String) -> ReapOptions {
+    let mut options = ReapOptions::new(s.detached_ttl_ms, owner);
+    options.run_budget_ms = s.run_budget_ms;
+    options.max_runs = s.max_runs;
+    options.fence_quiet_ms = s.quiet_window_ms;
+    options
+}
+
+/// The sweep lease outlives the worst single run twice over; the core renews it between runs.
+fn lease_ttl(options: &ReapOptions) -> u64 {
+    options.claim_ttl().saturating_mul(2)
+}
+
+/// One sweep's result and when this process held the sweep lease for it.
+#[derive(Debug)]
+pub struct Swept {
+    pub report: SweepReport,
+    pub held: Option<Held>,
+}
+
+impl Swept {
+    /// The report as JSON, with `leaseHeld` added.
+    pub fn json(&self) -> Value {
+        let mut v = serde_json::to_value(&self.report).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut v {
+            map.insert("leaseHeld".into(), json!(self.held));
+        }
+        v
+    }
+
+    pub fn exit(&self) -> Exit {
+        match &self.report.sweep {
+            SweepStatus::Swept => {
+                let o = &self.report.report.outcomes;
+                if o.failed + o.reclaim_failed > 0 {
+                    Exit::Failures
+                } else {
+                    Exit::Ok
+                }
+            }
+            SweepStatus::AlreadyRunning { .. } => Exit::Ok,
+            SweepStatus::InvalidOptions { .. } => Exit::Usage,
+            SweepStatus::LeaseUnavailable { .. } => Exit::CannotRun,
+        }
+    }
+}
+
+pub async fn sweep_once(sweeper: &Sweeper, options: &ReapOptions) -> Swept {
+    sweeper.progress.start_sweep();
+    let report = sweep(&sweeper.deps, options, lease_ttl(options)).await;
+    Swept {
+        report,
+        held: sweeper.take_held(),
+    }
+}
+
+/// `--journal-dir` names a directory inside every sandbox: it must be absolute.
+pub fn journal_dir(value: &Option<String>) -> Result<Option<String>, Failure> {
+    match value {
+        Some(dir) if !dir.starts_with('/') => Err(Failure::usage(format!(
+            "invalid value for --journal-dir (REAPER_JOURNAL_DIR): {dir:?}: expected an \
+             absolute path such as /tmp/tanstack-runs"
+        ))),
+        other => Ok(other.clone()),
+    }
+}
+
+pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
+    let settings = SweepSettings::parse(s, &a.sweep)?;
+    let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
+    let store = wiring::open_store(&a.db.db)?;
+    let provider = wiring::provider(&a.sandboxes.sandboxes, None)?;
+    let sweeper = Sweeper::new(
+        &store,
+        &provider,
+        journal_dir,
+        Progress::new(Some(settings.progress_after)),
+        DriveTuning::default(),
+    );
+    let swept = sweep_once(&sweeper, &reap_options(&settings, wiring::owner_id())).await;
+    if a.output.json {
+        println!("{}", swept.json());
+    } else {
+        print!("{}", render::sweep_report(&swept.report));
+    }
+    Ok(swept.exit())
+}
+
+/// SIGTERM and SIGINT, as a stream of names. Installed before the first sweep, so a signal
+/// never meets the default action (instant death mid-write).
+struct Signals {
+    rx: mpsc::UnboundedReceiver<&'static str>,
+}
+
+impl Signals {
+    fn install() -> Result<Self, Failure> {
+        let io = |e: std::io::Error| Failure::cannot_run(format!("cannot handle signals: {e}"));
+        let mut term = signal(SignalKind::terminate()).map_err(io)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(io)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let name = tokio::select! {
+                    Some(()) = term.recv() => "SIGTERM",
+                    Some(()) = int.recv() => "SIGINT",
+                    else => break,
+                };
+                if tx.send(name).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Signals { rx })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        self.rx.recv().await.unwrap_or("signal handler ended")
+    }
+}
+
+/// Stdout lines of `watch`: one per sweep, per prune, and at start and shutdown.
+struct Lines {
+    json: bool,
+}
+
+impl Lines {
+    fn event(&self, human: String, event: &str, mut fields: Value) {
+        if self.json {
+            if let Value::Object(map) = &mut fields {
+                map.insert("event".into(), json!(event));
+                map.insert("at".into(), json!(SystemClock.now_ms()));
+            }
+            println!("{fields}");
+        } else {
+            println!("{} {human}", render::timestamp(SystemClock.now_ms()));
+        }
+    }
+}
+
+pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
+    let settings = SweepSettings::parse(s, &a.sweep)?;
+    let prune_settings = PruneSettings::parse(s, &a.prune)?;
+    let every = s.duration(EVERY, &a.every, 10, MAX_TIMER_MS)?;
+    let prune_every = s.duration(PRUNE_EVERY, &a.prune_every, 10, MAX_TIMER_MS)?;
+    let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
+    let store = wiring::open_store(&a.db.db)?;
+    let provider = wiring::provider(&a.sandboxes.sandboxes, None)?;
+    let mut signals = Signals::install()?;
+    let owner = wiring::owner_id();
+    let sweeper = Sweeper::new(
+        &store,
+        &provider,
+        journal_dir.clone(),
+        Progress::new(Some(settings.progress_after)),
+        DriveTuning::default(),
+    );
+    let options = reap_options(&settings, owner.clone());
+    let lines = Lines {
+        json: a.output.json,
+    };
+    lines.event(
+        format!(
+            "watch started: sweeping every {}, pruning every {}, as {owner}; stop with Ctrl-C \
+             or SIGTERM",
+            humantime::format_duration(every),
+            humantime::format_duration(prune_every)
+        ),
+        "start",
+        json!({"owner": owner, "everyMs": every.as_millis() as u64, "pruneEveryMs": prune_every.as_millis() as u64}),
+    );
+
+    let mut ticker = tokio::time::interval(every);
+    // A sweep longer than the interval is followed by the next one a full interval later, never
+    // by a burst of catch-up sweeps.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut next_prune = Instant::now();
+    let mut sweeps = 0u64;
+    let mut stop: Option<&'static str> = None;
+    while stop.is_none() {
+        tokio::select! {
+            biased;
+            sig = signals.next() => { stop = Some(sig); break; }
+            _ = ticker.tick() => {}
+        }
+        sweeps += 1;
+        let n = sweeps;
+        let sweep = sweep_once(&sweeper, &options);
+        tokio::pin!(sweep);
+        let swept = tokio::select! {
+            swept = &mut sweep => swept,
+            sig = signals.next() => {
+                stop = Some(sig);
+                lines.event(
+                    format!("{sig} received during sweep {n}: finishing it first (send it again to abandon the sweep)"),
+                    "finishing",
+                    json!({"signal": sig, "n": n}),
+                );
+                tokio::select! {
+                    swept = &mut sweep => swept,
+                    again = signals.next() => {
+                        let released = sweeper.release_abandoned().await;
+                        lines.event(
+                            format!("{again} received again: abandoned sweep {n} and released its {released} lease(s); a run it was driving is resumed by the next sweep"),
+                            "abandoned",
+                            json!({"signal": again, "n": n, "releasedLeases": released}),
+                        );
+                        lines.event(format!("watch shut down after {n} sweeps ({again})"), "shutdown", json!({"signal": again, "sweeps": n, "abandoned": true}));
+                        return Ok(Exit::Ok);
+                    }
+                }
+            }
+        };
+        let mut fields = swept.json();
+        fields["n"] = json!(n);
+        lines.event(
+            format!(
+                "sweep {n}: {}{}",
+                render::sweep_headline(&swept.report),
+                if swept.report.report.considered > 0 {
+                    format!(
+                        ": {}",
+                        render::outcome_totals(&swept.report.report.outcomes)
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+            "sweep",
+            fields,
+        );
+        if stop.is_none() && Instant::now() >= next_prune {
+            let pruned = prune::prune_all(
+                &store,
+                &provider,
+                journal_dir.as_deref(),
+                &prune_settings,
+                SystemClock.now_ms(),
+            )
+            .await;
+            lines.event(
+                format!("prune: {}", pruned.summary()),
+                "prune",
+                serde_json::to_value(&pruned).unwrap_or(Value::Null),
+            );
+            next_prune = Instant::now() + prune_every;
+        }
+    }
+    let sig = stop.unwrap_or("signal");
+    lines.event(
+        format!("watch shut down cleanly after {sweeps} sweeps ({sig})"),
+        "shutdown",
+        json!({"signal": sig, "sweeps": sweeps, "abandoned": false}),
+    );
+    Ok(Exit::Ok)
+}

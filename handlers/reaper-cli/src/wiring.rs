@@ -1,0 +1,462 @@
+//! Composition: the SQLite store, the local sandbox provider and the core's sweep parts put
+//! together, plus the few adapters the CLI needs around them (per-sandbox journal directories,
+//! progress lines, and a record of when this process held the sweep lease).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use reaper_core::probe::{JournalExitProbe, ProbeOptions};
+use reaper_core::reap::{ReapDeps, SWEEP_LEASE_KEY};
+use reaper_core::reclaim::SandboxReclaimer;
+use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
+use reaper_core::{
+    CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest, EpochMs, ExitProbe,
+    Lease, LeaseGrant, LeaseStore, ProbeError, RunExitProbe, RunRecord, RunStore,
+    SandboxInstanceStore, SandboxProvider, StoreError,
+};
+use reaper_local::{LocalSandboxProvider, SystemClock, TokioSleeper};
+use reaper_sqlite::SqliteStore;
+use serde::Serialize;
+
+use crate::Failure;
+
+/// Opens the database read-write. It must exist (an empty file is initialised): a typo in `--db`
+/// must not silently sweep a fresh, empty database.
+pub fn open_store(path: &Path) -> Result<SqliteStore, Failure> {
+    check_exists(path)?;
+    check_writable(path)?;
+    SqliteStore::open(path)
+        .map_err(|e| Failure::cannot_run(format!("cannot open the database: {e}")))
+}
+
+/// Opens the database without writing to it.
+pub fn open_store_read_only(path: &Path) -> Result<SqliteStore, Failure> {
+    check_exists(path)?;
+    SqliteStore::open_read_only(path)
+        .map_err(|e| Failure::cannot_run(format!("cannot open the database: {e}")))
+}
+
+fn check_exists(path: &Path) -> Result<(), Failure> {
+    if path.is_file() {
+        return Ok(());
+    }
+    let what = if path.exists() {
+        "is not a file"
+    } else {
+        "does not exist"
+    };
+    Err(Failure::cannot_run(format!(
+        "the database {} {what}: point --db (REAPER_DB) at the SQLite file your application \
+         writes runs into (an empty file is initialised)",
+        path.display()
+    )))
+}
+
+/// SQLite keeps its write-ahead log beside the database, so both the file and its directory must
+/// be writable; saying so up front beats SQLite's "unable to open database file".
+fn check_writable(path: &Path) -> Result<(), Failure> {
+    use nix::unistd::{access, AccessFlags};
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if access(&dir, AccessFlags::W_OK).is_err() {
+        return Err(Failure::cannot_run(format!(
+            "the database directory {} is not writable: SQLite keeps its write-ahead log \
+             ({name}-wal, {name}-shm) beside the database; make the directory writable or move \
+             the database (nothing was changed)",
+            dir.display(),
+            name = path
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        )));
+    }
+    if access(path, AccessFlags::W_OK).is_err() {
+        return Err(Failure::cannot_run(format!(
+            "the database {} is not writable: the sweep records its claims and results in it; \
+             make it writable (nothing was changed)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The local provider over an existing sandbox root.
+pub fn provider(
+    root: &Path,
+    kill_grace: Option<Duration>,
+) -> Result<LocalSandboxProvider, Failure> {
+    if !root.is_dir() {
+        return Err(Failure::cannot_run(format!(
+            "the sandbox root {} is not a directory: point --sandboxes (REAPER_SANDBOXES) at the \
+             directory holding the local sandboxes",
+            root.display()
+        )));
+    }
+    let mut options = reaper_local::LocalProviderOptions::new(root);
+    if let Some(grace) = kill_grace {
+        options.kill_grace = grace;
+    }
+    Ok(LocalSandboxProvider::new(options))
+}
+
+/// Who holds leases taken by this process: host, pid and a random tag.
+pub fn owner_id() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".into());
+    let mut tag = [0u8; 4];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut tag))
+        .is_ok();
+    let tag: String = if random {
+        tag.iter().map(|b| format!("{b:02x}")).collect()
+    } else {
+        format!("{:08x}", SystemClock.now_ms() as u32)
+    };
+    format!("{host}/{}/{tag}", std::process::id())
+}
+
+/// Where a run's journal is: the configured directory, else the one its sandbox records.
+#[derive(Clone)]
+pub struct JournalDirs {
+    pub provider: LocalSandboxProvider,
+    pub runs: Arc<dyn RunStore>,
+    pub instances: Arc<dyn SandboxInstanceStore>,
+    pub fixed: Option<String>,
+}
+
+impl JournalDirs {
+    /// `None` when the run's sandbox cannot be found: the probe or drive then reports that itself.
+    pub async fn for_run(&self, record: &RunRecord) -> Option<String> {
+        if let Some(dir) = &self.fixed {
+            return Some(dir.clone());
+        }
+        let key = record.sandbox_key.as_deref()?;
+        let instance = self.instances.get(key).await.ok()??;
+        if instance.provider != self.provider.name() {
+            return None;
+        }
+        let sandbox = self
+            .provider
+            .open(&instance.provider_sandbox_id)
+            .await
+            .ok()??;
+        Some(sandbox.journal_dir().to_string())
+    }
+
+    async fn for_run_id(&self, run_id: &str) -> Option<String> {
+        if let Some(dir) = &self.fixed {
+            return Some(dir.clone());
+        }
+        let record = self.runs.get(run_id).await.ok()??;
+        self.for_run(&record).await
+    }
+}
+
+/// Progress lines on stderr, one per run step, once a sweep has run longer than a threshold (at
+/// once on a terminal). Quiet for the quick sweeps a scheduler runs every minute.
+#[derive(Clone)]
+pub struct Progress {
+    inner: Arc<ProgressInner>,
+}
+
+struct ProgressInner {
+    after: Option<Duration>,
+    started: Mutex<Instant>,
+}
+
+impl Progress {
+    /// `after = None` never prints.
+    pub fn new(after: Option<Duration>) -> Self {
+        let after = after.map(|a| {
+            if std::io::stderr().is_terminal() {
+                Duration::ZERO
+            } else {
+                a
+            }
+        });
+        Progress {
+            inner: Arc::new(ProgressInner {
+                after,
+                started: Mutex::new(Instant::now()),
+            }),
+        }
+    }
+
+    pub fn start_sweep(&self) {
+        *self.inner.started.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn step(&self, what: &str, run_id: &str) {
+        let Some(after) = self.inner.after else {
+            return;
+        };
+        let elapsed = self
+            .inner
+            .started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed();
+        if elapsed >= after {
+            eprintln!(
+                "reaper: sweep {:.1}s: {what} run {run_id}",
+                elapsed.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// The journal exit probe, reading each run's journal where its sandbox keeps it.
+struct LocalJournalProbe {
+    dirs: JournalDirs,
+    provider: Arc<dyn SandboxProvider>,
+    instances: Arc<dyn SandboxInstanceStore>,
+    progress: Progress,
+}
+
+#[async_trait::async_trait]
+impl ExitProbe for LocalJournalProbe {
+    async fn has_finished(&self, record: &RunRecord) -> Result<RunExitProbe, ProbeError> {
+        self.progress.step("probing", &record.run_id);
+        let options = ProbeOptions {
+            dir: self.dirs.for_run(record).await,
+            ..ProbeOptions::default()
+        };
+        JournalExitProbe::new(self.provider.clone(), self.instances.clone(), options)
+            .has_finished(record)
+            .await
+    }
+}
+
+/// The journal replay drive, reading each run's journal where its sandbox keeps it.
+#[derive(Clone)]
+struct LocalReplayDrive {
+    dirs: JournalDirs,
+    deps: ReplayDeps,
+    options: ReplayOptions,
+    progress: Progress,
+}
+
+impl Drive for LocalReplayDrive {
+    fn drive(
+        &self,
+        request: DriveRequest,
+        signal: CancellationToken,
+    ) -> Result<ChunkStream, DriveError> {
+        self.progress
+            .step("replaying the journal of", &request.run_id);
+        let this = self.clone();
+        let stream = async move {
+            let options = ReplayOptions {
+                journal_dir: this.dirs.for_run_id(&request.run_id).await,
+                ..this.options.clone()
+            };
+            match JournalReplayDrive::new(this.deps.clone(), options).drive(request, signal) {
+                Ok(stream) => stream,
+                Err(e) => Box::pin(futures::stream::iter([Err(e)])) as ChunkStream,
+            }
+        };
+        Ok(Box::pin(futures::stream::once(stream).flatten()))
+    }
+}
+
+/// When this process held the sweep lease: from just after it was granted to just before it was
+/// released, so two processes' intervals can be compared (they must never overlap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Held {
+    pub from: EpochMs,
+    pub to: EpochMs,
+}
+
+struct ObservedLeases {
+    inner: Arc<dyn LeaseStore>,
+    granted: Mutex<Option<EpochMs>>,
+    held: Mutex<Option<Held>>,
+    /// Leases granted and not yet released, so an abandoned sweep can give them back at once
+    /// instead of leaving them to expire.
+    outstanding: Mutex<Vec<Lease>>,
+}
+
+impl ObservedLeases {
+    fn track(&self, f: impl FnOnce(&mut Vec<Lease>)) {
+        f(&mut self.outstanding.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for ObservedLeases {
+    async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<LeaseGrant, StoreError> {
+        let grant = self.inner.acquire(key, owner, now, ttl_ms).await?;
+        if let LeaseGrant::Acquired(lease) = &grant {
+            if key == SWEEP_LEASE_KEY {
+                *self.granted.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(SystemClock.now_ms());
+            }
+            self.track(|v| v.push(lease.clone()));
+        }
+        Ok(grant)
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Option<Lease>, StoreError> {
+        let renewed = self.inner.renew(lease, now, ttl_ms).await?;
+        self.track(|v| {
+            v.retain(|l| l.token != lease.token);
+            v.extend(renewed.clone());
+        });
+        Ok(renewed)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        if lease.key == SWEEP_LEASE_KEY {
+            let to = SystemClock.now_ms();
+            if let Some(from) = self
+                .granted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(Held { from, to });
+            }
+        }
+        self.track(|v| v.retain(|l| l.token != lease.token));
+        self.inner.release(lease).await
+    }
+}
+
+/// Everything one sweep needs, built once per process.
+pub struct Sweeper {
+    pub deps: ReapDeps,
+    pub progress: Progress,
+    leases: Arc<ObservedLeases>,
+}
+
+/// How drives read journals.
+#[derive(Debug, Clone, Copy)]
+pub struct DriveTuning {
+    pub poll_ms: u64,
+}
+
+impl Default for DriveTuning {
+    fn default() -> Self {
+        DriveTuning {
+            poll_ms: ReplayOptions::default().poll_ms,
+        }
+    }
+}
+
+impl Sweeper {
+    pub fn new(
+        store: &SqliteStore,
+        provider: &LocalSandboxProvider,
+        journal_dir: Option<String>,
+        progress: Progress,
+        tuning: DriveTuning,
+    ) -> Self {
+        let store_arc = Arc::new(store.clone());
+        let runs: Arc<dyn RunStore> = store_arc.clone();
+        let instances: Arc<dyn SandboxInstanceStore> = store_arc.clone();
+        let sandboxes: Arc<dyn SandboxProvider> = Arc::new(provider.clone());
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let sleeper = Arc::new(TokioSleeper);
+        let dirs = JournalDirs {
+            provider: provider.clone(),
+            runs: runs.clone(),
+            instances: instances.clone(),
+            fixed: journal_dir,
+        };
+        let leases = Arc::new(ObservedLeases {
+            inner: store_arc.clone(),
+            granted: Mutex::new(None),
+            held: Mutex::new(None),
+            outstanding: Mutex::new(Vec::new()),
+        });
+        let drive = LocalReplayDrive {
+            dirs: dirs.clone(),
+            deps: ReplayDeps {
+                runs: runs.clone(),
+                instances: instances.clone(),
+                provider: sandboxes.clone(),
+                logs: store_arc.clone(),
+                messages: store_arc.clone(),
+                clock: clock.clone(),
+                sleeper: sleeper.clone(),
+            },
+            options: ReplayOptions {
+                poll_ms: tuning.poll_ms,
+                ..ReplayOptions::default()
+            },
+            progress: progress.clone(),
+        };
+        let deps = ReapDeps {
+            runs,
+            logs: store_arc.clone(),
+            leases: leases.clone(),
+            probe: Arc::new(LocalJournalProbe {
+                dirs,
+                provider: sandboxes.clone(),
+                instances: instances.clone(),
+                progress: progress.clone(),
+            }),
+            drive: Arc::new(drive),
+            reclaim: Some(Arc::new(SandboxReclaimer {
+                provider: sandboxes,
+                instances,
+            })),
+            clock,
+            sleeper,
+        };
+        Sweeper {
+            deps,
+            progress,
+            leases,
+        }
+    }
+
+    /// The interval this process held the sweep lease during its last sweep, if it did.
+    pub fn take_held(&self) -> Option<Held> {
+        self.leases
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Releases every lease an abandoned sweep still holds (the sweep lease and a run's claim),
+    /// so the next sweep, here or elsewhere, need not wait for them to expire.
+    pub async fn release_abandoned(&self) -> usize {
+        let leases = std::mem::take(
+            &mut *self
+                .leases
+                .outstanding
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut released = 0;
+        for lease in &leases {
+            match self.leases.inner.release(lease).await {
+                Ok(()) => released += 1,
+                Err(error) => {
+                    tracing::warn!(key = %lease.key, %error, "releasing an abandoned lease failed; it will expire")
+                }
+            }
+        }
+        released
+    }
+}
