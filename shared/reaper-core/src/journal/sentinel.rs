@@ -21,6 +21,12 @@ pub fn parse_exit_sentinel(line: &str, nonce: &str) -> Option<i64> {
     if line.is_empty() {
         return None;
     }
+    // A JSON string equal to the (hex) nonce either holds it literally or spells some of it
+    // with `\u` escapes; any other line cannot qualify, so the common case of plain agent
+    // output skips the JSON parse. Same answers, far less work on a 4 KiB tail.
+    if !line.contains(nonce) && !line.contains("\\u") {
+        return None;
+    }
     let value: Value = serde_json::from_str(line).ok()?;
     let object = value.as_object()?;
     match object.get("__nonce") {
