@@ -31,9 +31,15 @@ fuzz_target!(|data: &[u8]| {
     }
     match whole {
         Ok(bytes) => {
-            assert!(!failed, "the stream refused a frame the whole decoder accepted");
+            assert!(
+                !failed,
+                "the stream refused a frame the whole decoder accepted"
+            );
             assert_eq!(bytes, streamed);
         }
-        Err(_) => assert!(failed, "the stream accepted a frame the whole decoder refused"),
+        Err(_) => assert!(
+            failed,
+            "the stream accepted a frame the whole decoder refused"
+        ),
     }
 });

@@ -27,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
         if encoded.len() < 200 {
             let expected = DecodedJournalName::RunId(text.to_string());
-            assert_eq!(decode_journal_run_id(&format!("{encoded}.ndjson")), expected);
+            assert_eq!(
+                decode_journal_run_id(&format!("{encoded}.ndjson")),
+                expected
+            );
             assert_eq!(decode_journal_run_id(&format!("{encoded}.err")), expected);
         }
     }

@@ -4,9 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use reaper_core::journal::{
-    exit_sentinel_line, journal_paths, parse_journal_exit, JournalLines,
-};
+use reaper_core::journal::{exit_sentinel_line, journal_paths, parse_journal_exit, JournalLines};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&seed, rest)) = data.split_first() else {
