@@ -82,6 +82,13 @@ impl Shared {
         locks.entry(id.to_string()).or_default().clone()
     }
 
+    /// Forgets a destroyed sandbox's lock, so a long-lived provider does not accumulate them.
+    /// A caller still holding the old lock finds the metadata gone and fails with `NotFound`.
+    fn forget_lock(&self, id: &str) {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.remove(id);
+    }
+
     pub(crate) fn track_exec(&self, id: &str, pgid: i32) {
         let mut map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(id.to_string()).or_default().insert(pgid);
@@ -257,6 +264,7 @@ impl SandboxProvider for LocalSandboxProvider {
                 dir.display()
             ))
         })?;
+        self.shared.forget_lock(id);
         tracing::debug!(sandbox = %id, groups = groups.len(), "sandbox destroyed");
         Ok(())
     }

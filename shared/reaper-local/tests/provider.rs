@@ -373,3 +373,39 @@ async fn exec_in_a_destroyed_sandbox_is_not_found() {
         Err(SandboxError::NotFound(_))
     ));
 }
+
+#[test]
+fn a_started_agent_outlives_the_runtime_that_started_it() {
+    let (_root, provider) = provider();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (sbx, pid) = runtime.block_on(async {
+        let sbx = sandbox(&provider).await;
+        let fifo = sbx.work_dir().join("gate.fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let agent = sbx
+            .start_agent("outlives", "read _ < gate.fifo; echo after", None)
+            .await
+            .unwrap();
+        (sbx, agent.pid)
+    });
+    drop(runtime);
+    assert!(!process_dead(pid), "the agent died with the runtime");
+    std::fs::write(sbx.work_dir().join("gate.fifo"), "go\n").unwrap();
+    let journal = std::path::Path::new(sbx.journal_dir()).join("outlives.ndjson");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&journal).unwrap_or_default();
+        if text.contains("__exit") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(text.starts_with("after\n{\"__exit\":0,"), "{text:?}");
+}
