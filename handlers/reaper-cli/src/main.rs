@@ -10,6 +10,7 @@ mod status;
 mod sweep;
 mod wiring;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use config::{Command, LogFormat, Output, Settings};
@@ -117,6 +118,7 @@ fn init_tracing(s: Settings<'_>, output: &Output, default: &str) -> Result<(), F
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
