@@ -76,13 +76,7 @@ async fn scenario(sbx: &LocalSandbox, old_mtime_secs: i64) -> Observed {
     let old = journal_paths("bb-old-orphan", Some(&dir)).unwrap();
     // The same absolute mtime in both userlands, so the listings compare equal.
     for path in [&old.journal, &old.stderr] {
-        let status = std::process::Command::new("touch")
-            .arg("-d")
-            .arg(format!("@{old_mtime_secs}"))
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        common::touch_at(path, old_mtime_secs);
     }
 
     let probe = ProbeOptions {

@@ -125,19 +125,20 @@ pub fn run_record(run_id: &str, status: reaper_core::RunStatus) -> reaper_core::
     record
 }
 
-/// Sets a file's mtime to `secs_ago` seconds in the past with the real `touch -d`.
-pub fn age_file(path: &str, secs_ago: i64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+/// Sets a file's mtime to `epoch_secs` with the real `touch -d`.
+pub fn touch_at(path: &str, epoch_secs: i64) {
     let status = std::process::Command::new("touch")
         .arg("-d")
-        .arg(format!("@{}", now - secs_ago))
+        .arg(format!("@{epoch_secs}"))
         .arg(path)
         .status()
         .unwrap();
     assert!(status.success(), "touch -d failed on {path}");
+}
+
+/// Sets a file's mtime to `secs_ago` seconds in the past.
+pub fn age_file(path: &str, secs_ago: i64) {
+    touch_at(path, now_ms() / 1000 - secs_ago);
 }
 
 /// The current wall-clock time in ms.
