@@ -11,7 +11,9 @@ use std::time::Instant;
 use futures::stream;
 use reaper_core::domain::{Chunk, RunRecord};
 use reaper_core::error::{DriveError, ProbeError};
-use reaper_core::journal::{decode_base64_text, exit_sentinel_line, journal_paths, parse_journal_exit};
+use reaper_core::journal::{
+    decode_base64_text, exit_sentinel_line, journal_paths, parse_journal_exit,
+};
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
     CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, ExitProbe,
@@ -57,7 +59,12 @@ fn peak_rss_mib() -> f64 {
     usage.max_rss() as f64 / 1024.0
 }
 
-fn deps(store: &MemoryStore, probe: RunExitProbe, chunks: usize, clock: Arc<dyn Clock>) -> ReapDeps {
+fn deps(
+    store: &MemoryStore,
+    probe: RunExitProbe,
+    chunks: usize,
+    clock: Arc<dyn Clock>,
+) -> ReapDeps {
     ReapDeps {
         runs: Arc::new(store.clone()),
         logs: Arc::new(store.clone()),
@@ -80,7 +87,10 @@ fn seed(store: &MemoryStore, n: usize, detached_since: i64) {
 }
 
 fn sweep_workload(runs: usize, probe: RunExitProbe, chunks: usize, detached_since: i64) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let store = MemoryStore::new();
         seed(&store, runs, detached_since);
@@ -154,7 +164,10 @@ fn sentinel_scan() {
 }
 
 fn default_quiet_window() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let store = MemoryStore::new();
         seed(&store, 25, NOW - 60_000);
@@ -186,7 +199,12 @@ fn default_quiet_window() {
 fn run(workload: &str) {
     match workload {
         "producing" => sweep_workload(10_000, RunExitProbe::Producing, 0, NOW - 60_000),
-        "finished" => sweep_workload(2_000, RunExitProbe::Finished { exit_code: 0 }, 20, NOW - 60_000),
+        "finished" => sweep_workload(
+            2_000,
+            RunExitProbe::Finished { exit_code: 0 },
+            20,
+            NOW - 60_000,
+        ),
         "expired" => sweep_workload(2_000, RunExitProbe::Producing, 20, NOW - TTL as i64 - 1),
         "sentinel" => sentinel_scan(),
         "quiet" => default_quiet_window(),
@@ -195,18 +213,36 @@ fn run(workload: &str) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     if let Some(w) = args.first() {
         run(w);
         return;
     }
     let exe = std::env::current_exe().unwrap();
     for (w, title) in [
-        ("producing", "10,000 detached runs, all producing (reference: ~3.6 us/run, ~70 MB RSS)"),
-        ("finished", "2,000 finished runs replaying 20 chunks of ~100 B (reference: ~190 us/run)"),
-        ("expired", "2,000 expired runs replaying 20 chunks of ~100 B (reference: ~187 us/run)"),
-        ("sentinel", "sentinel scan of a 4 KiB journal tail (reference: ~33 us)"),
-        ("quiet", "default quiet window, logs quiet for longer than it"),
+        (
+            "producing",
+            "10,000 detached runs, all producing (reference: ~3.6 us/run, ~70 MB RSS)",
+        ),
+        (
+            "finished",
+            "2,000 finished runs replaying 20 chunks of ~100 B (reference: ~190 us/run)",
+        ),
+        (
+            "expired",
+            "2,000 expired runs replaying 20 chunks of ~100 B (reference: ~187 us/run)",
+        ),
+        (
+            "sentinel",
+            "sentinel scan of a 4 KiB journal tail (reference: ~33 us)",
+        ),
+        (
+            "quiet",
+            "default quiet window, logs quiet for longer than it",
+        ),
     ] {
         println!("{title}");
         let status = std::process::Command::new(&exe).arg(w).status().unwrap();

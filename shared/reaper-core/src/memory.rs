@@ -66,7 +66,10 @@ impl MemoryStore {
     /// Every row, in insertion order.
     pub fn all_runs(&self) -> Vec<RunRecord> {
         let s = self.lock();
-        s.order.iter().filter_map(|id| s.runs.get(id).cloned()).collect()
+        s.order
+            .iter()
+            .filter_map(|id| s.runs.get(id).cloned())
+            .collect()
     }
 }
 

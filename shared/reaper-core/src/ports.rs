@@ -162,7 +162,10 @@ pub struct Lease {
 pub enum LeaseGrant {
     Acquired(Lease),
     /// Another owner holds an unexpired lease.
-    Held { owner: String, expires_at: EpochMs },
+    Held {
+        owner: String,
+        expires_at: EpochMs,
+    },
 }
 
 /// Leases with owners and expiry: the per-run claim (`run-driver:<runId>`) and the sweep-wide
@@ -223,8 +226,12 @@ pub trait DeliveryLog: MaybeSend + MaybeSync {
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError>;
 
     /// Up to `limit` entries from offset `from`, in order. Never waits for more.
-    async fn read(&self, run_id: &str, from: u64, limit: usize)
-        -> Result<Vec<LogEntry>, StoreError>;
+    async fn read(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, StoreError>;
 }
 
 /// Sandbox instances by compound key. There is deliberately no `list`.

@@ -43,7 +43,10 @@ async fn first_claim_of_a_running_run_takes_epoch_one_under_its_lock_key() {
     let c = claim(&store, "claim-1", "a").await.unwrap();
     assert_eq!(c.epoch, 1);
     assert_eq!(c.lease().key, "run-driver:claim-1");
-    assert_eq!(store.get("claim-1").await.unwrap().unwrap().driver_epoch, Some(1));
+    assert_eq!(
+        store.get("claim-1").await.unwrap().unwrap().driver_epoch,
+        Some(1)
+    );
 }
 
 #[tokio::test]
@@ -58,10 +61,16 @@ async fn lease_is_held_while_claimed_and_free_after_release() {
     let store = MemoryStore::new();
     seed(&store, "r", RunStatus::Running, None).await;
     let c = claim(&store, "r", "a").await.unwrap();
-    let other = store.acquire("run-driver:r", "b", NOW, 1_000).await.unwrap();
+    let other = store
+        .acquire("run-driver:r", "b", NOW, 1_000)
+        .await
+        .unwrap();
     assert!(matches!(other, LeaseGrant::Held { ref owner, .. } if owner == "a"));
     c.release(&store).await;
-    let again = store.acquire("run-driver:r", "b", NOW, 1_000).await.unwrap();
+    let again = store
+        .acquire("run-driver:r", "b", NOW, 1_000)
+        .await
+        .unwrap();
     assert!(matches!(again, LeaseGrant::Acquired(_)));
 }
 
@@ -71,7 +80,13 @@ async fn busy_claim_is_refused_at_once_without_moving_the_epoch() {
     seed(&store, "r", RunStatus::Running, None).await;
     let _held = claim(&store, "r", "a").await.unwrap();
     let err = claim(&store, "r", "b").await.unwrap_err();
-    assert!(matches!(err, ReapError::ClaimNotAcquired { reason: ClaimRefusal::Busy, .. }));
+    assert!(matches!(
+        err,
+        ReapError::ClaimNotAcquired {
+            reason: ClaimRefusal::Busy,
+            ..
+        }
+    ));
     assert_eq!(store.get("r").await.unwrap().unwrap().driver_epoch, Some(1));
 }
 
@@ -111,7 +126,13 @@ async fn terminal_run_refuses_the_claim_and_keeps_its_epoch() {
 async fn unknown_run_refuses_the_claim() {
     let store = MemoryStore::new();
     let err = claim(&store, "nope", "a").await.unwrap_err();
-    assert!(matches!(err, ReapError::ClaimNotAcquired { reason: ClaimRefusal::Unknown, .. }));
+    assert!(matches!(
+        err,
+        ReapError::ClaimNotAcquired {
+            reason: ClaimRefusal::Unknown,
+            ..
+        }
+    ));
     assert!(store.get("nope").await.unwrap().is_none());
 }
 
@@ -150,7 +171,10 @@ async fn fenced_append_lands_while_the_claim_holds() {
     let store = MemoryStore::new();
     seed(&store, "r", RunStatus::Running, None).await;
     let c = claim(&store, "r", "a").await.unwrap();
-    writer(&store, &c).append("r", &[Chunk::text("x")], NOW).await.unwrap();
+    writer(&store, &c)
+        .append("r", &[Chunk::text("x")], NOW)
+        .await
+        .unwrap();
     assert_eq!(store.snapshot("r").await.unwrap().len, 1);
 }
 
@@ -160,10 +184,16 @@ async fn lost_lease_refuses_the_append_and_nothing_lands() {
     seed(&store, "r", RunStatus::Running, None).await;
     let c = claim(&store, "r", "a").await.unwrap();
     c.lose_lease();
-    let err = writer(&store, &c).append("r", &[Chunk::text("x")], NOW).await.unwrap_err();
+    let err = writer(&store, &c)
+        .append("r", &[Chunk::text("x")], NOW)
+        .await
+        .unwrap_err();
     assert!(matches!(
         err,
-        AppendError::Lost(ReapError::ClaimLost { observed: ObservedEpoch::LeaseLost, .. })
+        AppendError::Lost(ReapError::ClaimLost {
+            observed: ObservedEpoch::LeaseLost,
+            ..
+        })
     ));
     assert_eq!(store.snapshot("r").await.unwrap().len, 0);
 }
@@ -175,9 +205,16 @@ async fn moved_epoch_refuses_the_append_with_held_and_observed_epochs() {
     let c = claim(&store, "r", "a").await.unwrap();
     assert_eq!(c.epoch, 3);
     seed(&store, "r", RunStatus::Running, Some(4)).await;
-    let err = writer(&store, &c).append("r", &[Chunk::text("x")], NOW).await.unwrap_err();
+    let err = writer(&store, &c)
+        .append("r", &[Chunk::text("x")], NOW)
+        .await
+        .unwrap_err();
     match err {
-        AppendError::Lost(ReapError::ClaimLost { held_epoch, observed, .. }) => {
+        AppendError::Lost(ReapError::ClaimLost {
+            held_epoch,
+            observed,
+            ..
+        }) => {
             assert_eq!(held_epoch, 3);
             assert_eq!(observed, ObservedEpoch::Epoch(4));
         }
@@ -213,14 +250,28 @@ async fn once_refused_the_fence_stays_shut_with_the_original_error_and_no_store_
         log: &spy,
         claim: Some(&c),
     };
-    let first = w.append("r", &[Chunk::text("x")], NOW).await.unwrap_err().to_string();
+    let first = w
+        .append("r", &[Chunk::text("x")], NOW)
+        .await
+        .unwrap_err()
+        .to_string();
     // Even if the epoch "comes back", the latch keeps refusing.
     seed(&memory, "r", RunStatus::Running, Some(2)).await;
     spy.clear_ops();
-    let second = w.append("r", &[Chunk::text("y")], NOW).await.unwrap_err().to_string();
+    let second = w
+        .append("r", &[Chunk::text("y")], NOW)
+        .await
+        .unwrap_err()
+        .to_string();
     assert_eq!(first, second);
-    assert!(first.contains("held epoch 2") && first.contains("observed 9"), "{first}");
-    assert!(spy.ops().is_empty(), "a latched fence must not touch the store");
+    assert!(
+        first.contains("held epoch 2") && first.contains("observed 9"),
+        "{first}"
+    );
+    assert!(
+        spy.ops().is_empty(),
+        "a latched fence must not touch the store"
+    );
     assert_eq!(memory.snapshot("r").await.unwrap().len, 0);
 }
 
@@ -244,7 +295,9 @@ async fn healthy_claim_lands_every_append() {
     let c = claim(&store, "r", "a").await.unwrap();
     let w = writer(&store, &c);
     for i in 0..69 {
-        w.append("r", &[Chunk::text(&i.to_string())], NOW).await.unwrap();
+        w.append("r", &[Chunk::text(&i.to_string())], NOW)
+            .await
+            .unwrap();
     }
     assert_eq!(store.snapshot("r").await.unwrap().len, 69);
 }
@@ -253,10 +306,15 @@ async fn healthy_claim_lands_every_append() {
 async fn close_snapshot_and_read_work_after_the_claim_is_lost() {
     let store = MemoryStore::new();
     seed(&store, "r", RunStatus::Running, None).await;
-    store.append("r", None, &[Chunk::text("before")], NOW).await.unwrap();
+    store
+        .append("r", None, &[Chunk::text("before")], NOW)
+        .await
+        .unwrap();
     let c = claim(&store, "r", "a").await.unwrap();
     c.lose_lease();
-    let _ = writer(&store, &c).append("r", &[Chunk::text("x")], NOW).await;
+    let _ = writer(&store, &c)
+        .append("r", &[Chunk::text("x")], NOW)
+        .await;
     assert_eq!(store.snapshot("r").await.unwrap().len, 1);
     assert_eq!(store.read("r", 0, 10).await.unwrap().len(), 1);
     store.close("r", NOW).await.unwrap();
@@ -281,7 +339,10 @@ async fn quiesce(spy: &SpyStore, quiet: u64) -> Result<u64, ReapError> {
 #[tokio::test(start_paused = true)]
 async fn stable_log_quiesces_at_its_length() {
     let spy = SpyStore::new(MemoryStore::new());
-    spy.inner.append("r", None, &[Chunk::text("a"), Chunk::text("b")], NOW).await.unwrap();
+    spy.inner
+        .append("r", None, &[Chunk::text("a"), Chunk::text("b")], NOW)
+        .await
+        .unwrap();
     assert_eq!(quiesce(&spy, 25).await.unwrap(), 2);
 }
 

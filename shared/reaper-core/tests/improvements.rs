@@ -9,7 +9,7 @@ use reaper_core::domain::RunStatus;
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{Clock, DeliveryLog, RunStore};
 use reaper_core::reap::{sweep, ReapOutcome, SweepStatus};
-use reaper_core::{ClaimRefusal, Chunk, ReapError};
+use reaper_core::{Chunk, ClaimRefusal, ReapError};
 use reaper_testkit::fakes::{DriveScript, Op};
 
 const FRESH: i64 = NOW - 60_000;
@@ -25,13 +25,18 @@ async fn superseded_holder_paused_between_check_and_append_lands_nothing() {
     // Just before the first append reaches the store, a successor claims the run.
     h.store.before_each(move |op| {
         if matches!(op, Op::Append(r, _) if r == "r") {
-            let _ = futures::FutureExt::now_or_never(memory.bump_epoch("r")).expect("memory store is immediate");
+            let _ = futures::FutureExt::now_or_never(memory.bump_epoch("r"))
+                .expect("memory store is immediate");
         }
     });
     let report = h.sweep().await;
     assert_eq!(h.store.appended("r"), 0, "a superseded append landed");
     let r = h.record("r").await;
-    assert_eq!(r.status, RunStatus::Running, "a superseded terminal write landed");
+    assert_eq!(
+        r.status,
+        RunStatus::Running,
+        "a superseded terminal write landed"
+    );
     assert!(r.finished_at.is_none());
     assert_eq!(r.driver_epoch, Some(2));
     assert_eq!(entry(&report, "r").outcome, ReapOutcome::NotClaimed);
@@ -47,7 +52,8 @@ async fn superseded_holder_paused_between_check_and_terminal_write_cannot_termin
     let memory = h.memory.clone();
     h.store.before_each(move |op| {
         if matches!(op, Op::WriteTerminal(r, _) if r == "r") {
-            let _ = futures::FutureExt::now_or_never(memory.bump_epoch("r")).expect("memory store is immediate");
+            let _ = futures::FutureExt::now_or_never(memory.bump_epoch("r"))
+                .expect("memory store is immediate");
         }
     });
     let report = h.sweep().await;
@@ -111,7 +117,10 @@ async fn run_claimed_elsewhere_is_not_claimed_at_once() {
     assert_eq!(e.outcome, ReapOutcome::NotClaimed);
     assert!(matches!(
         e.error,
-        Some(ReapError::ClaimNotAcquired { reason: ClaimRefusal::Busy, .. })
+        Some(ReapError::ClaimNotAcquired {
+            reason: ClaimRefusal::Busy,
+            ..
+        })
     ));
     assert_eq!(h.clock.now_ms(), start);
     assert_eq!(h.record("r").await.driver_epoch, None);
@@ -144,10 +153,8 @@ async fn held_claim_is_renewed_while_a_long_drive_runs() {
     h.options.run_budget_ms = 10_000;
     h.seed("r", Some(FRESH), None);
     h.probe.finished("r", 0);
-    h.drive.script(
-        "r",
-        DriveScript::IgnoresAbort { every_ms: 100 },
-    );
+    h.drive
+        .script("r", DriveScript::IgnoresAbort { every_ms: 100 });
     let report = h.sweep().await;
     // Without renewals the 300 ms lease would lapse long before the 10 s budget; with them the
     // run is still this host's when the budget stops it.
@@ -203,8 +210,15 @@ async fn overlapping_sweeps_never_sweep_at_once_and_the_loser_says_so() {
     let deps = h.deps();
     let mut other = h.options.clone();
     other.owner = "other-host".into();
-    let (a, b) = tokio::join!(sweep(&deps, &h.options, 60_000), sweep(&deps, &other, 60_000));
-    let (winner, loser) = if a.sweep == SweepStatus::Swept { (a, b) } else { (b, a) };
+    let (a, b) = tokio::join!(
+        sweep(&deps, &h.options, 60_000),
+        sweep(&deps, &other, 60_000)
+    );
+    let (winner, loser) = if a.sweep == SweepStatus::Swept {
+        (a, b)
+    } else {
+        (b, a)
+    };
     assert_eq!(winner.sweep, SweepStatus::Swept);
     assert_eq!(winner.report.outcomes.finalized, 3);
     match loser.sweep {

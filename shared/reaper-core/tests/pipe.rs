@@ -87,11 +87,17 @@ fn abort_midway(signal: CancellationToken, after: &'static str) -> ChunkStream {
 async fn two_chunks_complete_the_run_and_replay_in_order() {
     let f = Fixture::new();
     let r = f
-        .pipe(chunks(vec![Ok(Chunk::text("hello ")), Ok(Chunk::text("world"))]), None)
+        .pipe(
+            chunks(vec![Ok(Chunk::text("hello ")), Ok(Chunk::text("world"))]),
+            None,
+        )
         .await;
     assert_eq!(r.status, RunStatus::Completed);
     assert_eq!(r.thread_id, "t1");
-    assert_eq!(f.store.record("r1").await.unwrap().status, RunStatus::Completed);
+    assert_eq!(
+        f.store.record("r1").await.unwrap().status,
+        RunStatus::Completed
+    );
     assert_eq!(f.store.closes("r1"), 1);
     assert_eq!(deltas(&f.log().await), vec!["hello ", "world"]);
 }
@@ -131,7 +137,9 @@ async fn run_error_chunk_is_appended_then_fails_the_run_with_its_message() {
         .pipe(
             chunks(vec![
                 Ok(Chunk::text("a")),
-                Ok(Chunk::run_error(&RunError::new("provider rejected the request"))),
+                Ok(Chunk::run_error(&RunError::new(
+                    "provider rejected the request",
+                ))),
                 Ok(Chunk::text("never")),
             ]),
             None,
@@ -236,7 +244,10 @@ async fn failed_recovery_append_joins_both_messages() {
     });
     let (logs, _g) = LogCapture::install();
     let r = f
-        .pipe(chunks(vec![Err(DriveError::new("provider exploded"))]), None)
+        .pipe(
+            chunks(vec![Err(DriveError::new("provider exploded"))]),
+            None,
+        )
         .await;
     assert_eq!(r.status, RunStatus::Failed);
     let message = r.error.unwrap().message;
@@ -250,7 +261,8 @@ async fn failed_recovery_append_joins_both_messages() {
 async fn failed_create_or_resume_fails_the_run_with_a_run_error() {
     let f = Fixture::new();
     f.store.fail_when(|op, _| {
-        matches!(op, Op::CreateOrResume(_)).then(|| StoreError::Backend("store create failed".into()))
+        matches!(op, Op::CreateOrResume(_))
+            .then(|| StoreError::Backend("store create failed".into()))
     });
     let (logs, _g) = LogCapture::install();
     let r = f.pipe(chunks(vec![Ok(Chunk::text("x"))]), None).await;
@@ -298,7 +310,10 @@ async fn ready_chunks_are_appended_in_batches() {
         .filter(|o| matches!(o, Op::Append(..)))
         .count();
     assert_eq!(f.log().await.len(), 200);
-    assert_eq!(appends, 200usize.div_ceil(reaper_core::pipe::MAX_APPEND_BATCH));
+    assert_eq!(
+        appends,
+        200usize.div_ceil(reaper_core::pipe::MAX_APPEND_BATCH)
+    );
 }
 
 // ---- H7: the fenced pipe -------------------------------------------------------------------
@@ -321,7 +336,11 @@ async fn claimed(f: &Fixture) -> Claim {
 }
 
 fn set_epoch(store: &MemoryStore, epoch: u64) {
-    let mut r = store.all_runs().into_iter().find(|r| r.run_id == "r1").unwrap();
+    let mut r = store
+        .all_runs()
+        .into_iter()
+        .find(|r| r.run_id == "r1")
+        .unwrap();
     r.driver_epoch = Some(epoch);
     store.put_run(r);
 }
@@ -332,11 +351,16 @@ async fn superseded_driver_cannot_terminalize_or_append() {
     let claim = claimed(&f).await;
     set_epoch(&f.store.inner, 9);
     let (logs, _g) = LogCapture::install();
-    let r = f.pipe(chunks(vec![Ok(Chunk::text("x"))]), Some(&claim)).await;
+    let r = f
+        .pipe(chunks(vec![Ok(Chunk::text("x"))]), Some(&claim))
+        .await;
     assert_eq!(r.status, RunStatus::Running);
     assert!(r.finished_at.is_none() && r.error.is_none());
     assert_eq!(r.driver_epoch, Some(9));
-    assert!(f.log().await.is_empty(), "neither the chunk nor a RUN_ERROR may land");
+    assert!(
+        f.log().await.is_empty(),
+        "neither the chunk nor a RUN_ERROR may land"
+    );
     assert_eq!(f.store.closes("r1"), 1);
     let suppressed = logs
         .events()
@@ -351,7 +375,9 @@ async fn lost_lease_suppresses_the_aborted_write() {
     let f = Fixture::new();
     let claim = claimed(&f).await;
     claim.lose_lease();
-    let r = f.pipe(chunks(vec![Ok(Chunk::text("x"))]), Some(&claim)).await;
+    let r = f
+        .pipe(chunks(vec![Ok(Chunk::text("x"))]), Some(&claim))
+        .await;
     assert_eq!(r.status, RunStatus::Running);
     assert!(r.finished_at.is_none());
     assert_eq!(f.store.closes("r1"), 1);
@@ -394,12 +420,18 @@ async fn unsuperseded_claim_records_a_throwing_stream_as_failed() {
     let f = Fixture::new();
     let claim = claimed(&f).await;
     let r = f
-        .pipe(chunks(vec![Err(DriveError::new("provider exploded"))]), Some(&claim))
+        .pipe(
+            chunks(vec![Err(DriveError::new("provider exploded"))]),
+            Some(&claim),
+        )
         .await;
     assert_eq!(r.status, RunStatus::Failed);
     assert!(r.error.unwrap().message.contains("provider exploded"));
     assert!(r.finished_at.is_some());
     let log = f.log().await;
     assert_eq!(log.len(), 1);
-    assert_eq!(log[0], Chunk::run_error(&RunError::new("provider exploded")));
+    assert_eq!(
+        log[0],
+        Chunk::run_error(&RunError::new("provider exploded"))
+    );
 }

@@ -275,7 +275,10 @@ async fn run_completed_before_its_claim_is_not_claimed_with_no_writes() {
         .to_string()
         .contains("driver claim not acquired"));
     // The only store call that could write was the atomic epoch bump, and it refused.
-    assert_eq!(h.store.writes_for("gone"), vec![Op::BumpEpoch("gone".into())]);
+    assert_eq!(
+        h.store.writes_for("gone"),
+        vec![Op::BumpEpoch("gone".into())]
+    );
     let r = h.record("gone").await;
     assert_eq!(r.cancel_requested, None);
     assert_eq!(r.driver_epoch, None);

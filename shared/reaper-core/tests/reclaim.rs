@@ -56,7 +56,9 @@ impl SandboxInstanceStore for DownStore {
 async fn sandbox_is_destroyed_and_its_record_deleted() {
     let instances = instances_with("k1", "sbx-1", "fake").await;
     let provider = FakeProvider::new("fake");
-    let outcome = reclaim_sandbox(&record(Some("k1")), &provider, &instances).await.unwrap();
+    let outcome = reclaim_sandbox(&record(Some("k1")), &provider, &instances)
+        .await
+        .unwrap();
     assert_eq!(outcome, ReclaimOutcome::Destroyed);
     assert_eq!(provider.destroy_calls(), vec!["sbx-1"]);
     assert!(instances.get("k1").await.unwrap().is_none());
@@ -67,7 +69,9 @@ async fn failed_destroy_is_reported_and_the_record_is_still_deleted() {
     let instances = instances_with("k1", "sbx-1", "fake").await;
     let provider = FakeProvider::new("fake");
     provider.fail_destroy("sbx-1");
-    let outcome = reclaim_sandbox(&record(Some("k1")), &provider, &instances).await.unwrap();
+    let outcome = reclaim_sandbox(&record(Some("k1")), &provider, &instances)
+        .await
+        .unwrap();
     assert_eq!(outcome, ReclaimOutcome::DestroyFailed);
     assert_ne!(outcome, ReclaimOutcome::Destroyed);
     assert!(instances.get("k1").await.unwrap().is_none());
@@ -76,7 +80,9 @@ async fn failed_destroy_is_reported_and_the_record_is_still_deleted() {
 #[tokio::test]
 async fn run_without_a_sandbox_key_needs_no_reclaim() {
     let provider = FakeProvider::new("fake");
-    let outcome = reclaim_sandbox(&record(None), &provider, &MemoryStore::new()).await.unwrap();
+    let outcome = reclaim_sandbox(&record(None), &provider, &MemoryStore::new())
+        .await
+        .unwrap();
     assert_eq!(outcome, ReclaimOutcome::NoSandboxKey);
     assert!(provider.destroy_calls().is_empty());
 }
@@ -84,7 +90,9 @@ async fn run_without_a_sandbox_key_needs_no_reclaim() {
 #[tokio::test]
 async fn empty_sandbox_key_is_not_treated_as_missing() {
     let provider = FakeProvider::new("fake");
-    let outcome = reclaim_sandbox(&record(Some("")), &provider, &MemoryStore::new()).await.unwrap();
+    let outcome = reclaim_sandbox(&record(Some("")), &provider, &MemoryStore::new())
+        .await
+        .unwrap();
     assert_eq!(outcome, ReclaimOutcome::NotFound);
 }
 
@@ -103,7 +111,9 @@ async fn instance_of_another_provider_is_refused_and_kept() {
     let instances = instances_with("k1", "sbx-1", "daytona").await;
     let provider = FakeProvider::new("docker");
     let (logs, _g) = LogCapture::install();
-    let outcome = reclaim_sandbox(&record(Some("k1")), &provider, &instances).await.unwrap();
+    let outcome = reclaim_sandbox(&record(Some("k1")), &provider, &instances)
+        .await
+        .unwrap();
     assert_eq!(outcome, ReclaimOutcome::ProviderMismatch);
     assert!(provider.destroy_calls().is_empty());
     assert!(instances.get("k1").await.unwrap().is_some());
@@ -113,12 +123,17 @@ async fn instance_of_another_provider_is_refused_and_kept() {
 #[tokio::test]
 async fn instance_store_failure_propagates_without_a_destroy() {
     let provider = FakeProvider::new("fake");
-    let err = reclaim_sandbox(&record(Some("k1")), &provider, &DownStore).await.unwrap_err();
+    let err = reclaim_sandbox(&record(Some("k1")), &provider, &DownStore)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("store down"));
     assert!(provider.destroy_calls().is_empty());
 }
 
-fn reclaimer(provider: &FakeProvider, instances: Arc<dyn SandboxInstanceStore>) -> SandboxReclaimer {
+fn reclaimer(
+    provider: &FakeProvider,
+    instances: Arc<dyn SandboxInstanceStore>,
+) -> SandboxReclaimer {
     SandboxReclaimer {
         provider: Arc::new(provider.clone()),
         instances,
@@ -130,7 +145,10 @@ async fn reclaimer_resolves_after_a_clean_teardown() {
     let instances = Arc::new(instances_with("k1", "sbx-1", "fake").await);
     let provider = FakeProvider::new("fake");
     let (logs, _g) = LogCapture::install();
-    reclaimer(&provider, instances.clone()).reclaim(&record(Some("k1"))).await.unwrap();
+    reclaimer(&provider, instances.clone())
+        .reclaim(&record(Some("k1")))
+        .await
+        .unwrap();
     assert_eq!(provider.destroy_calls(), vec!["sbx-1"]);
     assert!(instances.get("k1").await.unwrap().is_none());
     assert_eq!(logs.count(Level::ERROR), 0);
@@ -181,7 +199,10 @@ async fn reclaimer_resolves_when_there_is_nothing_to_tear_down() {
     let r = reclaimer(&provider, Arc::new(MemoryStore::new()));
     r.reclaim(&record(None)).await.unwrap();
     r.reclaim(&record(Some("missing"))).await.unwrap();
-    let other = reclaimer(&provider, Arc::new(instances_with("k1", "sbx-1", "daytona").await));
+    let other = reclaimer(
+        &provider,
+        Arc::new(instances_with("k1", "sbx-1", "daytona").await),
+    );
     other.reclaim(&record(Some("k1"))).await.unwrap();
     assert!(provider.destroy_calls().is_empty());
 }

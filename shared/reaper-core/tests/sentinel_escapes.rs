@@ -1,7 +1,9 @@
 //! The sentinel scan skips the JSON parse for lines that cannot hold the nonce; that shortcut
 //! must not change any answer, including for a sentinel whose nonce is spelled with escapes.
 
-use reaper_core::journal::{exit_sentinel_line, journal_paths, parse_exit_sentinel, parse_journal_exit};
+use reaper_core::journal::{
+    exit_sentinel_line, journal_paths, parse_exit_sentinel, parse_journal_exit,
+};
 
 #[test]
 fn sentinel_with_a_unicode_escaped_nonce_is_still_genuine() {
@@ -24,5 +26,8 @@ fn agent_output_without_the_nonce_is_skipped_and_the_real_sentinel_found() {
         exit_sentinel_line(&paths, 9)
     );
     assert_eq!(parse_journal_exit(&text, &paths), Some(9));
-    assert_eq!(parse_journal_exit("{\"delta\":\"a\"}\n{\"__exit\":0}\n", &paths), None);
+    assert_eq!(
+        parse_journal_exit("{\"delta\":\"a\"}\n{\"__exit\":0}\n", &paths),
+        None
+    );
 }
