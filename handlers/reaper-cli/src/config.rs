@@ -111,25 +111,38 @@ pub struct Sandboxes {
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// Runs detached longer than this are expired (required; e.g. 30m).
-    #[arg(long, env = "REAPER_DETACHED_TTL", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "REAPER_DETACHED_TTL",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub detached_ttl: Option<String>,
     /// How long one run's drive may take.
     #[arg(
         long,
         env = "REAPER_RUN_BUDGET",
         default_value = "30s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
     pub run_budget: String,
     /// The most runs one sweep handles.
-    #[arg(long, env = "REAPER_MAX_RUNS", default_value = "25", value_name = "N")]
+    #[arg(
+        long,
+        env = "REAPER_MAX_RUNS",
+        default_value = "25",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
     pub max_runs: String,
     /// How long a run's delivery log must be quiet before a drive appends to it.
     #[arg(
         long,
         env = "REAPER_QUIET_WINDOW",
         default_value = "5s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
     pub quiet_window: String,
     /// Print a progress line per run once a sweep has taken this long.
@@ -137,7 +150,8 @@ pub struct SweepArgs {
         long,
         env = "REAPER_PROGRESS_AFTER",
         default_value = "2s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
     pub progress_after: String,
 }
@@ -149,7 +163,8 @@ pub struct PruneArgs {
         long,
         env = "REAPER_ORPHAN_TTL",
         default_value = "1h",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
     pub orphan_ttl: String,
     /// The most runs' journals deleted per sandbox per prune.
@@ -157,7 +172,8 @@ pub struct PruneArgs {
         long,
         env = "REAPER_MAX_DELETES",
         default_value = "200",
-        value_name = "N"
+        value_name = "N",
+        allow_hyphen_values = true
     )]
     pub max_deletes: String,
     /// Delivery-log events of runs finished longer ago than this are deleted.
@@ -165,7 +181,8 @@ pub struct PruneArgs {
         long,
         env = "REAPER_EVENT_RETENTION",
         default_value = "30d",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
     pub event_retention: String,
 }
@@ -206,7 +223,8 @@ pub struct WatchCmd {
         long,
         env = "REAPER_EVERY",
         default_value = "60s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
     pub every: String,
     /// Time between journal prunes and event retention.
@@ -214,7 +232,8 @@ pub struct WatchCmd {
         long,
         env = "REAPER_PRUNE_EVERY",
         default_value = "10m",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_hyphen_values = true
     )]
     pub prune_every: String,
     #[command(flatten)]
@@ -238,7 +257,12 @@ pub struct StatusCmd {
     #[command(flatten)]
     pub db: Db,
     /// Optional here: marks the runs a sweep would expire.
-    #[arg(long, env = "REAPER_DETACHED_TTL", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "REAPER_DETACHED_TTL",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub detached_ttl: Option<String>,
     #[command(flatten)]
     pub output: Output,

@@ -730,7 +730,14 @@ fn render(
         human_ms(orphan.age_ms)
     );
     let mut prune_table = Table::new(&["SANDBOX OF", "DELETED", "KEPT"]);
-    for j in &pruned.journals {
+    // In the scene's order, not the sandboxes' random ids.
+    let mut journals: Vec<_> = pruned.journals.iter().collect();
+    journals.sort_by_key(|j| {
+        staged
+            .iter()
+            .position(|s| s.sandbox_id.as_deref() == Some(j.sandbox.as_str()))
+    });
+    for j in journals {
         let kept: Vec<String> = j
             .report
             .kept

@@ -1,0 +1,225 @@
+//! Settings: every bad value names the setting as the user gave it, what was wrong and what is
+//! accepted, and exits 1 before anything is opened.
+
+mod common;
+
+use common::{reaper, run};
+
+#[test]
+fn bad_values_name_the_setting_say_what_is_accepted_and_exit_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("never-created.db");
+    let cases: &[(&[&str], &[(&str, &str)], &str, &str)] = &[
+        (
+            &["--run-budget", "-5s"],
+            &[],
+            "invalid value for --run-budget: \"-5s\"",
+            "expected a duration like 30s, 5m or 250ms (1ms..24d)",
+        ),
+        (
+            &[],
+            &[("REAPER_RUN_BUDGET", "-5s")],
+            "invalid value for REAPER_RUN_BUDGET: \"-5s\"",
+            "(1ms..24d)",
+        ),
+        (
+            &[],
+            &[("REAPER_RUN_BUDGET", "30")],
+            "invalid value for REAPER_RUN_BUDGET: \"30\"",
+            "a duration like 30s",
+        ),
+        (
+            &[],
+            &[("REAPER_RUN_BUDGET", "0s")],
+            "REAPER_RUN_BUDGET",
+            "(1ms..24d)",
+        ),
+        (&["--run-budget", "30d"], &[], "--run-budget", "(1ms..24d)"),
+        (
+            &[],
+            &[("REAPER_QUIET_WINDOW", "soon")],
+            "invalid value for REAPER_QUIET_WINDOW",
+            "(0ms..24d)",
+        ),
+        (
+            &[],
+            &[("REAPER_DETACHED_TTL", "forever")],
+            "invalid value for REAPER_DETACHED_TTL: \"forever\"",
+            "(1ms..3650d)",
+        ),
+        (
+            &["--max-runs", "-1"],
+            &[],
+            "invalid value for --max-runs: \"-1\"",
+            "a whole number from 0 to 100000",
+        ),
+        (
+            &[],
+            &[("REAPER_MAX_RUNS", "lots")],
+            "REAPER_MAX_RUNS",
+            "a whole number",
+        ),
+        (
+            &[],
+            &[("REAPER_LOG_FORMAT", "xml")],
+            "invalid value for REAPER_LOG_FORMAT: \"xml\"",
+            "expected text or json",
+        ),
+        (
+            &[],
+            &[("REAPER_LOG", "reaper=loud")],
+            "invalid value for REAPER_LOG",
+            "expected tracing directives",
+        ),
+        (
+            &[],
+            &[("REAPER_JOURNAL_DIR", "journals")],
+            "invalid value for --journal-dir (REAPER_JOURNAL_DIR): \"journals\"",
+            "an absolute path",
+        ),
+    ];
+    for (args, env, names, accepted) in cases {
+        let mut cmd = reaper();
+        cmd.arg("sweep")
+            .arg("--db")
+            .arg(&db)
+            .args(["--sandboxes", "/"]);
+        if !env.iter().any(|(k, _)| *k == "REAPER_DETACHED_TTL") {
+            cmd.args(["--detached-ttl", "10m"]);
+        }
+        cmd.args(*args).envs(env.iter().copied());
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 1, "{args:?} {env:?}: stdout {stdout} stderr {stderr}");
+        assert!(
+            stderr.contains(names),
+            "{args:?} {env:?}: {stderr:?} should name {names:?}"
+        );
+        assert!(
+            stderr.contains(accepted),
+            "{args:?} {env:?}: {stderr:?} should say {accepted:?}"
+        );
+        assert!(!db.exists(), "a bad setting must not touch the database");
+    }
+}
+
+#[test]
+fn watch_prune_and_status_settings_are_checked_the_same_way() {
+    for (command, env, names) in [
+        (
+            "watch",
+            ("REAPER_EVERY", "1"),
+            "invalid value for REAPER_EVERY: \"1\"",
+        ),
+        (
+            "watch",
+            ("REAPER_PRUNE_EVERY", "5ms"),
+            "invalid value for REAPER_PRUNE_EVERY",
+        ),
+        (
+            "watch",
+            ("REAPER_ORPHAN_TTL", "old"),
+            "invalid value for REAPER_ORPHAN_TTL",
+        ),
+        (
+            "prune",
+            ("REAPER_ORPHAN_TTL", "old"),
+            "invalid value for REAPER_ORPHAN_TTL",
+        ),
+        (
+            "prune",
+            ("REAPER_MAX_DELETES", "1e9"),
+            "invalid value for REAPER_MAX_DELETES",
+        ),
+        (
+            "prune",
+            ("REAPER_EVENT_RETENTION", "-1d"),
+            "invalid value for REAPER_EVENT_RETENTION",
+        ),
+        (
+            "status",
+            ("REAPER_DETACHED_TTL", "0ms"),
+            "invalid value for REAPER_DETACHED_TTL",
+        ),
+    ] {
+        let mut cmd = reaper();
+        cmd.args([command, "--db", "/nonexistent/reaper.db"])
+            .env(env.0, env.1);
+        if command != "status" {
+            cmd.args(["--sandboxes", "/"]);
+        }
+        if command == "watch" {
+            cmd.args(["--detached-ttl", "1m"]);
+        }
+        let (code, _, stderr) = run(&mut cmd);
+        assert_eq!(code, 1, "{command} {env:?}: {stderr}");
+        assert!(stderr.contains(names), "{command} {env:?}: {stderr}");
+        assert!(stderr.contains("expected"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_flag_wins_over_its_environment_variable() {
+    let (code, _, stderr) = run(reaper()
+        .args([
+            "sweep",
+            "--db",
+            "/nonexistent/reaper.db",
+            "--sandboxes",
+            "/",
+            "--detached-ttl",
+            "1m",
+        ])
+        .args(["--run-budget", "5s"])
+        .env("REAPER_RUN_BUDGET", "nonsense"));
+    assert_eq!(
+        code, 3,
+        "the setting is fine, so the missing database is the error: {stderr}"
+    );
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}
+
+#[test]
+fn the_ttl_has_no_default_and_its_absence_names_the_variable() {
+    let (code, _, stderr) = run(reaper().args(["sweep", "--db", "x.db", "--sandboxes", "/"]));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("missing setting"), "{stderr}");
+    assert!(
+        stderr.contains("--detached-ttl") && stderr.contains("REAPER_DETACHED_TTL"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_usage_error_exits_1_because_2_means_a_run_failed() {
+    let (code, _, stderr) = run(reaper().args(["sweep", "--no-such-flag"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("--no-such-flag"), "{stderr}");
+    let (code, _, _) = run(reaper().arg("explode"));
+    assert_eq!(code, 1);
+    let (code, stdout, _) = run(reaper().arg("--help"));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Exit codes"), "{stdout}");
+}
+
+/// The README's settings table is the one `--help` prints.
+#[test]
+fn readme_settings_table_matches_the_help() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let (_, help, _) = run(reaper().arg("--help"));
+    let table = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("| ") && l.contains("`REAPER_") || l.starts_with("| Setting |")
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let in_help = table(&help);
+    assert!(in_help.len() >= 16, "{help}");
+    assert_eq!(
+        table(&readme),
+        in_help,
+        "copy the table from `reaper --help` into the README"
+    );
+}

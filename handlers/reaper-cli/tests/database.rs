@@ -1,0 +1,172 @@
+//! Databases the reaper must not touch: a clear error, a non-zero exit, the file unchanged.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+use common::{reaper, run};
+
+/// Runs every command that opens the database against `db`; each must fail with `needle` and
+/// exit 3, leaving the file byte-for-byte as it was.
+fn refused_by_every_command(db: &Path, needle: &str) {
+    let before = std::fs::read(db).unwrap();
+    let sandboxes = db.parent().unwrap().join("sandboxes");
+    std::fs::create_dir_all(&sandboxes).unwrap();
+    for args in [
+        &["sweep", "--detached-ttl", "10m"][..],
+        &["prune"],
+        &["status"],
+        &["watch", "--detached-ttl", "10m", "--every", "10ms"],
+    ] {
+        let mut cmd = reaper();
+        cmd.args(args).arg("--db").arg(db);
+        if args[0] != "status" {
+            cmd.arg("--sandboxes").arg(&sandboxes);
+        }
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 3, "{args:?}: stdout {stdout} stderr {stderr}");
+        assert!(
+            stderr.contains("reaper: error: cannot open the database"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {stderr} should say {needle:?}"
+        );
+        assert_eq!(
+            std::fs::read(db).unwrap(),
+            before,
+            "{args:?} changed the file"
+        );
+        let side = |suffix: &str| std::path::PathBuf::from(format!("{}{suffix}", db.display()));
+        if args[0] == "status" {
+            // SQLite's read-only open of a WAL-mode file sets up its shared-memory index and an
+            // empty log beside it (reported to the reaper-sqlite owner); no data is written.
+            if side("-wal").exists() {
+                assert_eq!(
+                    std::fs::metadata(side("-wal")).unwrap().len(),
+                    0,
+                    "status wrote a log"
+                );
+            }
+            let _ = std::fs::remove_file(side("-wal"));
+            let _ = std::fs::remove_file(side("-shm"));
+        }
+        for suffix in ["-wal", "-shm", "-journal"] {
+            assert!(
+                !side(suffix).exists(),
+                "{args:?} created {}",
+                side(suffix).display()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_corrupted_database_file_is_refused_and_left_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("reaper.db");
+    let mut bytes = b"this is not a database; ".repeat(200);
+    bytes.extend(0u8..=255);
+    std::fs::write(&db, &bytes).unwrap();
+    refused_by_every_command(&db, "is not a SQLite database");
+}
+
+#[test]
+fn a_damaged_sqlite_file_is_refused_and_left_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("reaper.db");
+    // A real reaper database whose pages after the header were overwritten.
+    drop(reaper_sqlite::SqliteStore::open(&db).unwrap());
+    let mut bytes = std::fs::read(&db).unwrap();
+    for b in bytes.iter_mut().skip(100) {
+        *b = 0xA5;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    refused_by_every_command(&db, "reaper.db");
+}
+
+#[test]
+fn another_applications_sqlite_database_is_refused_and_left_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("app.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); \
+             INSERT INTO users (name) VALUES ('ada'), ('grace');",
+        )
+        .unwrap();
+    }
+    refused_by_every_command(&db, "another application (tables: users)");
+}
+
+#[test]
+fn a_missing_database_is_not_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("typo.db");
+    let (code, _, stderr) = run(reaper()
+        .args(["sweep", "--detached-ttl", "10m", "--db"])
+        .arg(&db)
+        .arg("--sandboxes")
+        .arg(tmp.path()));
+    assert_eq!(code, 3);
+    assert!(
+        stderr.contains("does not exist") && stderr.contains("REAPER_DB"),
+        "{stderr}"
+    );
+    assert!(!db.exists());
+}
+
+/// A directory the reaper's user cannot write. As root (where permission bits do not bind), the
+/// binary runs as `nobody` so the read-only directory is really read-only to it.
+#[test]
+fn a_read_only_database_directory_is_a_clear_error_and_nothing_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tmp.path().join("ro");
+    let sandboxes = tmp.path().join("sandboxes");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&sandboxes).unwrap();
+    let db = dir.join("reaper.db");
+    drop(reaper_sqlite::SqliteStore::open(&db).unwrap());
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let before = std::fs::read(&db).unwrap();
+    let listing = |d: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let files_before = listing(&dir);
+
+    for args in [&["sweep", "--detached-ttl", "10m"][..], &["prune"]] {
+        let mut cmd = reaper();
+        cmd.args(args)
+            .arg("--db")
+            .arg(&db)
+            .arg("--sandboxes")
+            .arg(&sandboxes);
+        if nix::unistd::geteuid().is_root() {
+            cmd.uid(65534).gid(65534);
+        }
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 3, "{args:?}: stdout {stdout} stderr {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "the database directory {} is not writable",
+                dir.display()
+            )),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("reaper.db-wal"), "says why: {stderr}");
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    assert_eq!(listing(&dir), files_before);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
