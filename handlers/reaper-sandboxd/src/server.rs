@@ -11,7 +11,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
+use reaper_core::journal::{journal_paths, journaled_command};
 use reaper_core::{ExecOptions, SandboxError, SandboxHandle, SandboxProvider};
 use reaper_http_sandbox::api::{
     codes, AgentInfo, AgentStarted, CreateSandboxRequest, ExecRequest, ExecResult, Health,
@@ -182,9 +183,15 @@ async fn method_not_allowed(request: Request) -> ApiError {
     )
 }
 
-/// A request body read up to the daemon's limit: a larger one is a 413, refused from its
-/// `Content-Length` before reading, or as soon as a chunked body passes the limit.
+/// A request body read up to the daemon's limit; a larger one is a 413.
+///
+/// An oversized body is still read and discarded, up to [`DRAIN_MAX_BYTES`], before the 413 is
+/// sent: a client that is still writing when the connection closes sees a broken pipe instead of
+/// the answer. Past that bound the 413 goes out at once and the connection is dropped.
 struct LimitedBody(Bytes);
+
+/// The most bytes of an oversized body read (and thrown away) so the client gets its 413.
+const DRAIN_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 impl FromRequest<Shared> for LimitedBody {
     type Rejection = ApiError;
@@ -206,16 +213,35 @@ impl FromRequest<Shared> for LimitedBody {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
+        if declared.is_some_and(|n| n > DRAIN_MAX_BYTES) {
             return Err(too_large());
         }
-        match Limited::new(request.into_body(), limit).collect().await {
-            Ok(collected) => Ok(LimitedBody(collected.to_bytes())),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-            Err(e) => Err(ApiError::invalid(format!(
-                "cannot read the request body: {e}"
-            ))),
+        let mut over = declared.is_some_and(|n| n > limit as u64);
+        let mut body = request.into_body();
+        let mut kept: Vec<u8> = Vec::new();
+        let mut seen: u64 = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|e| ApiError::invalid(format!("cannot read the request body: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            seen += data.len() as u64;
+            if over {
+                if seen > DRAIN_MAX_BYTES {
+                    break;
+                }
+            } else if kept.len() + data.len() > limit {
+                over = true;
+                kept = Vec::new();
+            } else {
+                kept.extend_from_slice(&data);
+            }
         }
+        if over {
+            return Err(too_large());
+        }
+        Ok(LimitedBody(Bytes::from(kept)))
     }
 }
 
@@ -238,12 +264,23 @@ fn sandbox_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiEr
     Ok(id)
 }
 
-/// A NUL cannot be passed to a process; refusing it here keeps it a 400 rather than a spawn
-/// failure.
-fn no_nul(value: &str, field: &str) -> Result<(), ApiError> {
-    if value.contains('\0') {
+/// The longest single argument Linux passes to a process (`MAX_ARG_STRLEN`, 32 pages, minus the
+/// NUL): the script of `sh -c` is one argument.
+pub const MAX_SCRIPT_BYTES: usize = 128 * 1024 - 1;
+
+/// A script `sh -c` can be given: no NUL, not longer than one argument may be. Refusing here
+/// keeps these a 400 rather than a spawn failure.
+fn runnable(script: &str, field: &str) -> Result<(), ApiError> {
+    if script.contains('\0') {
         return Err(ApiError::invalid(format!(
             "{field} contains a NUL character, which no process argument can carry"
+        )));
+    }
+    if script.len() > MAX_SCRIPT_BYTES {
+        return Err(ApiError::invalid(format!(
+            "{field} is {} bytes as run; the kernel passes at most {MAX_SCRIPT_BYTES} bytes in \
+             one argument: split the script or write it to a file in the sandbox first",
+            script.len()
         )));
     }
     Ok(())
@@ -397,7 +434,7 @@ async fn exec(
 ) -> Result<Json<ExecResult>, ApiError> {
     let id = sandbox_id(id)?;
     let request: ExecRequest = parse(&body)?;
-    no_nul(&request.command, "command")?;
+    runnable(&request.command, "command")?;
     let timeout_ms = request.timeout_ms.unwrap_or(DEFAULT_EXEC_TIMEOUT_MS);
     let max = state.limits.max_exec_timeout_ms;
     if timeout_ms == 0 || timeout_ms > max {
@@ -425,12 +462,18 @@ async fn start_agent(
 ) -> Result<(StatusCode, Json<AgentStarted>), ApiError> {
     let id = sandbox_id(id)?;
     let request: StartAgentRequest = parse(&body)?;
-    no_nul(&request.command, "command")?;
     if request.run_id.is_empty() {
         return Err(ApiError::invalid("runId must not be empty"));
     }
     let dir = journal_dir(request.journal_dir)?;
     let sandbox = open(&state, &id).await?;
+    // Checked as the wrapper will run it: the journal paths and sentinel add to the command.
+    let paths = journal_paths(
+        &request.run_id,
+        Some(dir.as_deref().unwrap_or(sandbox.journal_dir())),
+    )
+    .map_err(|e| ApiError::invalid(e.to_string()))?;
+    runnable(&journaled_command(&request.command, &paths), "command")?;
     let agent = sandbox
         .start_agent(&request.run_id, &request.command, dir.as_deref())
         .await

@@ -460,6 +460,10 @@ impl Inner {
             (422, Some(codes::EXEC_TIMEOUT)) => {
                 SandboxError::Timeout(parse_timeout(&message).unwrap_or_default())
             }
+            (422, Some(codes::OUTPUT_LIMIT_EXCEEDED)) => SandboxError::Other(format!(
+                "{what}{sandbox}: {message} ({})",
+                codes::OUTPUT_LIMIT_EXCEEDED
+            )),
             (502..=504, _) => SandboxError::Unreachable(format!(
                 "{what}{sandbox}: HTTP {status} from {}: {message}",
                 self.config.base_url
