@@ -5,11 +5,14 @@ mod common;
 
 use common::{reaper, run};
 
+/// Flags, environment, what the message must name, what it must say is accepted.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str, &'a str);
+
 #[test]
 fn bad_values_name_the_setting_say_what_is_accepted_and_exit_1() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("never-created.db");
-    let cases: &[(&[&str], &[(&str, &str)], &str, &str)] = &[
+    let cases: &[Case] = &[
         (
             &["--run-budget", "-5s"],
             &[],

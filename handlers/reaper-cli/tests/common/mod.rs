@@ -81,6 +81,13 @@ impl Site {
         cmd
     }
 
+    /// `reaper status --db …` (it takes no sandbox root).
+    pub fn reaper_status(&self) -> Command {
+        let mut cmd = reaper();
+        cmd.arg("status").arg("--db").arg(&self.db);
+        cmd
+    }
+
     /// A run in its own sandbox, as a chat route writes it: create, instance record, agent,
     /// detach with the sandbox key `detached_ago` ms ago. With `wait`, the agent has exited (and
     /// written its sentinel) when this returns.
@@ -225,7 +232,13 @@ impl Spawned {
         }
     }
 
+    /// Everything the process wrote to stderr. Kills it first if it is still running (reading
+    /// a live process's stderr to the end would wait for ever).
     pub fn stderr(&mut self) -> String {
+        if self.child.try_wait().unwrap().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
         let mut s = String::new();
         if let Some(mut e) = self.child.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut e, &mut s);
