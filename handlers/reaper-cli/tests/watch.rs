@@ -176,3 +176,83 @@ async fn two_watchers_on_one_database_never_hold_the_sweep_lease_at_once() {
         }
     }
 }
+
+/// A signal mid-sweep lets the sweep finish; a second one abandons it and gives its leases back,
+/// so the next sweep (here a plain `reaper sweep`) runs at once instead of waiting for them to
+/// expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_abandons_the_running_sweep_and_releases_its_leases() {
+    let site = Site::new();
+    site.detached_run("run-old", Some(common::TICKING), false, 90 * MINUTE)
+        .await;
+    let mut watch = Spawned::start(site.reaper("watch").args([
+        "--detached-ttl",
+        "30m",
+        "--every",
+        "1h",
+        "--quiet-window",
+        "10ms",
+        "--run-budget",
+        "10m",
+        "--progress-after",
+        "0ms",
+        "--json",
+        "--log",
+        "off",
+    ]));
+
+    // The drive of an expired, still-producing run runs until its (long) budget: mid-sweep.
+    watch
+        .wait_for(Duration::from_secs(30), |l| {
+            l.contains("replaying the journal of run run-old")
+        })
+        .unwrap_or_else(|| panic!("{:?}", watch.seen));
+    watch.signal(Signal::SIGTERM);
+    watch
+        .wait_for(Duration::from_secs(10), |l| is_event(l, "finishing"))
+        .unwrap_or_else(|| panic!("{:?}", watch.seen));
+    watch.signal(Signal::SIGTERM);
+    assert_eq!(
+        watch.exit_within(Duration::from_secs(10)),
+        Some(0),
+        "{:?}",
+        watch.seen
+    );
+    let abandoned = watch
+        .seen
+        .iter()
+        .find(|l| is_event(l, "abandoned"))
+        .map(|l| event(l))
+        .unwrap_or_else(|| panic!("{:?}", watch.seen));
+    assert_eq!(
+        abandoned["releasedLeases"], 2,
+        "the sweep lease and the run's claim"
+    );
+    let shutdown = watch
+        .seen
+        .iter()
+        .find(|l| is_event(l, "shutdown"))
+        .map(|l| event(l));
+    assert_eq!(shutdown.unwrap()["abandoned"], true);
+
+    let (code, stdout, stderr) = common::run(site.reaper("sweep").args([
+        "--detached-ttl",
+        "30m",
+        "--quiet-window",
+        "10ms",
+        "--run-budget",
+        "200ms",
+        "--json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let report = event(&stdout);
+    assert_eq!(
+        report["sweep"]["state"], "swept",
+        "no stale sweep lease: {report}"
+    );
+    assert_eq!(
+        report["runs"][0]["outcome"], "expired",
+        "no stale claim: {report}"
+    );
+    site.teardown().await;
+}

@@ -169,6 +169,7 @@ pub struct Spawned {
 }
 
 impl Spawned {
+    /// Stdout lines arrive as they are; stderr lines with a `stderr: ` prefix.
     pub fn start(cmd: &mut Command) -> Self {
         let mut child = cmd
             .stdout(Stdio::piped())
@@ -176,15 +177,19 @@ impl Spawned {
             .spawn()
             .unwrap();
         let (tx, lines) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+        let forward = |reader: Box<dyn std::io::Read + Send>, prefix: &'static str| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(reader).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(format!("{prefix}{line}")).is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            });
+        };
+        forward(Box::new(child.stdout.take().unwrap()), "");
+        forward(Box::new(child.stderr.take().unwrap()), "stderr: ");
         Spawned {
             child,
             lines,
@@ -232,18 +237,21 @@ impl Spawned {
         }
     }
 
-    /// Everything the process wrote to stderr. Kills it first if it is still running (reading
-    /// a live process's stderr to the end would wait for ever).
+    /// What the process wrote to stderr so far (and, once it exited, all of it). Kills it if it
+    /// is still running, so a failing test never leaves it behind.
     pub fn stderr(&mut self) -> String {
         if self.child.try_wait().unwrap().is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        let mut s = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut s);
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(line);
         }
-        s
+        self.seen
+            .iter()
+            .filter_map(|l| l.strip_prefix("stderr: "))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
