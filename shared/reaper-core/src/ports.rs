@@ -97,6 +97,13 @@ pub enum Fenced<T> {
     Superseded { observed: u64 },
 }
 
+/// What a listing found: the runs, and the matching rows that did not parse.
+#[derive(Debug, Clone, Default)]
+pub struct ReclaimableListing {
+    pub runs: Vec<RunRecord>,
+    pub corrupt: Vec<StoreError>,
+}
+
 /// The run store: the same store the chat routes write runs into.
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
@@ -126,6 +133,20 @@ pub trait RunStore: MaybeSend + MaybeSync {
         _ttl_ms: u64,
     ) -> Result<Vec<RunRecord>, StoreError> {
         Err(StoreError::Unsupported("list_reclaimable"))
+    }
+
+    /// [`RunStore::list_reclaimable`], plus the rows that matched but did not parse (each a
+    /// [`StoreError::Corrupt`] naming its run), so one malformed row is reported instead of
+    /// failing the whole listing. Backends that can tell override it.
+    async fn list_reclaimable_listing(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<ReclaimableListing, StoreError> {
+        Ok(ReclaimableListing {
+            runs: self.list_reclaimable(now, ttl_ms).await?,
+            corrupt: Vec::new(),
+        })
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

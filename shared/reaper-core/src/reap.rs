@@ -164,6 +164,18 @@ pub struct ReapReport {
     pub deferred: usize,
     pub outcomes: OutcomeCounts,
     pub runs: Vec<ReapRunEntry>,
+    /// Rows the listing matched but could not read: reported, never swept, never fatal.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub corrupt: Vec<CorruptRow>,
+}
+
+/// A stored run that did not parse.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CorruptRow {
+    /// The run (or store key) it belongs to, when the store could tell.
+    pub key: Option<String>,
+    pub error: String,
 }
 
 impl ReapReport {
@@ -393,8 +405,21 @@ async fn reap_with(
         tracing::debug!(target: "reaper", "the run store has no list_reclaimable; nothing to sweep");
         return report;
     }
-    let candidates = match deps.runs.list_reclaimable(now, 0).await {
-        Ok(c) => c,
+    let candidates = match deps.runs.list_reclaimable_listing(now, 0).await {
+        Ok(listing) => {
+            for error in listing.corrupt {
+                tracing::error!(target: "reaper", %error, "a detached run's record is corrupt; it is skipped");
+                let key = match &error {
+                    crate::error::StoreError::Corrupt { key, .. } => Some(key.clone()),
+                    _ => None,
+                };
+                report.corrupt.push(CorruptRow {
+                    key,
+                    error: error.to_string(),
+                });
+            }
+            listing.runs
+        }
         Err(error) => {
             tracing::error!(target: "reaper", %error, "listing reclaimable runs failed");
             return report;

@@ -637,3 +637,19 @@ async fn sweep_uses_the_injected_clock_when_no_now_is_given() {
     let report = h.sweep().await;
     assert_eq!(entry(&report, "r").outcome, ReapOutcome::Expired);
 }
+
+#[tokio::test(start_paused = true)]
+async fn corrupt_row_is_reported_and_the_rest_of_the_batch_is_swept() {
+    let h = Harness::new();
+    h.seed("done", Some(FRESH), None);
+    h.probe.finished("done", 0);
+    h.store.inject_corrupt_row("bad-row");
+    let (logs, _g) = LogCapture::install();
+    let report = h.sweep().await;
+    assert_eq!(entry(&report, "done").outcome, ReapOutcome::Finalized);
+    assert_eq!(report.corrupt.len(), 1);
+    assert_eq!(report.corrupt[0].key.as_deref(), Some("bad-row"));
+    assert!(logs.contains(Level::ERROR, "corrupt"));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["corrupt"][0]["key"], "bad-row");
+}

@@ -17,13 +17,7 @@ use crate::layout::{
 };
 use crate::store::{DynamoStore, Expr};
 
-/// The answer of [`DynamoStore::list_reclaimable_report`]: the runs, and the items that did
-/// not parse (each a [`StoreError::Corrupt`] naming its run).
-#[derive(Debug, Clone, Default)]
-pub struct ReclaimableListing {
-    pub runs: Vec<RunRecord>,
-    pub corrupt: Vec<StoreError>,
-}
+pub use reaper_core::ports::ReclaimableListing;
 
 /// Operation errors that can carry the item of a failed condition.
 pub(crate) trait ConditionItem {
@@ -395,6 +389,15 @@ impl RunStore for DynamoStore {
         ttl_ms: u64,
     ) -> Result<Vec<RunRecord>, StoreError> {
         Ok(self.list_reclaimable_report(now, ttl_ms).await?.runs)
+    }
+
+    /// The same query, with the unparseable items returned for the sweep report.
+    async fn list_reclaimable_listing(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<ReclaimableListing, StoreError> {
+        self.list_reclaimable_report(now, ttl_ms).await
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

@@ -125,6 +125,7 @@ pub struct SpyStore {
     no_listing: bool,
     appended_chunks: Arc<Mutex<HashMap<String, usize>>>,
     hidden: Arc<Mutex<HashSet<String>>>,
+    corrupt: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for SpyStore {
@@ -144,6 +145,7 @@ impl SpyStore {
             no_listing: false,
             appended_chunks: Default::default(),
             hidden: Default::default(),
+            corrupt: Default::default(),
         }
     }
 
@@ -165,6 +167,11 @@ impl SpyStore {
     /// Runs `hook` before every call reaches the inner store.
     pub fn before_each(&self, hook: impl Fn(&Op) + Send + Sync + 'static) {
         *lock(&self.before) = Some(Arc::new(hook));
+    }
+
+    /// Adds a row the listing matches but cannot parse.
+    pub fn inject_corrupt_row(&self, run_id: &str) {
+        lock(&self.corrupt).push(run_id.to_string());
     }
 
     /// Makes `get` answer `None` for the run from now on, as if its row vanished.
@@ -273,6 +280,21 @@ impl RunStore for SpyStore {
     ) -> Result<Vec<RunRecord>, StoreError> {
         self.enter(Op::ListReclaimable)?;
         self.inner.list_reclaimable(now, ttl_ms).await
+    }
+    async fn list_reclaimable_listing(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<reaper_core::ports::ReclaimableListing, StoreError> {
+        let runs = self.list_reclaimable(now, ttl_ms).await?;
+        let corrupt = lock(&self.corrupt)
+            .iter()
+            .map(|key| StoreError::Corrupt {
+                key: key.clone(),
+                reason: "unknown status \"RUNNING\"".into(),
+            })
+            .collect();
+        Ok(reaper_core::ports::ReclaimableListing { runs, corrupt })
     }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         reaper_core::ports::RunStoreCapabilities {
@@ -696,22 +718,45 @@ pub struct Captured {
 }
 
 /// Captures tracing events emitted on this thread while the guard lives.
+///
+/// One process-wide subscriber (installed on first use) forwards each event to the capture of the
+/// thread that emitted it. A per-thread `set_default` subscriber would race with tracing's global
+/// per-callsite interest cache when tests run in parallel, and silently miss events.
 #[derive(Debug, Clone, Default)]
 pub struct LogCapture {
     events: Arc<Mutex<Vec<Captured>>>,
 }
 
+thread_local! {
+    static CURRENT: std::cell::RefCell<Option<LogCapture>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Stops capturing on this thread when dropped.
+#[derive(Debug)]
+pub struct CaptureGuard(());
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CURRENT.with(|c| *c.borrow_mut() = None);
+    }
+}
+
 impl LogCapture {
-    /// Installs the capture as this thread's default subscriber (works with tokio's
-    /// current-thread test runtime).
-    pub fn install() -> (Self, tracing::subscriber::DefaultGuard) {
+    /// Starts capturing this thread's events (tokio's current-thread test runtime runs on it).
+    pub fn install() -> (Self, CaptureGuard) {
         use tracing_subscriber::layer::SubscriberExt;
+        static INIT: std::sync::Once = std::sync::Once::new();
+        INIT.call_once(|| {
+            let subscriber = tracing_subscriber::registry()
+                .with(CaptureLayer)
+                .with(tracing_subscriber::filter::LevelFilter::TRACE);
+            // Another global subscriber already installed by the test binary wins; then only
+            // its own output is seen, which a test asserting on logs will report.
+            let _ = tracing::subscriber::set_global_default(subscriber);
+        });
         let capture = LogCapture::default();
-        let subscriber = tracing_subscriber::registry()
-            .with(CaptureLayer(capture.clone()))
-            .with(tracing_subscriber::filter::LevelFilter::TRACE);
-        let guard = tracing::subscriber::set_default(subscriber);
-        (capture, guard)
+        CURRENT.with(|c| *c.borrow_mut() = Some(capture.clone()));
+        (capture, CaptureGuard(()))
     }
 
     pub fn events(&self) -> Vec<Captured> {
@@ -735,7 +780,7 @@ impl LogCapture {
     }
 }
 
-struct CaptureLayer(LogCapture);
+struct CaptureLayer;
 
 struct Visitor<'a> {
     message: &'a mut String,
@@ -767,13 +812,16 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CaptureLayer {
         event: &tracing::Event<'_>,
         _ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
+        let Some(capture) = CURRENT.with(|c| c.borrow().clone()) else {
+            return;
+        };
         let mut message = String::new();
         let mut fields = String::new();
         event.record(&mut Visitor {
             message: &mut message,
             fields: &mut fields,
         });
-        lock(&self.0.events).push(Captured {
+        lock(&capture.events).push(Captured {
             level: *event.metadata().level(),
             message,
             fields,
