@@ -13,8 +13,8 @@ use crate::domain::{EpochMs, RunPatch, RunRecord, RunStatus};
 use crate::error::{ClaimRefusal, OptionsError, ReapError};
 use crate::pipe::{pipe_to_run_log, PipeContext};
 use crate::ports::{
-    Clock, DeliveryLog, Drive, DriveRequest, ExitProbe, LeaseGrant, LeaseStore, Reclaim,
-    RunExitProbe, RunStore, Sleeper,
+    CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, ExitProbe, LeaseGrant, LeaseStore,
+    Reclaim, RunExitProbe, RunStore, Sleeper,
 };
 
 pub const DEFAULT_MAX_RUNS: usize = 25;
@@ -336,6 +336,18 @@ pub struct SweepReport {
 /// sweeps, and releases. When another sweep holds the lease, returns at once saying so.
 /// Overlapping scheduled triggers, retries and a manual run never sweep the same runs at once.
 pub async fn sweep(deps: &ReapDeps, options: &ReapOptions, lease_ttl_ms: u64) -> SweepReport {
+    sweep_until(deps, options, lease_ttl_ms, None).await
+}
+
+/// [`sweep`] that stops at the next run boundary once `stop` is cancelled (a long-running
+/// process shutting down): the run in progress finishes, the rest of the batch is reported
+/// `deferred`, and the lease is released.
+pub async fn sweep_until(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    lease_ttl_ms: u64,
+    stop: Option<&CancellationToken>,
+) -> SweepReport {
     let started_at = deps.clock.now_ms();
     let done = |sweep, report| SweepReport {
         sweep,
@@ -377,7 +389,7 @@ pub async fn sweep(deps: &ReapDeps, options: &ReapOptions, lease_ttl_ms: u64) ->
             );
         }
     };
-    let report = reap_with(deps, options, Some((lease.clone(), lease_ttl_ms))).await;
+    let report = reap_with(deps, options, Some((lease.clone(), lease_ttl_ms)), stop).await;
     if let Err(error) = deps.leases.release(&lease).await {
         tracing::warn!(target: "reaper", %error, "releasing the sweep lease failed; it will expire");
     }
@@ -391,13 +403,14 @@ pub async fn reap_detached_runs(
     options: &ReapOptions,
 ) -> Result<ReapReport, OptionsError> {
     options.validate()?;
-    Ok(reap_with(deps, options, None).await)
+    Ok(reap_with(deps, options, None, None).await)
 }
 
 async fn reap_with(
     deps: &ReapDeps,
     options: &ReapOptions,
     mut sweep_lease: Option<(crate::ports::Lease, u64)>,
+    stop: Option<&CancellationToken>,
 ) -> ReapReport {
     let mut report = ReapReport::default();
     let now = options.now.unwrap_or_else(|| deps.clock.now_ms());
@@ -429,6 +442,11 @@ async fn reap_with(
     let batch = &candidates[..candidates.len().min(options.max_runs)];
     let reserve = options.reserve_ms() as i64;
     for (i, record) in batch.iter().enumerate() {
+        if stop.is_some_and(CancellationToken::is_cancelled) {
+            report.deferred = batch.len() - i;
+            tracing::info!(target: "reaper", deferred = report.deferred, "stopping at a run boundary; deferring the rest of the batch");
+            break;
+        }
         if let Some(deadline) = options.deadline {
             if deps.clock.now_ms().saturating_add(reserve) > deadline {
                 report.deferred = batch.len() - i;

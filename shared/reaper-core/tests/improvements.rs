@@ -290,3 +290,33 @@ async fn run_that_completes_within_budget_is_never_reported_over_budget() {
     assert_eq!(entry(&report, "r").outcome, ReapOutcome::Finalized);
     let _ = RunStore::get(&h.memory, "r").await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn stopped_sweep_finishes_the_run_in_progress_and_defers_the_rest() {
+    let mut h = Harness::new();
+    h.options.fence_quiet_ms = 1_000;
+    for i in 0..4 {
+        let id = format!("r{i}");
+        h.seed(&id, Some(FRESH), None);
+        h.probe.finished(&id, 0);
+    }
+    let stop = reaper_core::CancellationToken::new();
+    let deps = h.deps();
+    let stopper = {
+        let stop = stop.clone();
+        async move {
+            // Halfway through the second run's quiet window.
+            tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+            stop.cancel();
+        }
+    };
+    let (report, ()) = tokio::join!(
+        reaper_core::reap::sweep_until(&deps, &h.options, 60_000, Some(&stop)),
+        stopper
+    );
+    assert_eq!(report.sweep, SweepStatus::Swept);
+    assert_eq!(report.report.outcomes.finalized, 2);
+    assert_eq!(report.report.deferred, 2);
+    let next = sweep(&deps, &h.options, 60_000).await;
+    assert_eq!(next.report.outcomes.finalized, 2, "the lease was released");
+}
