@@ -364,7 +364,7 @@ async fn stage_sweep_and_explain(
     let mut options = ReapOptions::new(TTL_MS, wiring::owner_id());
     options.run_budget_ms = RUN_BUDGET_MS;
     options.fence_quiet_ms = QUIET_MS;
-    let swept = sweep_once(&sweeper, &options).await;
+    let swept = sweep_once(&sweeper, &options, None).await;
     let prune_settings = PruneSettings {
         orphan_ttl_ms: ORPHAN_TTL_MS,
         max_deletes: reaper_core::journal::DEFAULT_MAX_DELETES,

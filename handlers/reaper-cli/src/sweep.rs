@@ -1,6 +1,7 @@
 //! `reaper sweep` and `reaper watch`.
 
-use reaper_core::reap::{sweep, ReapOptions, SweepReport, SweepStatus};
+use reaper_core::reap::{sweep_until, ReapOptions, SweepReport, SweepStatus};
+use reaper_core::CancellationToken;
 use reaper_core::Clock;
 use reaper_local::SystemClock;
 use serde_json::{json, Value};
@@ -62,9 +63,13 @@ impl Swept {
     }
 }
 
-pub async fn sweep_once(sweeper: &Sweeper, options: &ReapOptions) -> Swept {
+pub async fn sweep_once(
+    sweeper: &Sweeper,
+    options: &ReapOptions,
+    stop: Option<&CancellationToken>,
+) -> Swept {
     sweeper.progress.start_sweep();
-    let report = sweep(&sweeper.deps, options, lease_ttl(options)).await;
+    let report = sweep_until(&sweeper.deps, options, lease_ttl(options), stop).await;
     Swept {
         report,
         held: sweeper.take_held(),
@@ -94,7 +99,7 @@ pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         Progress::new(Some(settings.progress_after)),
         DriveTuning::default(),
     );
-    let swept = sweep_once(&sweeper, &reap_options(&settings, wiring::owner_id())).await;
+    let swept = sweep_once(&sweeper, &reap_options(&settings, wiring::owner_id()), None).await;
     if a.output.json {
         println!("{}", swept.json());
     } else {
@@ -201,14 +206,18 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         }
         sweeps += 1;
         let n = sweeps;
-        let sweep = sweep_once(&sweeper, &options);
+        // The first signal stops the sweep at the next run boundary (the run in progress
+        // finishes; the rest is deferred to the next sweep); a second one abandons it.
+        let boundary = CancellationToken::new();
+        let sweep = sweep_once(&sweeper, &options, Some(&boundary));
         tokio::pin!(sweep);
         let swept = tokio::select! {
             swept = &mut sweep => swept,
             sig = signals.next() => {
                 stop = Some(sig);
+                boundary.cancel();
                 lines.event(
-                    format!("{sig} received during sweep {n}: finishing it first (send it again to abandon the sweep)"),
+                    format!("{sig} received during sweep {n}: finishing the run in progress, deferring the rest (send it again to abandon the sweep)"),
                     "finishing",
                     json!({"signal": sig, "n": n}),
                 );

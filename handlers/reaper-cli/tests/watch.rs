@@ -144,7 +144,10 @@ async fn two_watchers_on_one_database_never_hold_the_sweep_lease_at_once() {
             let v = event(line);
             match v["sweep"]["state"].as_str().unwrap() {
                 "swept" => {
-                    assert_eq!(v["considered"], 25, "the default max-runs cap: {v}");
+                    // The default max-runs cap; a sweep interrupted by the shutdown signal stops
+                    // at a run boundary and defers the rest.
+                    let batch = v["considered"].as_u64().unwrap() + v["deferred"].as_u64().unwrap();
+                    assert_eq!(batch, 25, "the default max-runs cap: {v}");
                     let from = v["leaseHeld"]["from"].as_i64().unwrap();
                     let to = v["leaseHeld"]["to"].as_i64().unwrap();
                     held.push((i, from, to));
