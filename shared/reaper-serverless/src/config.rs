@@ -1,0 +1,647 @@
+//! Settings from the environment: one table ([`SETTINGS`]), one parser per kind of value, and
+//! one error that names every problem at once (and never a secret's value).
+
+use std::time::Duration;
+
+use reaper_core::reap::{DEFAULT_MAX_RUNS, DEFAULT_RUN_BUDGET_MS};
+
+/// The DynamoDB table holding runs, logs, leases and sandbox instances.
+pub const TABLE: &str = "REAPER_TABLE";
+/// Where `reaper-sandboxd` listens.
+pub const SANDBOXD_URL: &str = "REAPER_SANDBOXD_URL";
+/// The daemon's bearer token (a secret).
+pub const SANDBOXD_TOKEN: &str = "REAPER_SANDBOXD_TOKEN";
+pub const SANDBOX_PROVIDER_NAME: &str = "REAPER_SANDBOX_PROVIDER_NAME";
+pub const DETACHED_TTL: &str = "REAPER_DETACHED_TTL";
+pub const RUN_BUDGET: &str = "REAPER_RUN_BUDGET";
+pub const MAX_RUNS: &str = "REAPER_MAX_RUNS";
+pub const FENCE_QUIET: &str = "REAPER_FENCE_QUIET";
+pub const JOURNAL_DIR: &str = "REAPER_JOURNAL_DIR";
+pub const BUDGET: &str = "REAPER_BUDGET";
+pub const DEADLINE_MARGIN: &str = "REAPER_DEADLINE_MARGIN";
+pub const PER_RUN_RESERVE: &str = "REAPER_PER_RUN_RESERVE";
+pub const LOG_RETENTION: &str = "REAPER_LOG_RETENTION";
+
+/// One environment variable: the documented table (`README.md`) is kept equal to this list by a
+/// test, and the deploy templates' tidy tests check their variable names against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    pub name: &'static str,
+    pub required: bool,
+    /// Never echoed in errors or logs.
+    pub secret: bool,
+    /// The default, as written in the table.
+    pub default: &'static str,
+    /// What values are accepted (also the last part of every error about it).
+    pub accepted: &'static str,
+}
+
+/// Every setting [`ServerlessConfig::from_env`] reads.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: TABLE,
+        required: true,
+        secret: false,
+        default: "",
+        accepted: "a DynamoDB table name: 3 to 255 characters of A-Z a-z 0-9 _ - .",
+    },
+    Setting {
+        name: SANDBOXD_URL,
+        required: true,
+        secret: false,
+        default: "",
+        accepted: "the reaper-sandboxd base URL, http:// or https://, e.g. https://sandboxes.example.com",
+    },
+    Setting {
+        name: SANDBOXD_TOKEN,
+        required: true,
+        secret: true,
+        default: "",
+        accepted: "the daemon's bearer token: printable ASCII without spaces or a trailing newline",
+    },
+    Setting {
+        name: SANDBOX_PROVIDER_NAME,
+        required: false,
+        secret: false,
+        default: reaper_http_sandbox::DEFAULT_PROVIDER_NAME,
+        accepted: "the provider name in the sandbox instance records: 1 to 64 printable characters without spaces",
+    },
+    Setting {
+        name: DETACHED_TTL,
+        required: true,
+        secret: false,
+        default: "",
+        accepted: "a duration from 1s to 365d, e.g. 30m or 2h",
+    },
+    Setting {
+        name: RUN_BUDGET,
+        required: false,
+        secret: false,
+        default: "30s",
+        accepted: "a duration from 10ms to 1h",
+    },
+    Setting {
+        name: MAX_RUNS,
+        required: false,
+        secret: false,
+        default: "25",
+        accepted: "a whole number from 1 to 1000",
+    },
+    Setting {
+        name: FENCE_QUIET,
+        required: false,
+        secret: false,
+        default: "5s",
+        accepted: "a duration from 0s to 1m",
+    },
+    Setting {
+        name: JOURNAL_DIR,
+        required: false,
+        secret: false,
+        default: reaper_core::journal::DEFAULT_JOURNAL_DIR,
+        accepted: "an absolute directory path inside the sandboxes",
+    },
+    Setting {
+        name: BUDGET,
+        required: false,
+        secret: false,
+        default: "the platform's deadline",
+        accepted: "a duration from 1s to 1h: the invocation budget when the platform gives no deadline (Vercel: equal to maxDuration); on Lambda the earlier of this and the invocation deadline wins",
+    },
+    Setting {
+        name: DEADLINE_MARGIN,
+        required: false,
+        secret: false,
+        default: "15s or a tenth of the budget, whichever is larger",
+        accepted: "a duration from 0s to 5m",
+    },
+    Setting {
+        name: PER_RUN_RESERVE,
+        required: false,
+        secret: false,
+        default: "the run budget + the fence quiet window + 11s",
+        accepted: "a duration from 1ms to 1h: the time one run may take in the worst case",
+    },
+    Setting {
+        name: LOG_RETENTION,
+        required: false,
+        secret: false,
+        default: "30d",
+        accepted: "a duration from 1h to 3650d",
+    },
+];
+
+/// Looks a setting up in [`SETTINGS`].
+pub fn setting(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
+}
+
+/// A secret string: only [`Secret::expose`] gives it out; `Debug` never does.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Everything a serverless sweep needs to know, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerlessConfig {
+    pub table: String,
+    pub sandboxd_url: String,
+    pub sandboxd_token: Secret,
+    pub provider_name: String,
+    pub detached_ttl: Duration,
+    pub run_budget: Duration,
+    pub max_runs: usize,
+    pub fence_quiet: Duration,
+    pub journal_dir: Option<String>,
+    /// `REAPER_BUDGET`: caps the invocation's time from its start.
+    pub budget: Option<Duration>,
+    pub deadline_margin: Option<Duration>,
+    pub per_run_reserve: Option<Duration>,
+    pub log_retention: Duration,
+}
+
+/// One setting that was missing or wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingProblem {
+    pub name: &'static str,
+    /// `None` when the value is secret (or absent).
+    pub value: Option<String>,
+    pub problem: String,
+    pub accepted: &'static str,
+}
+
+impl std::fmt::Display for SettingProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.value {
+            Some(v) => write!(f, "{}={v:?} {}", self.name, self.problem)?,
+            None => write!(f, "{} {}", self.name, self.problem)?,
+        }
+        write!(f, " (accepted: {})", self.accepted)
+    }
+}
+
+/// The configuration cannot work. Lists every problem, so one deploy fixes them all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {}", list(.problems))]
+pub struct ConfigError {
+    pub problems: Vec<SettingProblem>,
+}
+
+fn list(problems: &[SettingProblem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ConfigError {
+    /// Whether `name` is among the problems.
+    pub fn names(&self, name: &str) -> bool {
+        self.problems.iter().any(|p| p.name == name)
+    }
+}
+
+/// Reads settings through `get`, collecting problems instead of stopping at the first.
+struct Reader<G> {
+    get: G,
+    problems: Vec<SettingProblem>,
+}
+
+impl<G: Fn(&str) -> Option<String>> Reader<G> {
+    fn raw(&mut self, name: &'static str) -> Option<String> {
+        let spec = setting(name).expect("every setting read is in SETTINGS");
+        match (self.get)(name) {
+            // An empty variable is how templates spell "unset" for an optional parameter.
+            Some(v) if !v.is_empty() => Some(v),
+            Some(_) if spec.required => {
+                self.fail(name, None, "is empty".into());
+                None
+            }
+            None if spec.required => {
+                self.fail(name, None, "is not set".into());
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn fail(&mut self, name: &'static str, value: Option<&str>, problem: String) {
+        let spec = setting(name).expect("every setting read is in SETTINGS");
+        self.problems.push(SettingProblem {
+            name,
+            value: if spec.secret {
+                None
+            } else {
+                value.map(str::to_string)
+            },
+            problem,
+            accepted: spec.accepted,
+        });
+    }
+
+    fn string(
+        &mut self,
+        name: &'static str,
+        check: impl Fn(&str) -> Result<(), String>,
+    ) -> Option<String> {
+        let value = self.raw(name)?;
+        match check(&value) {
+            Ok(()) => Some(value),
+            Err(problem) => {
+                self.fail(name, Some(&value), problem);
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, name: &'static str, min: Duration, max: Duration) -> Option<Duration> {
+        let value = self.raw(name)?;
+        let parsed = match humantime::parse_duration(value.trim()) {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail(name, Some(&value), format!("is not a duration ({e})"));
+                return None;
+            }
+        };
+        if parsed < min || parsed > max {
+            self.fail(name, Some(&value), "is out of range".into());
+            return None;
+        }
+        Some(parsed)
+    }
+
+    fn count(&mut self, name: &'static str, min: usize, max: usize) -> Option<usize> {
+        let value = self.raw(name)?;
+        match value.trim().parse::<usize>() {
+            Ok(n) if (min..=max).contains(&n) => Some(n),
+            Ok(_) => {
+                self.fail(name, Some(&value), "is out of range".into());
+                None
+            }
+            Err(_) => {
+                self.fail(name, Some(&value), "is not a whole number".into());
+                None
+            }
+        }
+    }
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn check_table(v: &str) -> Result<(), String> {
+    if !(3..=255).contains(&v.len()) {
+        return Err(format!("has {} characters", v.len()));
+    }
+    if let Some(c) = v
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        return Err(format!("contains {c:?}"));
+    }
+    Ok(())
+}
+
+fn check_url(v: &str) -> Result<(), String> {
+    let rest = v
+        .strip_prefix("https://")
+        .or_else(|| v.strip_prefix("http://"))
+        .ok_or("does not start with http:// or https://")?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("has no host".into());
+    }
+    if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("contains whitespace".into());
+    }
+    Ok(())
+}
+
+fn check_token(v: &str) -> Result<(), String> {
+    if v.trim() != v {
+        return Err(
+            "has leading or trailing whitespace (a newline stored with the secret?)".into(),
+        );
+    }
+    if !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("contains spaces, control or non-ASCII characters".into());
+    }
+    Ok(())
+}
+
+fn check_name(v: &str) -> Result<(), String> {
+    if v.len() > 64 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("is not 1 to 64 printable characters without spaces".into());
+    }
+    Ok(())
+}
+
+fn check_dir(v: &str) -> Result<(), String> {
+    if !v.starts_with('/') {
+        return Err("is not an absolute path".into());
+    }
+    if v.chars().any(|c| c == '\0' || c == '\n' || c == '\r') {
+        return Err("contains a NUL or newline".into());
+    }
+    Ok(())
+}
+
+impl ServerlessConfig {
+    /// Reads every setting of [`SETTINGS`] through `get` (`|k| std::env::var(k).ok()` in a
+    /// handler). An empty value counts as unset. Fails with every problem found, each naming
+    /// its variable, what was wrong and what is accepted; a secret's value is never repeated.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut r = Reader {
+            get,
+            problems: Vec::new(),
+        };
+        let table = r.string(TABLE, check_table);
+        let sandboxd_url = r.string(SANDBOXD_URL, check_url);
+        let sandboxd_token = r.string(SANDBOXD_TOKEN, check_token);
+        let provider_name = r.string(SANDBOX_PROVIDER_NAME, check_name);
+        let detached_ttl = r.duration(DETACHED_TTL, SECOND, 365 * DAY);
+        let run_budget = r.duration(RUN_BUDGET, Duration::from_millis(10), HOUR);
+        let max_runs = r.count(MAX_RUNS, 1, 1000);
+        let fence_quiet = r.duration(FENCE_QUIET, Duration::ZERO, MINUTE);
+        let journal_dir = r.string(JOURNAL_DIR, check_dir);
+        let budget = r.duration(BUDGET, SECOND, HOUR);
+        let deadline_margin = r.duration(DEADLINE_MARGIN, Duration::ZERO, 5 * MINUTE);
+        let per_run_reserve = r.duration(PER_RUN_RESERVE, Duration::from_millis(1), HOUR);
+        let log_retention = r.duration(LOG_RETENTION, HOUR, 3650 * DAY);
+        if !r.problems.is_empty() {
+            return Err(ConfigError {
+                problems: r.problems,
+            });
+        }
+        let (Some(table), Some(sandboxd_url), Some(sandboxd_token), Some(detached_ttl)) =
+            (table, sandboxd_url, sandboxd_token, detached_ttl)
+        else {
+            unreachable!("a missing required setting is a problem above");
+        };
+        Ok(ServerlessConfig {
+            table,
+            sandboxd_url,
+            sandboxd_token: Secret(sandboxd_token),
+            provider_name: provider_name
+                .unwrap_or_else(|| reaper_http_sandbox::DEFAULT_PROVIDER_NAME.into()),
+            detached_ttl,
+            run_budget: run_budget.unwrap_or(Duration::from_millis(DEFAULT_RUN_BUDGET_MS)),
+            max_runs: max_runs.unwrap_or(DEFAULT_MAX_RUNS),
+            fence_quiet: fence_quiet.unwrap_or(Duration::from_millis(
+                reaper_core::claim::DEFAULT_FENCE_QUIET_MS,
+            )),
+            journal_dir,
+            budget,
+            deadline_margin,
+            per_run_reserve,
+            log_retention: log_retention.unwrap_or(reaper_dynamodb::DEFAULT_LOG_RETENTION),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const TOKEN: &str = "s3cr3t-t0ken-value";
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn minimal() -> Vec<(&'static str, &'static str)> {
+        vec![
+            (TABLE, "reaper-runs"),
+            (SANDBOXD_URL, "https://sandboxes.example.com"),
+            (SANDBOXD_TOKEN, TOKEN),
+            (DETACHED_TTL, "30m"),
+        ]
+    }
+
+    fn with(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut pairs = minimal();
+        for (k, v) in extra {
+            pairs.retain(|(name, _)| name != k);
+            pairs.push((k, v));
+        }
+        pairs
+    }
+
+    fn error_for(pairs: &[(&str, &str)]) -> ConfigError {
+        ServerlessConfig::from_env(env(pairs)).expect_err("the configuration must be refused")
+    }
+
+    #[test]
+    fn the_four_required_settings_suffice_and_the_rest_take_their_documented_defaults() {
+        let c = ServerlessConfig::from_env(env(&minimal())).unwrap();
+        assert_eq!(c.table, "reaper-runs");
+        assert_eq!(c.sandboxd_token.expose(), TOKEN);
+        assert_eq!(c.detached_ttl, Duration::from_secs(1800));
+        assert_eq!(c.run_budget, Duration::from_secs(30));
+        assert_eq!(c.max_runs, 25);
+        assert_eq!(c.fence_quiet, Duration::from_secs(5));
+        assert_eq!(c.provider_name, "sandboxd");
+        assert_eq!(c.journal_dir, None);
+        assert_eq!(c.log_retention, Duration::from_secs(30 * 24 * 3600));
+        assert_eq!(
+            (c.budget, c.deadline_margin, c.per_run_reserve),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn optional_settings_are_parsed_as_humantime_durations_and_numbers() {
+        let c = ServerlessConfig::from_env(env(&with(&[
+            (RUN_BUDGET, "2s"),
+            (MAX_RUNS, "7"),
+            (FENCE_QUIET, "150ms"),
+            (JOURNAL_DIR, "/var/journals"),
+            (BUDGET, "5m"),
+            (DEADLINE_MARGIN, "3s"),
+            (PER_RUN_RESERVE, "40s"),
+            (LOG_RETENTION, "7d"),
+            (SANDBOX_PROVIDER_NAME, "edge-daemon"),
+        ])))
+        .unwrap();
+        assert_eq!(c.run_budget, Duration::from_secs(2));
+        assert_eq!(c.max_runs, 7);
+        assert_eq!(c.fence_quiet, Duration::from_millis(150));
+        assert_eq!(c.journal_dir.as_deref(), Some("/var/journals"));
+        assert_eq!(c.budget, Some(Duration::from_secs(300)));
+        assert_eq!(c.deadline_margin, Some(Duration::from_secs(3)));
+        assert_eq!(c.per_run_reserve, Some(Duration::from_secs(40)));
+        assert_eq!(c.log_retention, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(c.provider_name, "edge-daemon");
+    }
+
+    #[test]
+    fn an_empty_environment_names_every_required_setting_in_one_error() {
+        let e = error_for(&[]);
+        let names: Vec<_> = e.problems.iter().map(|p| p.name).collect();
+        assert_eq!(names, [TABLE, SANDBOXD_URL, SANDBOXD_TOKEN, DETACHED_TTL]);
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "invalid configuration: REAPER_TABLE is not set (accepted: a DynamoDB table name"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("REAPER_DETACHED_TTL is not set (accepted: a duration from 1s to 365d"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_empty_required_value_is_reported_as_empty() {
+        let e = error_for(&with(&[(TABLE, "")]));
+        assert_eq!(e.problems.len(), 1);
+        assert_eq!(e.problems[0].problem, "is empty");
+    }
+
+    #[test]
+    fn a_bad_duration_names_the_variable_the_value_and_what_is_accepted() {
+        let e = error_for(&with(&[(DETACHED_TTL, "soon")]));
+        assert!(e.names(DETACHED_TTL));
+        let text = e.to_string();
+        assert!(
+            text.contains("REAPER_DETACHED_TTL=\"soon\" is not a duration"),
+            "{text}"
+        );
+        assert!(
+            text.contains("accepted: a duration from 1s to 365d, e.g. 30m or 2h"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_duration_outside_its_range_is_refused() {
+        for (name, value) in [
+            (DETACHED_TTL, "500ms"),
+            (RUN_BUDGET, "2h"),
+            (FENCE_QUIET, "5m"),
+            (BUDGET, "0s"),
+            (LOG_RETENTION, "10m"),
+        ] {
+            let e = error_for(&with(&[(name, value)]));
+            assert_eq!(e.problems.len(), 1, "{name}={value}");
+            assert_eq!(e.problems[0].name, name);
+            assert_eq!(e.problems[0].problem, "is out of range");
+        }
+    }
+
+    #[test]
+    fn max_runs_must_be_a_whole_number_from_one_to_a_thousand() {
+        for (value, problem) in [
+            ("0", "is out of range"),
+            ("1001", "is out of range"),
+            ("2.5", "is not a whole number"),
+            ("-3", "is not a whole number"),
+            ("many", "is not a whole number"),
+        ] {
+            let e = error_for(&with(&[(MAX_RUNS, value)]));
+            assert_eq!(e.problems[0].name, MAX_RUNS);
+            assert_eq!(e.problems[0].problem, problem, "{value}");
+        }
+    }
+
+    #[test]
+    fn table_names_url_journal_dir_and_provider_name_are_checked() {
+        for (name, value) in [
+            (TABLE, "ab"),
+            (TABLE, "runs table"),
+            (SANDBOXD_URL, "sandboxes.example.com"),
+            (SANDBOXD_URL, "http://"),
+            (SANDBOXD_URL, "https://a b"),
+            (JOURNAL_DIR, "journals"),
+            (SANDBOX_PROVIDER_NAME, "two words"),
+        ] {
+            let e = error_for(&with(&[(name, value)]));
+            assert_eq!(e.problems.len(), 1, "{name}={value}");
+            assert_eq!(e.problems[0].name, name);
+            assert_eq!(e.problems[0].value.as_deref(), Some(value));
+        }
+    }
+
+    #[test]
+    fn a_bad_token_is_refused_without_ever_repeating_it() {
+        for token in [
+            "s3cr3t-with-newline\n",
+            " s3cr3t-padded",
+            "s3cr3t with space",
+            "s3cr3t-ünicode",
+        ] {
+            let e = error_for(&with(&[(SANDBOXD_TOKEN, token)]));
+            assert_eq!(e.problems[0].name, SANDBOXD_TOKEN);
+            assert_eq!(e.problems[0].value, None);
+            let shown = format!("{e} {e:?}");
+            assert!(!shown.contains("s3cr3t"), "the secret leaked: {shown}");
+        }
+        let e = error_for(&with(&[(SANDBOXD_TOKEN, "s3cr3t\n")]));
+        assert!(e.to_string().contains("trailing whitespace"), "{e}");
+    }
+
+    #[test]
+    fn the_token_never_appears_in_the_configs_debug_output() {
+        let c = ServerlessConfig::from_env(env(&minimal())).unwrap();
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains(TOKEN) && debug.contains("<redacted>"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn several_bad_settings_are_all_reported_at_once() {
+        let e = error_for(&with(&[
+            (MAX_RUNS, "0"),
+            (RUN_BUDGET, "fast"),
+            (SANDBOXD_URL, "ftp://x"),
+        ]));
+        let mut names: Vec<_> = e.problems.iter().map(|p| p.name).collect();
+        names.sort();
+        assert_eq!(names, [MAX_RUNS, RUN_BUDGET, SANDBOXD_URL]);
+    }
+
+    #[test]
+    fn optional_settings_set_to_empty_take_their_defaults() {
+        let c = ServerlessConfig::from_env(env(&with(&[(BUDGET, ""), (JOURNAL_DIR, "")]))).unwrap();
+        assert_eq!((c.budget, c.journal_dir), (None, None));
+    }
+
+    #[test]
+    fn the_readme_table_lists_exactly_the_settings_read() {
+        let readme = include_str!("../README.md");
+        let documented: Vec<&str> = readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .filter(|n| n.starts_with("REAPER_"))
+            .collect();
+        let read: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+        assert_eq!(documented, read);
+    }
+}

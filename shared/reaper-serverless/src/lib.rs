@@ -1,0 +1,24 @@
+//! What the serverless handlers (AWS Lambda, Vercel) share, so neither repeats it:
+//!
+//! - [`ServerlessConfig::from_env`]: every setting from the environment ([`config::SETTINGS`],
+//!   documented in `README.md`), with one error naming every missing or bad variable, what was
+//!   wrong and what is accepted, never repeating the sandboxd token;
+//! - [`build_deps`]: the DynamoDB store (every store port on one table), the sandboxd HTTP
+//!   provider, the journal exit probe, the journal replay drive, the sandbox reclaimer and system
+//!   time, composed into the core's [`ReapDeps`](reaper_core::reap::ReapDeps);
+//! - [`plan`]: deadline-aware batch sizing from the invocation's start and deadline;
+//! - [`run_sweep`] and [`ServerlessReport`]: the single-flight sweep and what a handler returns
+//!   (the sweep report, the plan, the DynamoDB requests of the sweep).
+//!
+//! A handler is then: read the config once, build the deps once, and per invocation
+//! `run_sweep(&deps, &plan(&config, owner, start, deadline))`.
+
+pub mod compose;
+pub mod config;
+pub mod plan;
+
+pub use compose::{
+    build_deps, compose, dynamo_options, run_sweep, ComposeError, ServerlessDeps, ServerlessReport,
+};
+pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
+pub use plan::{plan, SweepPlan};

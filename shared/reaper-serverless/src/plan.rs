@@ -1,0 +1,308 @@
+//! Deadline-aware batch sizing: from an invocation's start and deadline, the sweep's options and
+//! its lease TTL, so a sweep never starts a run it cannot finish before the platform kills it.
+
+use std::time::Duration;
+
+use reaper_core::reap::ReapOptions;
+use reaper_core::EpochMs;
+use serde::Serialize;
+
+use crate::config::ServerlessConfig;
+
+/// The smallest default safety margin: log flush, the response, clock skew (platforms §6.1).
+pub const MIN_DEFAULT_MARGIN: Duration = Duration::from_secs(15);
+/// Added to the core's per-run reserve by default: one journal probe and one sandbox destroy
+/// (each a round trip to sandboxd), which the core's own reserve does not count.
+pub const PROBE_AND_RECLAIM_ALLOWANCE: Duration = Duration::from_secs(10);
+/// The shortest sweep lease: an invocation whose deadline has already passed still takes (and
+/// releases) a valid lease.
+pub const MIN_LEASE_TTL_MS: u64 = 1_000;
+
+/// What one invocation will do, and why. Serialized into the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepPlan {
+    /// The options passed to the sweep.
+    #[serde(skip)]
+    pub options: ReapOptions,
+    pub invocation_start: EpochMs,
+    /// The earlier of the platform's deadline and `start + REAPER_BUDGET`.
+    pub invocation_deadline: EpochMs,
+    /// `invocation_deadline - margin`: no run starts unless its reserve ends before this.
+    pub sweep_deadline: EpochMs,
+    pub budget_ms: u64,
+    pub margin_ms: u64,
+    /// The worst-case time of one run.
+    pub reserve_ms: u64,
+    /// The sweep lease lasts the whole invocation, so a sweep killed at its deadline frees the
+    /// lease by then and the next tick is not locked out.
+    pub lease_ttl_ms: u64,
+    /// The configured cap (`REAPER_MAX_RUNS`).
+    pub max_runs: usize,
+    /// How many runs fit even if every one takes its whole reserve (at most `max_runs`). Faster
+    /// runs leave room for more, up to the cap; the core checks before each run.
+    pub worst_case_runs: usize,
+}
+
+/// Plans one invocation that started at `start` and must end by `deadline` (epoch ms).
+///
+/// - budget = `min(deadline, start + REAPER_BUDGET) - start`;
+/// - margin = `REAPER_DEADLINE_MARGIN`, default `max(15 s, budget / 10)`;
+/// - reserve = `REAPER_PER_RUN_RESERVE`, default run budget + fence quiet + 11 s;
+/// - the sweep's deadline is `start + budget - margin`, and the core starts a run only while
+///   `now + reserve <= that deadline`: each started run can end before it, every other run is
+///   counted `deferred` and left to the next tick;
+/// - `max_runs` stays the configured cap; `worst_case_runs = min(cap, (budget - margin) /
+///   reserve)` is how many are guaranteed;
+/// - the sweep lease TTL is the budget (at least [`MIN_LEASE_TTL_MS`]).
+pub fn plan(
+    config: &ServerlessConfig,
+    owner: impl Into<String>,
+    start: EpochMs,
+    deadline: EpochMs,
+) -> SweepPlan {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let invocation_deadline = match config.budget {
+        Some(b) => deadline.min(start.saturating_add(ms(b).min(i64::MAX as u64) as i64)),
+        None => deadline,
+    };
+    let budget_ms = u64::try_from(invocation_deadline.saturating_sub(start)).unwrap_or(0);
+    let margin_ms = config
+        .deadline_margin
+        .map(ms)
+        .unwrap_or_else(|| ms(MIN_DEFAULT_MARGIN).max(budget_ms / 10));
+    let run_budget_ms = ms(config.run_budget);
+    let fence_quiet_ms = ms(config.fence_quiet);
+    let reserve_ms = config.per_run_reserve.map(ms).unwrap_or_else(|| {
+        run_budget_ms + fence_quiet_ms + 1_000 + ms(PROBE_AND_RECLAIM_ALLOWANCE)
+    });
+    let usable_ms = budget_ms.saturating_sub(margin_ms);
+    let sweep_deadline = start.saturating_add(usable_ms as i64);
+    let fits = usize::try_from(usable_ms / reserve_ms.max(1)).unwrap_or(usize::MAX);
+
+    let mut options = ReapOptions::new(ms(config.detached_ttl), owner);
+    options.run_budget_ms = run_budget_ms;
+    options.fence_quiet_ms = fence_quiet_ms;
+    options.max_runs = config.max_runs;
+    options.deadline = Some(sweep_deadline);
+    options.per_run_reserve_ms = Some(reserve_ms);
+    SweepPlan {
+        options,
+        invocation_start: start,
+        invocation_deadline,
+        sweep_deadline,
+        budget_ms,
+        margin_ms,
+        reserve_ms,
+        lease_ttl_ms: budget_ms.max(MIN_LEASE_TTL_MS),
+        max_runs: config.max_runs,
+        worst_case_runs: fits.min(config.max_runs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use reaper_core::domain::RunRecord;
+    use reaper_core::memory::MemoryStore;
+    use reaper_core::reap::{sweep, ReapDeps, SweepStatus};
+    use reaper_core::time::ManualClock;
+    use reaper_core::{
+        CancellationToken, ChunkStream, Drive, DriveError, DriveRequest, ExitProbe, ProbeError,
+        RunExitProbe, RunStatus, Sleeper,
+    };
+
+    use super::*;
+    use crate::config::Secret;
+
+    const START: EpochMs = 1_700_000_000_000;
+
+    fn config() -> ServerlessConfig {
+        ServerlessConfig {
+            table: "t".into(),
+            sandboxd_url: "http://127.0.0.1:1".into(),
+            sandboxd_token: Secret::new("x"),
+            provider_name: "sandboxd".into(),
+            detached_ttl: Duration::from_secs(1800),
+            run_budget: Duration::from_secs(30),
+            max_runs: 25,
+            fence_quiet: Duration::from_secs(5),
+            journal_dir: None,
+            budget: None,
+            deadline_margin: None,
+            per_run_reserve: None,
+            log_retention: Duration::from_secs(86_400),
+        }
+    }
+
+    #[test]
+    fn a_five_minute_lambda_keeps_a_thirty_second_margin_and_guarantees_six_worst_case_runs() {
+        let p = plan(&config(), "me", START, START + 300_000);
+        assert_eq!(p.budget_ms, 300_000);
+        assert_eq!(p.margin_ms, 30_000);
+        assert_eq!(p.reserve_ms, 30_000 + 5_000 + 1_000 + 10_000);
+        assert_eq!(p.sweep_deadline, START + 270_000);
+        assert_eq!(p.worst_case_runs, 270_000 / 46_000);
+        assert_eq!(p.max_runs, 25);
+        assert_eq!(p.lease_ttl_ms, 300_000);
+        let o = &p.options;
+        assert_eq!(
+            (o.deadline, o.per_run_reserve_ms, o.max_runs),
+            (Some(START + 270_000), Some(46_000), 25)
+        );
+        assert_eq!(
+            (o.detached_run_ttl_ms, o.run_budget_ms, o.fence_quiet_ms),
+            (1_800_000, 30_000, 5_000)
+        );
+        assert_eq!(o.owner, "me");
+        assert!(o.validate().is_ok());
+    }
+
+    #[test]
+    fn short_budgets_keep_the_fifteen_second_floor_and_long_ones_a_tenth() {
+        assert_eq!(
+            plan(&config(), "me", START, START + 60_000).margin_ms,
+            15_000
+        );
+        assert_eq!(
+            plan(&config(), "me", START, START + 900_000).margin_ms,
+            90_000
+        );
+    }
+
+    #[test]
+    fn the_worst_case_count_never_exceeds_the_configured_cap() {
+        let mut c = config();
+        c.max_runs = 3;
+        c.per_run_reserve = Some(Duration::from_secs(1));
+        let p = plan(&c, "me", START, START + 900_000);
+        assert_eq!((p.worst_case_runs, p.options.max_runs), (3, 3));
+    }
+
+    #[test]
+    fn a_budget_setting_shorter_than_the_platform_deadline_wins() {
+        let mut c = config();
+        c.budget = Some(Duration::from_secs(120));
+        let p = plan(&c, "me", START, START + 900_000);
+        assert_eq!(p.invocation_deadline, START + 120_000);
+        assert_eq!(p.lease_ttl_ms, 120_000);
+        c.budget = Some(Duration::from_secs(3600));
+        assert_eq!(
+            plan(&c, "me", START, START + 900_000).invocation_deadline,
+            START + 900_000
+        );
+    }
+
+    #[test]
+    fn a_deadline_inside_the_margin_leaves_no_room_for_any_run() {
+        let p = plan(&config(), "me", START, START + 10_000);
+        assert_eq!(p.worst_case_runs, 0);
+        assert_eq!(p.sweep_deadline, START);
+        assert_eq!(p.lease_ttl_ms, 10_000);
+    }
+
+    #[test]
+    fn a_deadline_already_past_gives_a_zero_budget_and_a_minimal_lease() {
+        let p = plan(&config(), "me", START, START - 5_000);
+        assert_eq!((p.budget_ms, p.worst_case_runs), (0, 0));
+        assert_eq!(p.lease_ttl_ms, MIN_LEASE_TTL_MS);
+        assert_eq!(p.sweep_deadline, START);
+    }
+
+    #[test]
+    fn explicit_margin_and_reserve_replace_the_defaults() {
+        let mut c = config();
+        c.deadline_margin = Some(Duration::from_secs(2));
+        c.per_run_reserve = Some(Duration::from_secs(4));
+        let p = plan(&c, "me", START, START + 20_000);
+        assert_eq!((p.margin_ms, p.reserve_ms), (2_000, 4_000));
+        assert_eq!(p.worst_case_runs, 4);
+    }
+
+    /// Every run takes its whole reserve: the probe advances the manual clock by it.
+    struct SlowProbe {
+        clock: ManualClock,
+        reserve_ms: i64,
+    }
+
+    #[async_trait::async_trait]
+    impl ExitProbe for SlowProbe {
+        async fn has_finished(&self, _: &RunRecord) -> Result<RunExitProbe, ProbeError> {
+            self.clock.advance(self.reserve_ms);
+            Ok(RunExitProbe::Producing)
+        }
+    }
+
+    struct NoDrive;
+    impl Drive for NoDrive {
+        fn drive(&self, _: DriveRequest, _: CancellationToken) -> Result<ChunkStream, DriveError> {
+            Err(DriveError::new("not used"))
+        }
+    }
+
+    struct NoSleep;
+    #[async_trait::async_trait]
+    impl Sleeper for NoSleep {
+        async fn sleep(&self, _: u64) {}
+    }
+
+    async fn sweep_with_worst_case_runs(
+        deadline: EpochMs,
+        runs: usize,
+    ) -> (SweepPlan, EpochMs, reaper_core::reap::SweepReport) {
+        let mut c = config();
+        c.deadline_margin = Some(Duration::from_secs(2));
+        c.per_run_reserve = Some(Duration::from_secs(10));
+        let p = plan(&c, "me", START, deadline);
+        let clock = ManualClock::new(START);
+        let store = Arc::new(MemoryStore::new());
+        for i in 0..runs {
+            let mut r = RunRecord::new(format!("run-{i}"), "thread", START - 60_000);
+            r.status = RunStatus::Running;
+            r.detached_since = Some(START - 1_000);
+            store.put_run(r);
+        }
+        let deps = ReapDeps {
+            runs: store.clone(),
+            logs: store.clone(),
+            leases: store.clone(),
+            probe: Arc::new(SlowProbe {
+                clock: clock.clone(),
+                reserve_ms: 10_000,
+            }),
+            drive: Arc::new(NoDrive),
+            reclaim: None,
+            clock: Arc::new(clock.clone()),
+            sleeper: Arc::new(NoSleep),
+        };
+        let report = sweep(&deps, &p.options, p.lease_ttl_ms).await;
+        (p, reaper_core::Clock::now_ms(&clock), report)
+    }
+
+    #[tokio::test]
+    async fn runs_that_each_take_their_whole_reserve_stop_before_the_deadline_and_the_rest_are_deferred(
+    ) {
+        let deadline = START + 45_000;
+        let (p, ended, report) = sweep_with_worst_case_runs(deadline, 8).await;
+        assert_eq!(p.worst_case_runs, 4);
+        assert_eq!(report.sweep, SweepStatus::Swept);
+        assert_eq!(report.report.considered, 4);
+        assert_eq!(report.report.deferred, 4);
+        assert!(
+            ended <= p.sweep_deadline,
+            "the sweep overran: ended {ended}"
+        );
+        assert!(ended <= deadline - 2_000);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_close_to_the_start_defers_every_run_and_touches_none() {
+        let (p, ended, report) = sweep_with_worst_case_runs(START + 5_000, 3).await;
+        assert_eq!(p.worst_case_runs, 0);
+        assert_eq!(report.sweep, SweepStatus::Swept);
+        assert_eq!((report.report.considered, report.report.probed), (0, 0));
+        assert_eq!(report.report.deferred, 3);
+        assert_eq!(ended, START, "no time was spent on runs");
+    }
+}
