@@ -1,0 +1,99 @@
+//! The `leases` table: [`LeaseStore`].
+
+use reaper_core::{EpochMs, Lease, LeaseGrant, LeaseStore, StoreError};
+
+use crate::client::Statement;
+use crate::row::{safe, safe_u, RowExt};
+use crate::D1Store;
+
+fn expiry(now: EpochMs, ttl_ms: u64) -> EpochMs {
+    safe(now.saturating_add(safe_u(ttl_ms)))
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl LeaseStore for D1Store {
+    async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<LeaseGrant, StoreError> {
+        let expires_at = expiry(now, ttl_ms);
+        // One conditional upsert grants a free or expired key; the token is 128 random bits
+        // from SQLite, so a stale holder's token never matches a newer grant. The read after it
+        // (same transaction) names the holder when it did not.
+        let grant = Statement::new(
+            "INSERT INTO leases (key, owner, token, expires_at) \
+             VALUES (?1, ?2, lower(hex(randomblob(16))), ?3) \
+             ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, \
+             token = excluded.token, expires_at = excluded.expires_at \
+             WHERE leases.expires_at <= ?4 \
+             RETURNING token",
+            vec![
+                key.into(),
+                owner.into(),
+                expires_at.into(),
+                safe(now).into(),
+            ],
+        );
+        let holder = Statement::new(
+            "SELECT owner, expires_at FROM leases WHERE key = ?1",
+            vec![key.into()],
+        );
+        let out = self.batch(vec![grant, holder]).await?;
+        let what = format!("lease {key}");
+        if let Some(row) = out[0].first() {
+            return Ok(LeaseGrant::Acquired(Lease {
+                key: key.to_string(),
+                owner: owner.to_string(),
+                token: row.text("token", &what)?,
+                expires_at,
+            }));
+        }
+        let row = out[1]
+            .first()
+            .ok_or_else(|| StoreError::Backend(format!("{what} was neither granted nor held")))?;
+        Ok(LeaseGrant::Held {
+            owner: row.text("owner", &what)?,
+            expires_at: row.int("expires_at", &what)?,
+        })
+    }
+
+    async fn renew(
+        &self,
+        lease: &Lease,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Option<Lease>, StoreError> {
+        let mut renewed = lease.clone();
+        renewed.expires_at = expiry(now, ttl_ms);
+        let rows = self
+            .one(Statement::new(
+                "UPDATE leases SET expires_at = ?4 \
+                 WHERE key = ?1 AND owner = ?2 AND token = ?3 RETURNING key",
+                vec![
+                    lease.key.as_str().into(),
+                    lease.owner.as_str().into(),
+                    lease.token.as_str().into(),
+                    renewed.expires_at.into(),
+                ],
+            ))
+            .await?;
+        Ok((!rows.is_empty()).then_some(renewed))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.one(Statement::new(
+            "DELETE FROM leases WHERE key = ?1 AND owner = ?2 AND token = ?3",
+            vec![
+                lease.key.as_str().into(),
+                lease.owner.as_str().into(),
+                lease.token.as_str().into(),
+            ],
+        ))
+        .await?;
+        Ok(())
+    }
+}

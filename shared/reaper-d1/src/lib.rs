@@ -1,0 +1,130 @@
+//! Every reaper store port on Cloudflare D1: runs, leases, delivery logs, sandbox instances and
+//! transcripts, in the same tables, columns and versioning as `reaper-sqlite`, so an application
+//! keeps one table layout across an embedded SQLite file and D1.
+//!
+//! The store speaks SQL through [`SqlClient`], one method that runs a batch atomically. A Worker
+//! implements it over `worker::D1Database` (see `handlers/reaper-cloudflare`); the native tests
+//! implement it over an SQLite connection, so this crate has no `worker` dependency and its SQL
+//! is checked natively and, through the Worker's test route, inside workerd.
+//!
+//! Invariants:
+//! - Every read-modify-write is a single statement or a single batch: D1 has no `BEGIN`, and a
+//!   batch is its only transaction. Conditions (the epoch fence, a closed log, an unexpired
+//!   lease) are in the SQL itself, never checked in Rust between two round trips.
+//! - Integers are bound within `±(2^53 - 1)`: D1 returns numbers as JS doubles.
+//! - A row that does not decode (an unknown status above all) is `StoreError::Corrupt` naming
+//!   it, never read as something else.
+
+mod client;
+mod instances;
+mod leases;
+mod log;
+mod row;
+mod runs;
+pub mod schema;
+
+use std::sync::Arc;
+
+use reaper_core::StoreError;
+
+pub use client::{classify_d1_error, Row, SqlClient, SqlValue, Statement, MAX_SAFE_INTEGER};
+pub use schema::{Found, SCHEMA_VERSION};
+
+/// Why a database cannot be used as a reaper store.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error(
+        "the D1 database holds tables that are not the reaper's ({}) and no reaper_schema \
+         table: refusing to add reaper tables to it; bind an empty database, or create the \
+         reaper tables first (reaper_d1::schema::migration_statements)",
+        .tables.join(", ")
+    )]
+    Foreign { tables: Vec<String> },
+    #[error(
+        "the D1 database is at reaper schema version {found}, newer than this build's \
+         {supported}: deploy a newer reaper"
+    )]
+    TooNew { found: u32, supported: u32 },
+    #[error("opening the D1 store failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl From<OpenError> for StoreError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::Store(e) => e,
+            other => StoreError::Backend(other.to_string()),
+        }
+    }
+}
+
+/// Every store port over one D1 database. Cheap to clone.
+#[derive(Clone)]
+pub struct D1Store {
+    client: Arc<dyn SqlClient>,
+}
+
+impl std::fmt::Debug for D1Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("D1Store").finish_non_exhaustive()
+    }
+}
+
+impl D1Store {
+    /// Opens the store, applying any pending migration in one batch. A database with other
+    /// tables and no `reaper_schema`, or one at a newer schema version, is refused before
+    /// anything is written to it. Two Workers migrating at once both succeed: the loser's batch
+    /// fails as a whole and it finds the schema current.
+    pub async fn open(client: Arc<dyn SqlClient>) -> Result<Self, OpenError> {
+        let from = match schema::inspect(client.as_ref()).await? {
+            Found::Reaper(v) if v == SCHEMA_VERSION => return Ok(D1Store { client }),
+            Found::Reaper(v) if v > SCHEMA_VERSION => {
+                return Err(OpenError::TooNew {
+                    found: v,
+                    supported: SCHEMA_VERSION,
+                })
+            }
+            Found::Reaper(v) => v,
+            Found::Empty => 0,
+            Found::Foreign(tables) => return Err(OpenError::Foreign { tables }),
+        };
+        if let Err(e) = client.batch(schema::migration_statements(from)).await {
+            match schema::inspect(client.as_ref()).await? {
+                Found::Reaper(v) if v == SCHEMA_VERSION => {}
+                _ => return Err(e.into()),
+            }
+        }
+        Ok(D1Store { client })
+    }
+
+    /// Wraps a database known to be at [`SCHEMA_VERSION`] without checking (one round trip
+    /// less per invocation once a deployment has migrated).
+    pub fn assume_current(client: Arc<dyn SqlClient>) -> Self {
+        D1Store { client }
+    }
+
+    pub(crate) async fn one(&self, statement: Statement) -> Result<Vec<Row>, StoreError> {
+        Ok(self
+            .client
+            .batch(vec![statement])
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    pub(crate) async fn batch(
+        &self,
+        statements: Vec<Statement>,
+    ) -> Result<Vec<Vec<Row>>, StoreError> {
+        let n = statements.len();
+        let out = self.client.batch(statements).await?;
+        if out.len() != n {
+            return Err(StoreError::Backend(format!(
+                "d1 batch of {n} statements returned {} results",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,367 @@
+//! The `runs` table: [`RunStore`].
+
+use reaper_core::{
+    EpochBump, EpochMs, Fenced, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, RunStore,
+    RunStoreCapabilities, StoreError, TerminalWrite,
+};
+
+use crate::client::{Row, SqlValue, Statement};
+use crate::row::{corrupt, safe, safe_u, RowExt};
+use crate::D1Store;
+
+/// The columns [`decode_run`] reads.
+const COLUMNS: &str = "run_id, thread_id, status, started_at, finished_at, error_message, \
+                       error_code, usage, sandbox_key, detached_since, cancel_requested, \
+                       driver_epoch";
+
+pub(crate) fn parse_status(raw: &str, run_id: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(raw).ok_or_else(|| {
+        corrupt(
+            run_id,
+            format!(
+                "status {raw:?} is not a run status (expected running, interrupted, completed, \
+                 failed or aborted)"
+            ),
+        )
+    })
+}
+
+/// Decodes one row selected with [`COLUMNS`]; anything that does not parse is corrupt.
+fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
+    let run_id = row.text("run_id", "<unreadable run_id>")?;
+    let id = run_id.as_str();
+    let status = parse_status(&row.text("status", id)?, id)?;
+    let error = match (
+        row.opt_text("error_message", id)?,
+        row.opt_text("error_code", id)?,
+    ) {
+        (Some(message), code) => Some(RunError { message, code }),
+        (None, None) => None,
+        (None, Some(_)) => return Err(corrupt(id, "error_code is set without error_message")),
+    };
+    let usage = row
+        .opt_text("usage", id)?
+        .map(|raw| serde_json::from_str(&raw))
+        .transpose()
+        .map_err(|e| corrupt(id, format!("column usage is not JSON: {e}")))?;
+    let cancel_requested = match row.opt_int("cancel_requested", id)? {
+        None => None,
+        Some(0) => Some(false),
+        Some(1) => Some(true),
+        Some(other) => {
+            return Err(corrupt(
+                id,
+                format!("cancel_requested is {other}, expected 0, 1 or NULL"),
+            ))
+        }
+    };
+    let driver_epoch = row
+        .opt_int("driver_epoch", id)?
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| corrupt(id, "driver_epoch is negative"))?;
+    Ok(RunRecord {
+        thread_id: row.text("thread_id", id)?,
+        status,
+        started_at: row.int("started_at", id)?,
+        finished_at: row.opt_int("finished_at", id)?,
+        error,
+        usage,
+        sandbox_key: row.opt_text("sandbox_key", id)?,
+        detached_since: row.opt_int("detached_since", id)?,
+        cancel_requested,
+        driver_epoch,
+        run_id,
+    })
+}
+
+fn decode_all(rows: &[Row]) -> Result<Vec<RunRecord>, StoreError> {
+    rows.iter().map(decode_run).collect()
+}
+
+fn select_run(run_id: &str) -> Statement {
+    Statement::new(
+        format!("SELECT {COLUMNS} FROM runs WHERE run_id = ?1"),
+        vec![run_id.into()],
+    )
+}
+
+fn patch_value<T>(patch: &Patch<T>, to_value: impl Fn(&T) -> SqlValue) -> Option<SqlValue> {
+    match patch {
+        Patch::Keep => None,
+        Patch::Clear => Some(SqlValue::Null),
+        Patch::Set(v) => Some(to_value(v)),
+    }
+}
+
+/// The `SET` assignments of a patch. `Clear` becomes NULL, so clearing really clears.
+fn assignments(patch: &RunPatch) -> Result<Vec<(&'static str, SqlValue)>, StoreError> {
+    let mut set = Vec::new();
+    if let Some(status) = patch.status {
+        set.push(("status", status.as_str().into()));
+    }
+    let int = |v: &i64| SqlValue::Integer(*v);
+    if let Some(v) = patch_value(&patch.finished_at, int) {
+        set.push(("finished_at", v));
+    }
+    match &patch.error {
+        Patch::Keep => {}
+        Patch::Clear => {
+            set.push(("error_message", SqlValue::Null));
+            set.push(("error_code", SqlValue::Null));
+        }
+        Patch::Set(e) => {
+            set.push(("error_message", e.message.clone().into()));
+            set.push(("error_code", e.code.clone().into()));
+        }
+    }
+    match &patch.usage {
+        Patch::Keep => {}
+        Patch::Clear => set.push(("usage", SqlValue::Null)),
+        Patch::Set(usage) => {
+            let json = serde_json::to_string(usage)
+                .map_err(|e| StoreError::Backend(format!("usage does not serialise: {e}")))?;
+            set.push(("usage", json.into()));
+        }
+    }
+    if let Some(v) = patch_value(&patch.sandbox_key, |k| k.clone().into()) {
+        set.push(("sandbox_key", v));
+    }
+    if let Some(v) = patch_value(&patch.detached_since, int) {
+        set.push(("detached_since", v));
+    }
+    if let Some(v) = patch_value(&patch.cancel_requested, |b| i64::from(*b).into()) {
+        set.push(("cancel_requested", v));
+    }
+    if let Some(v) = patch_value(&patch.driver_epoch, |e| safe_u(*e).into()) {
+        set.push(("driver_epoch", v));
+    }
+    Ok(set)
+}
+
+/// One `UPDATE` for a patch, or `None` when it changes nothing.
+fn update_statement(run_id: &str, patch: &RunPatch) -> Result<Option<Statement>, StoreError> {
+    let set = assignments(patch)?;
+    if set.is_empty() {
+        return Ok(None);
+    }
+    let columns: Vec<String> = set
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| format!("{name} = ?{}", i + 2))
+        .collect();
+    let mut params = vec![SqlValue::from(run_id)];
+    params.extend(set.into_iter().map(|(_, v)| v));
+    Ok(Some(Statement::new(
+        format!("UPDATE runs SET {} WHERE run_id = ?1", columns.join(", ")),
+        params,
+    )))
+}
+
+impl D1Store {
+    /// Inserts or replaces a whole row as is, in one batch: seeding for tests and demos, not a
+    /// port operation.
+    pub async fn put_run(&self, record: RunRecord) -> Result<(), StoreError> {
+        let insert = Statement::new(
+            "INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
+             started_at = excluded.started_at",
+            vec![
+                record.run_id.as_str().into(),
+                record.thread_id.as_str().into(),
+                record.status.as_str().into(),
+                record.started_at.into(),
+            ],
+        );
+        let patch = RunPatch {
+            status: Some(record.status),
+            finished_at: record.finished_at.into(),
+            error: record.error.clone().into(),
+            usage: record.usage.clone().into(),
+            sandbox_key: record.sandbox_key.clone().into(),
+            detached_since: record.detached_since.into(),
+            cancel_requested: record.cancel_requested.into(),
+            driver_epoch: record.driver_epoch.into(),
+        };
+        let mut statements = vec![insert];
+        statements.extend(update_statement(&record.run_id, &patch)?);
+        self.batch(statements).await?;
+        Ok(())
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl RunStore for D1Store {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        let status = new.status.unwrap_or(RunStatus::Running);
+        let insert = Statement::new(
+            "INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (run_id) DO NOTHING",
+            vec![
+                new.run_id.as_str().into(),
+                new.thread_id.as_str().into(),
+                status.as_str().into(),
+                new.started_at.into(),
+            ],
+        );
+        // The read shares the insert's transaction: it sees exactly the row that stands.
+        let mut out = self.batch(vec![insert, select_run(&new.run_id)]).await?;
+        let rows = out.pop().unwrap_or_default();
+        decode_all(&rows)?.pop().ok_or_else(|| {
+            StoreError::Backend(format!(
+                "run {} vanished right after its insert",
+                new.run_id
+            ))
+        })
+    }
+
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        // One statement: atomic on its own, and a no-op for an unknown run.
+        if let Some(statement) = update_statement(run_id, &patch)? {
+            self.one(statement).await?;
+        }
+        Ok(())
+    }
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        Ok(decode_all(&self.one(select_run(run_id)).await?)?.pop())
+    }
+
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let rows = self
+            .one(Statement::new(
+                format!(
+                    "SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 AND status = 'running' \
+                     ORDER BY started_at DESC, rowid DESC LIMIT 1"
+                ),
+                vec![thread_id.into()],
+            ))
+            .await?;
+        Ok(decode_all(&rows)?.pop())
+    }
+
+    async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = self
+            .one(Statement::new(
+                format!(
+                    "SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 ORDER BY started_at, rowid"
+                ),
+                vec![thread_id.into()],
+            ))
+            .await?;
+        decode_all(&rows)
+    }
+
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let cutoff = safe(now.saturating_sub(safe_u(ttl_ms)));
+        // Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
+        let rows = self
+            .one(Statement::new(
+                format!(
+                    "SELECT {COLUMNS} FROM runs WHERE status = 'running' \
+                     AND detached_since IS NOT NULL AND detached_since <= ?1 \
+                     ORDER BY detached_since, rowid"
+                ),
+                vec![cutoff.into()],
+            ))
+            .await?;
+        decode_all(&rows)
+    }
+
+    fn capabilities(&self) -> RunStoreCapabilities {
+        RunStoreCapabilities {
+            list_reclaimable: true,
+            list_by_thread: true,
+        }
+    }
+
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        let bump = Statement::new(
+            format!(
+                "UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 \
+                 WHERE run_id = ?1 AND status IN ('running', 'interrupted') RETURNING {COLUMNS}"
+            ),
+            vec![run_id.into()],
+        );
+        // Read in the same transaction: when the bump matched nothing, this says why.
+        let status = Statement::new(
+            "SELECT status FROM runs WHERE run_id = ?1",
+            vec![run_id.into()],
+        );
+        let out = self.batch(vec![bump, status]).await?;
+        if let Some(record) = decode_all(&out[0])?.pop() {
+            let epoch = record
+                .driver_epoch
+                .ok_or_else(|| corrupt(run_id, "driver_epoch is NULL after a bump"))?;
+            return Ok(EpochBump::Claimed { epoch, record });
+        }
+        match out[1].first() {
+            None => Ok(EpochBump::Unknown),
+            Some(row) => match parse_status(&row.text("status", run_id)?, run_id)? {
+                s if s.is_terminal() => Ok(EpochBump::Terminal(s)),
+                s => Err(StoreError::Backend(format!(
+                    "run {run_id} is {s} but its epoch bump matched no row"
+                ))),
+            },
+        }
+    }
+
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let held = safe_u(held_epoch);
+        let mut params = vec![
+            SqlValue::from(run_id),
+            RunStatus::from(write.status).as_str().into(),
+            write.finished_at.into(),
+            held.into(),
+        ];
+        // No error in the write keeps the stored one, as `TerminalWrite::to_patch` does.
+        let error_sql = match &write.error {
+            Some(e) => {
+                params.push(e.message.clone().into());
+                params.push(e.code.clone().into());
+                ", error_message = ?5, error_code = ?6"
+            }
+            None => "",
+        };
+        // The fence is in the statement itself: a superseded holder cannot land this whatever
+        // its timing. The read after it shares its transaction.
+        let update = Statement::new(
+            format!(
+                "UPDATE runs SET status = ?2, finished_at = ?3{error_sql} \
+                 WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?4) \
+                 RETURNING run_id"
+            ),
+            params,
+        );
+        let epoch = Statement::new(
+            "SELECT driver_epoch FROM runs WHERE run_id = ?1",
+            vec![run_id.into()],
+        );
+        let out = self.batch(vec![update, epoch]).await?;
+        if !out[0].is_empty() {
+            return Ok(Fenced::Written(true));
+        }
+        match out[1].first() {
+            None => Ok(Fenced::Written(false)),
+            Some(row) => match row.opt_int("driver_epoch", run_id)? {
+                Some(observed) if observed > held => Ok(Fenced::Superseded {
+                    observed: observed as u64,
+                }),
+                observed => Err(StoreError::Backend(format!(
+                    "run {run_id}: fenced terminal write matched no row at epoch {observed:?} \
+                     (held {held})"
+                ))),
+            },
+        }
+    }
+}
