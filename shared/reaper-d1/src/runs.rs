@@ -1,8 +1,8 @@
 //! The `runs` table: [`RunStore`].
 
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, RunStore,
-    RunStoreCapabilities, StoreError, TerminalWrite,
+    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableListing, RunError, RunPatch, RunRecord,
+    RunStatus, RunStore, RunStoreCapabilities, StoreError, TerminalWrite,
 };
 
 use crate::client::{Row, SqlValue, Statement};
@@ -159,6 +159,20 @@ fn update_statement(run_id: &str, patch: &RunPatch) -> Result<Option<Statement>,
 }
 
 impl D1Store {
+    async fn reclaimable_rows(&self, now: EpochMs, ttl_ms: u64) -> Result<Vec<Row>, StoreError> {
+        let cutoff = safe(now.saturating_sub(safe_u(ttl_ms)));
+        // Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
+        self.one(Statement::new(
+            format!(
+                "SELECT {COLUMNS} FROM runs WHERE status = 'running' \
+                 AND detached_since IS NOT NULL AND detached_since <= ?1 \
+                 ORDER BY detached_since, rowid"
+            ),
+            vec![cutoff.into()],
+        ))
+        .await
+    }
+
     /// Inserts or replaces a whole row as is, in one batch: seeding for tests and demos, not a
     /// port operation.
     pub async fn put_run(&self, record: RunRecord) -> Result<(), StoreError> {
@@ -258,19 +272,27 @@ impl RunStore for D1Store {
         now: EpochMs,
         ttl_ms: u64,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let cutoff = safe(now.saturating_sub(safe_u(ttl_ms)));
-        // Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
-        let rows = self
-            .one(Statement::new(
-                format!(
-                    "SELECT {COLUMNS} FROM runs WHERE status = 'running' \
-                     AND detached_since IS NOT NULL AND detached_since <= ?1 \
-                     ORDER BY detached_since, rowid"
-                ),
-                vec![cutoff.into()],
-            ))
-            .await?;
-        decode_all(&rows)
+        decode_all(&self.reclaimable_rows(now, ttl_ms).await?)
+    }
+
+    async fn list_reclaimable_listing(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<ReclaimableListing, StoreError> {
+        // Row by row: one malformed row is reported, not a reason to sweep nothing.
+        let mut listing = ReclaimableListing {
+            runs: Vec::new(),
+            corrupt: Vec::new(),
+        };
+        for row in self.reclaimable_rows(now, ttl_ms).await? {
+            match decode_run(&row) {
+                Ok(record) => listing.runs.push(record),
+                Err(e @ StoreError::Corrupt { .. }) => listing.corrupt.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(listing)
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

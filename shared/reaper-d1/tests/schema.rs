@@ -142,3 +142,24 @@ async fn a_row_with_an_unknown_status_is_corrupt_and_named_never_read_as_termina
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn one_corrupt_detached_run_is_listed_as_corrupt_beside_the_good_ones() {
+    let (store, client) = common::store().await;
+    client.execute(
+        "PRAGMA ignore_check_constraints = ON; \
+         INSERT INTO runs (run_id, thread_id, started_at, detached_since) \
+         VALUES ('good', 't', 1, 5); \
+         INSERT INTO runs (run_id, thread_id, started_at, detached_since, usage) \
+         VALUES ('bad', 't', 1, 5, 'not json'); \
+         PRAGMA ignore_check_constraints = OFF;",
+    );
+    let listing = store.list_reclaimable_listing(10, 0).await.unwrap();
+    let ids: Vec<_> = listing.runs.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["good"]);
+    assert!(
+        matches!(&listing.corrupt[..], [StoreError::Corrupt { key, .. }] if key == "bad"),
+        "{:?}",
+        listing.corrupt
+    );
+}
