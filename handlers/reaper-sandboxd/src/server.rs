@@ -245,9 +245,19 @@ impl FromRequest<Shared> for LimitedBody {
     }
 }
 
+/// Parses a request body, which must be a JSON object: serde would also read a struct from an
+/// array (`["true"]`), which the document does not allow.
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(format!("the request body is not the documented JSON: {e}")))
+    let invalid = |e: serde_json::Error| {
+        ApiError::invalid(format!("the request body is not the documented JSON: {e}"))
+    };
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(invalid)?;
+    if !value.is_object() {
+        return Err(ApiError::invalid(
+            "the request body is not the documented JSON: it must be an object",
+        ));
+    }
+    serde_json::from_value(value).map_err(invalid)
 }
 
 fn sandbox_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {

@@ -519,6 +519,7 @@ async fn malformed_bodies_are_400_with_the_reason() {
     let daemon = Daemon::start(tmp.path(), &[]).await;
     let sbx = daemon.provider().create(&Default::default()).await.unwrap();
     let base = format!("{}/v1/sandboxes", daemon.url);
+    let long_agent = format!(r#"{{"runId":"r","command":"{}"}}"#, "x".repeat(200_000));
     let cases = [
         (format!("{base}/{}/exec", sbx.id()), "not json"),
         (format!("{base}/{}/exec", sbx.id()), r#"{"cmd":"true"}"#),
@@ -537,17 +538,27 @@ async fn malformed_bodies_are_400_with_the_reason() {
         ),
         (base.clone(), r#"{"journalDir":"/tmp/../etc"}"#),
         (base.clone(), r#"{"unknown":1}"#),
+        (base.clone(), "[]"),
+        (format!("{base}/{}/exec", sbx.id()), r#"["true"]"#),
     ];
+    let cases = cases
+        .into_iter()
+        .chain([(format!("{base}/{}/agents", sbx.id()), long_agent.as_str())]);
     for (url, body) in cases {
         let response = daemon
             .raw()
             .post(&url)
             .bearer_auth(&daemon.token)
-            .body(body)
+            .body(body.to_string())
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 400, "{url} {body}");
+        assert_eq!(
+            response.status(),
+            400,
+            "{url} {}",
+            &body[..body.len().min(80)]
+        );
         assert_eq!(
             error_code(&response.text().await.unwrap()),
             "invalid-request"
