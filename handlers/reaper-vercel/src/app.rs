@@ -1,0 +1,350 @@
+//! [`App`]: one request in, one response out. The sweep is behind [`Sweeper`] so the request
+//! handling is tested without a store; [`ServerlessSweeper`] is the real one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Response;
+use reaper_core::{Clock, EpochMs};
+use reaper_serverless::{
+    build_deps, plan, run_sweep, ComposeError, ConfigError, ServerlessConfig, ServerlessDeps,
+    ServerlessReport,
+};
+
+use crate::auth::{CronSecret, SecretError, CRON_SECRET_ENV};
+use crate::budget::budget;
+use crate::request::{gate, report_response};
+
+/// Runs one single-flight sweep that starts no run it cannot finish by `deadline`.
+#[async_trait::async_trait]
+pub trait Sweeper: Send + Sync {
+    async fn sweep(&self, started_at: EpochMs, deadline: EpochMs) -> ServerlessReport;
+}
+
+/// The sweep over DynamoDB and `reaper-sandboxd`, as `reaper-serverless` composes it.
+#[derive(Debug)]
+pub struct ServerlessSweeper {
+    pub config: ServerlessConfig,
+    pub deps: ServerlessDeps,
+    /// This process, in every lease owner it takes (`vercel:<pid>:<random>`).
+    owner_prefix: String,
+    invocations: AtomicU64,
+}
+
+impl ServerlessSweeper {
+    pub fn new(config: ServerlessConfig, deps: ServerlessDeps) -> Self {
+        ServerlessSweeper {
+            config,
+            deps,
+            owner_prefix: format!("vercel:{}:{}", std::process::id(), random_tag()),
+            invocations: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sweeper for ServerlessSweeper {
+    async fn sweep(&self, started_at: EpochMs, deadline: EpochMs) -> ServerlessReport {
+        // Fluid compute runs several requests in one process: each gets its own lease owner.
+        let n = self.invocations.fetch_add(1, Ordering::Relaxed);
+        let owner = format!("{}:{n}", self.owner_prefix);
+        run_sweep(&self.deps, &plan(&self.config, owner, started_at, deadline)).await
+    }
+}
+
+fn random_tag() -> String {
+    let mut bytes = [0u8; 4];
+    match std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+    {
+        Ok(()) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        Err(_) => format!("{:08x}", SystemClock.now_ms() as u32),
+    }
+}
+
+/// The wall clock: the function runs natively, and its deadline is wall time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> EpochMs {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as EpochMs)
+            .unwrap_or_default()
+    }
+}
+
+/// Why the function refuses to start. Each names the variable to fix and never a secret.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartupError {
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Compose(#[from] ComposeError),
+}
+
+/// The function: its secret, its budget, its sweep and a clock.
+#[derive(Clone)]
+pub struct App {
+    pub secret: CronSecret,
+    /// How long one invocation may run (Vercel's `maxDuration`).
+    pub budget: Duration,
+    pub sweeper: Arc<dyn Sweeper>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("secret", &self.secret)
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// Reads `CRON_SECRET` and the shared settings through `get`, and builds the stores and the
+    /// sandboxd client (no request is made). An unset secret starts a function that refuses
+    /// every request; a padded one, or any bad setting, does not start.
+    pub async fn from_env(
+        get: impl Fn(&str) -> Option<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<App, StartupError> {
+        let secret = get(CRON_SECRET_ENV);
+        let secret = CronSecret::from_env_value(secret.as_deref().map(std::ffi::OsStr::new))?;
+        let config = ServerlessConfig::from_env(get)?;
+        let deps = build_deps(&config).await?;
+        Ok(App {
+            secret,
+            budget: budget(config.budget),
+            sweeper: Arc::new(ServerlessSweeper::new(config, deps)),
+            clock,
+        })
+    }
+
+    /// Answers one request from its head (the body of a cron `GET` is empty and never read).
+    pub async fn handle(&self, parts: &http::request::Parts) -> Response<String> {
+        // The budget counts from the request's arrival: Vercel's clock started no later.
+        let started_at = self.clock.now_ms();
+        if let Err(refusal) = gate(parts, &self.secret) {
+            refusal.log(parts);
+            return refusal.response();
+        }
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        let deadline = started_at.saturating_add(self.budget.as_millis() as i64);
+        let report = self.sweeper.sweep(started_at, deadline).await;
+        tracing::info!(
+            state = report.state(),
+            considered = report.sweep.report.considered,
+            probed = report.sweep.report.probed,
+            deferred = report.sweep.report.deferred,
+            duration_ms = report.sweep.duration_ms,
+            deadline,
+            dynamodb_requests = report.dynamodb.total.requests,
+            cron_schedule = %header("x-vercel-cron-schedule"),
+            user_agent = %header("user-agent"),
+            "cron request answered"
+        );
+        report_response(&report)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use reaper_core::reap::{ReapReport, SweepReport, SweepStatus};
+    use reaper_core::time::ManualClock;
+    use reaper_serverless::Secret;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    const SECRET: &str = "a-secret-of-sixteen-or-more";
+
+    pub(crate) fn report(status: SweepStatus, started_at: EpochMs) -> ServerlessReport {
+        let config = ServerlessConfig {
+            table: "t".into(),
+            sandboxd_url: "http://127.0.0.1:1".into(),
+            sandboxd_token: Secret::new("x"),
+            provider_name: "sandboxd".into(),
+            detached_ttl: Duration::from_secs(1800),
+            run_budget: Duration::from_secs(30),
+            max_runs: 25,
+            fence_quiet: Duration::from_secs(5),
+            journal_dir: None,
+            budget: None,
+            deadline_margin: None,
+            per_run_reserve: None,
+            log_retention: Duration::from_secs(86_400),
+        };
+        ServerlessReport {
+            sweep: SweepReport {
+                sweep: status,
+                started_at,
+                duration_ms: 0,
+                report: ReapReport {
+                    considered: 2,
+                    probed: 1,
+                    deferred: 3,
+                    ..ReapReport::default()
+                },
+            },
+            plan: plan(&config, "owner", started_at, started_at + 300_000),
+            dynamodb: Default::default(),
+        }
+    }
+
+    /// Records each call's `(started_at, deadline)` and answers with `status`.
+    struct Recording {
+        calls: Mutex<Vec<(EpochMs, EpochMs)>>,
+        status: SweepStatus,
+    }
+
+    #[async_trait::async_trait]
+    impl Sweeper for Recording {
+        async fn sweep(&self, started_at: EpochMs, deadline: EpochMs) -> ServerlessReport {
+            self.calls.lock().unwrap().push((started_at, deadline));
+            report(self.status.clone(), started_at)
+        }
+    }
+
+    fn recording_app(secret: Option<&str>, status: SweepStatus) -> (App, Arc<Recording>) {
+        let sweeper = Arc::new(Recording {
+            calls: Mutex::default(),
+            status,
+        });
+        let app = App {
+            secret: CronSecret::from_env_value(secret.map(std::ffi::OsStr::new)).unwrap(),
+            budget: Duration::from_secs(300),
+            sweeper: sweeper.clone(),
+            clock: Arc::new(ManualClock::new(1_700_000_000_000)),
+        };
+        (app, sweeper)
+    }
+
+    fn cron(method: &str, auth: Option<&str>) -> http::request::Parts {
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri("/api/reap")
+            .header("user-agent", "vercel-cron/1.0")
+            .header("x-vercel-cron-schedule", "*/5 * * * *");
+        if let Some(a) = auth {
+            b = b.header("authorization", a);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[tokio::test]
+    async fn an_authorized_cron_sweeps_with_the_deadline_one_budget_after_arrival() {
+        let (app, sweeper) = recording_app(Some(SECRET), SweepStatus::Swept);
+        let response = app
+            .handle(&cron("GET", Some(&format!("Bearer {SECRET}"))))
+            .await;
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
+        assert_eq!(
+            (&body["considered"], &body["probed"], &body["deferred"]),
+            (&2.into(), &1.into(), &3.into())
+        );
+        assert_eq!(body["sweep"]["state"], "swept");
+        assert_eq!(
+            *sweeper.calls.lock().unwrap(),
+            [(1_700_000_000_000, 1_700_000_300_000)]
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_requests_never_reach_the_sweep() {
+        let (app, sweeper) = recording_app(Some(SECRET), SweepStatus::Swept);
+        assert_eq!(app.handle(&cron("GET", None)).await.status(), 401);
+        assert_eq!(
+            app.handle(&cron("GET", Some("Bearer x"))).await.status(),
+            401
+        );
+        let right = format!("Bearer {SECRET}");
+        assert_eq!(app.handle(&cron("POST", Some(&right))).await.status(), 405);
+        let (unset, unset_sweeper) = recording_app(None, SweepStatus::Swept);
+        assert_eq!(
+            unset.handle(&cron("GET", Some("Bearer "))).await.status(),
+            500
+        );
+        assert!(sweeper.calls.lock().unwrap().is_empty());
+        assert!(unset_sweeper.calls.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_sweep_already_running_is_answered_200_and_says_so() {
+        let (app, _) = recording_app(
+            Some(SECRET),
+            SweepStatus::AlreadyRunning {
+                holder: "vercel-other".into(),
+                expires_at: 5,
+            },
+        );
+        let response = app
+            .handle(&cron("GET", Some(&format!("Bearer {SECRET}"))))
+            .await;
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
+        assert_eq!(body["sweep"]["state"], "already-running");
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const SETTINGS: [(&str, &str); 4] = [
+        ("REAPER_TABLE", "reaper-runs"),
+        ("REAPER_SANDBOXD_URL", "http://127.0.0.1:9"),
+        ("REAPER_SANDBOXD_TOKEN", "sandboxd-token-0123456789"),
+        ("REAPER_DETACHED_TTL", "30m"),
+    ];
+
+    #[tokio::test]
+    async fn start_up_takes_the_budget_from_reaper_budget_or_the_vercel_json_default() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let mut pairs = SETTINGS.to_vec();
+        pairs.push((CRON_SECRET_ENV, SECRET));
+        let app = App::from_env(env(&pairs), clock.clone()).await.unwrap();
+        assert_eq!(app.budget, Duration::from_secs(300));
+        pairs.push(("REAPER_BUDGET", "90s"));
+        let app = App::from_env(env(&pairs), clock).await.unwrap();
+        assert_eq!(app.budget, Duration::from_secs(90));
+    }
+
+    #[tokio::test]
+    async fn start_up_refuses_a_padded_secret_and_bad_settings_but_not_a_missing_secret() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let mut pairs = SETTINGS.to_vec();
+        let app = App::from_env(env(&pairs), clock.clone()).await.unwrap();
+        assert!(matches!(app.secret, CronSecret::Missing));
+
+        pairs.push((CRON_SECRET_ENV, "padded-secret-value\n"));
+        let err = App::from_env(env(&pairs), clock.clone()).await.unwrap_err();
+        assert!(matches!(err, StartupError::Secret(SecretError::Whitespace)));
+        assert!(!err.to_string().contains("padded-secret-value"));
+
+        let err = App::from_env(env(&[(CRON_SECRET_ENV, SECRET)]), clock)
+            .await
+            .unwrap_err();
+        let StartupError::Config(config) = err else {
+            panic!("expected a configuration error, got {err}");
+        };
+        assert!(config.names("REAPER_TABLE") && config.names("REAPER_DETACHED_TTL"));
+    }
+}

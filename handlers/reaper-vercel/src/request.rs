@@ -1,0 +1,258 @@
+//! What to do with a request, decided from its head alone (`http::request::Parts`), and the
+//! responses. Plain functions so every case is a unit test: the runtime's
+//! `hyper::body::Incoming` cannot be built outside a server.
+
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use reaper_core::reap::{SweepReport, SweepStatus};
+use reaper_serverless::ServerlessReport;
+
+use crate::auth::{authorize, AuthFailure, CronSecret, CRON_SECRET_ENV};
+
+/// The function's path: `api/reap.rs` is served at `/api/reap`, and `vercel.json`'s cron calls it
+/// (a tidy test keeps the three equal).
+pub const CRON_PATH: &str = "/api/reap";
+
+/// Why a request gets no sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not the cron path.
+    NotFound,
+    /// The cron only ever sends `GET`; anything else is not a cron delivery.
+    MethodNotAllowed,
+    /// Missing or wrong bearer secret.
+    Unauthorized,
+    /// The function was deployed without `CRON_SECRET`.
+    SecretMissing,
+}
+
+/// Decides whether a request may sweep: the path, then the method, then the secret.
+pub fn gate(parts: &http::request::Parts, secret: &CronSecret) -> Result<(), Refusal> {
+    if parts.uri.path() != CRON_PATH {
+        return Err(Refusal::NotFound);
+    }
+    if parts.method != Method::GET {
+        return Err(Refusal::MethodNotAllowed);
+    }
+    authorize(&parts.headers, secret).map_err(|e| match e {
+        AuthFailure::SecretMissing => Refusal::SecretMissing,
+        AuthFailure::Unauthorized => Refusal::Unauthorized,
+    })
+}
+
+impl Refusal {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Refusal::NotFound => StatusCode::NOT_FOUND,
+            Refusal::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
+            Refusal::SecretMissing => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// One log line per refused request. It names what was wrong, never a header's value.
+    pub fn log(self, parts: &http::request::Parts) {
+        let method = parts.method.as_str();
+        let path = parts.uri.path();
+        match self {
+            Refusal::SecretMissing => tracing::error!(
+                method,
+                path,
+                "{CRON_SECRET_ENV} is missing (unset or empty): refusing every request; set it \
+                 in the project's environment variables (at least 16 random characters) and \
+                 redeploy"
+            ),
+            Refusal::Unauthorized => tracing::warn!(
+                method,
+                path,
+                authorization_present = parts.headers.contains_key(header::AUTHORIZATION),
+                "refused a request without the right bearer secret"
+            ),
+            Refusal::MethodNotAllowed => {
+                tracing::info!(method, path, "refused a method other than GET")
+            }
+            Refusal::NotFound => tracing::info!(method, path, "no such path"),
+        }
+    }
+
+    /// An empty body: a refused caller learns nothing but the status.
+    pub fn response(self) -> Response<String> {
+        let mut response = Response::new(String::new());
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if self == Refusal::MethodNotAllowed {
+            headers.insert(header::ALLOW, HeaderValue::from_static("GET"));
+        }
+        response
+    }
+}
+
+/// The status for a sweep's outcome. A sweep that ran, and one skipped because another holds the
+/// lease, are both 200: Vercel delivers crons twice and overlaps them, and neither is a failure.
+/// A lease store that cannot be reached is 503 and bad settings are 500, so the cron's log shows
+/// them failed.
+pub fn report_status(report: &SweepReport) -> StatusCode {
+    match report.sweep {
+        SweepStatus::Swept | SweepStatus::AlreadyRunning { .. } => StatusCode::OK,
+        SweepStatus::LeaseUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        SweepStatus::InvalidOptions { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The report as JSON: `sweep` (its `state`), `considered`, `probed`, `deferred`, `outcomes`,
+/// `runs`, `startedAt`, `durationMs`, the `plan` (budget, margin, deadlines) and the sweep's
+/// `dynamodb` requests.
+pub fn report_response(report: &ServerlessReport) -> Response<String> {
+    json_response(report_status(&report.sweep), report)
+}
+
+/// A JSON body with `cache-control: no-store` (a cached answer would hide a sweep).
+pub fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response<String> {
+    let body = serde_json::to_string(body).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "cannot serialize the response");
+        "{}".into()
+    });
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::tests::report;
+    use std::ffi::OsStr;
+
+    const SECRET: &str = "0123456789abcdef-secret";
+
+    fn parts(method: &str, uri: &str, auth: Option<&str>) -> http::request::Parts {
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::USER_AGENT, "vercel-cron/1.0")
+            .header("x-vercel-cron-schedule", "*/5 * * * *");
+        if let Some(a) = auth {
+            b = b.header(header::AUTHORIZATION, a);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    fn secret() -> CronSecret {
+        CronSecret::from_env_value(Some(OsStr::new(SECRET))).unwrap()
+    }
+
+    fn bearer() -> String {
+        format!("Bearer {SECRET}")
+    }
+
+    #[test]
+    fn a_cron_shaped_get_with_the_secret_may_sweep_even_with_a_query_string() {
+        assert_eq!(
+            gate(&parts("GET", CRON_PATH, Some(&bearer())), &secret()),
+            Ok(())
+        );
+        let with_query = format!("{CRON_PATH}?from=cron");
+        assert_eq!(
+            gate(&parts("GET", &with_query, Some(&bearer())), &secret()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn every_method_but_get_is_405_with_an_allow_header_even_with_the_secret() {
+        for method in ["POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"] {
+            let refusal = gate(&parts(method, CRON_PATH, Some(&bearer())), &secret()).unwrap_err();
+            assert_eq!(refusal, Refusal::MethodNotAllowed, "{method}");
+            let response = refusal.response();
+            assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+            assert_eq!(response.headers()[header::ALLOW], "GET");
+            assert!(response.body().is_empty());
+        }
+    }
+
+    #[test]
+    fn another_path_is_404_before_anything_else_is_looked_at() {
+        for path in ["/", "/api/reap/", "/api/reaper", "/API/REAP"] {
+            assert_eq!(
+                gate(&parts("POST", path, None), &secret()),
+                Err(Refusal::NotFound),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrong_or_missing_secret_is_401_with_an_empty_body() {
+        for auth in [None, Some("Bearer nope")] {
+            let refusal = gate(&parts("GET", CRON_PATH, auth), &secret()).unwrap_err();
+            assert_eq!(refusal, Refusal::Unauthorized);
+            let response = refusal.response();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+            assert!(response.body().is_empty());
+            assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
+        }
+    }
+
+    #[test]
+    fn without_a_configured_secret_even_a_bearer_header_gets_500() {
+        let missing = CronSecret::from_env_value(None).unwrap();
+        let refusal = gate(&parts("GET", CRON_PATH, Some("Bearer ")), &missing).unwrap_err();
+        assert_eq!(refusal, Refusal::SecretMissing);
+        let response = refusal.response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.body().is_empty());
+    }
+
+    #[test]
+    fn a_sweep_and_a_sweep_already_running_are_both_200_with_the_counts() {
+        let swept = report_response(&report(SweepStatus::Swept, 1_000));
+        assert_eq!(swept.status(), StatusCode::OK);
+        assert_eq!(swept.headers()[header::CONTENT_TYPE], "application/json");
+        let body: serde_json::Value = serde_json::from_str(swept.body()).unwrap();
+        assert_eq!(body["sweep"]["state"], "swept");
+        assert_eq!(
+            (&body["considered"], &body["probed"], &body["deferred"]),
+            (&2.into(), &1.into(), &3.into())
+        );
+        assert_eq!(body["outcomes"]["finalized"], 0);
+        assert_eq!(body["plan"]["budgetMs"], 300_000);
+        assert!(body["dynamodb"]["total"].is_object());
+
+        let held = report_response(&report(
+            SweepStatus::AlreadyRunning {
+                holder: "other".into(),
+                expires_at: 9,
+            },
+            1_000,
+        ));
+        assert_eq!(held.status(), StatusCode::OK);
+        let body: serde_json::Value = serde_json::from_str(held.body()).unwrap();
+        assert_eq!(body["sweep"]["state"], "already-running");
+        assert_eq!(body["sweep"]["holder"], "other");
+    }
+
+    #[test]
+    fn an_unreachable_lease_store_is_503_and_bad_options_500() {
+        let unavailable = report(
+            SweepStatus::LeaseUnavailable {
+                error: "down".into(),
+            },
+            1_000,
+        );
+        assert_eq!(
+            report_response(&unavailable).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let invalid = report(SweepStatus::InvalidOptions { error: "x".into() }, 1_000);
+        assert_eq!(
+            report_response(&invalid).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

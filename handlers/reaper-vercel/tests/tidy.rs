@@ -1,0 +1,100 @@
+//! `vercel.json`, `Cargo.toml` and the code must agree: the cron path, the function's file, its
+//! `maxDuration` and the budget the handler assumes, and an output directory that publishes no
+//! source.
+
+use std::path::Path;
+
+use reaper_vercel::{CRON_PATH, DEFAULT_MAX_DURATION_SECS};
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn vercel_json() -> serde_json::Value {
+    serde_json::from_str(include_str!("../vercel.json")).expect("vercel.json is JSON")
+}
+
+const FUNCTION: &str = "api/reap.rs";
+
+#[test]
+fn the_cron_calls_the_handlers_path_on_a_five_field_schedule() {
+    let json = vercel_json();
+    let crons = json["crons"].as_array().expect("crons is a list");
+    assert_eq!(crons.len(), 1);
+    assert_eq!(crons[0]["path"], CRON_PATH);
+    let schedule = crons[0]["schedule"].as_str().unwrap();
+    assert_eq!(schedule.split_whitespace().count(), 5, "{schedule}");
+    let keys: Vec<&String> = crons[0].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["path", "schedule"]);
+}
+
+#[test]
+fn the_function_file_is_the_binary_cargo_builds_and_its_route_is_the_cron_path() {
+    let json = vercel_json();
+    let functions = json["functions"]
+        .as_object()
+        .expect("functions is an object");
+    assert_eq!(functions.keys().collect::<Vec<_>>(), [FUNCTION]);
+    assert!(crate_dir().join(FUNCTION).is_file());
+    assert_eq!(format!("/{}", FUNCTION.trim_end_matches(".rs")), CRON_PATH);
+    let cargo = std::fs::read_to_string(crate_dir().join("Cargo.toml")).unwrap();
+    assert!(
+        cargo.contains(&format!("path = \"{FUNCTION}\"")),
+        "Vercel's builder finds the [[bin]] whose path is {FUNCTION}"
+    );
+}
+
+#[test]
+fn max_duration_equals_the_budget_the_handler_assumes() {
+    let json = vercel_json();
+    assert_eq!(
+        json["functions"][FUNCTION]["maxDuration"].as_u64(),
+        Some(DEFAULT_MAX_DURATION_SECS),
+        "vercel.json's maxDuration and reaper_vercel::DEFAULT_MAX_DURATION_SECS (the budget when \
+         REAPER_BUDGET is unset) must be equal: the runtime cannot tell the function its deadline"
+    );
+    let readme = std::fs::read_to_string(crate_dir().join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("REAPER_BUDGET={DEFAULT_MAX_DURATION_SECS}s")),
+        "the README tells deployers to keep REAPER_BUDGET equal to maxDuration"
+    );
+}
+
+#[test]
+fn the_output_directory_holds_no_source_so_none_is_published() {
+    let json = vercel_json();
+    let dir = json["outputDirectory"]
+        .as_str()
+        .expect("outputDirectory is set: without it `vercel build` publishes Cargo.toml and src/");
+    let dir = crate_dir().join(dir);
+    // Vercel only uses the output directory when it holds a file; otherwise every non-api file
+    // becomes static output.
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("the output directory exists") {
+        let path = entry.unwrap().path();
+        assert!(path.is_file(), "{} is not a plain file", path.display());
+        files.push(path.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    assert_eq!(files, ["robots.txt"]);
+    let robots = std::fs::read_to_string(dir.join("robots.txt")).unwrap();
+    assert!(robots.contains("Disallow: /"));
+}
+
+#[test]
+fn vercel_json_uses_only_keys_vercels_schema_knows() {
+    let json = vercel_json();
+    let mut keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["$schema", "crons", "functions", "outputDirectory"]);
+    let function: Vec<&String> = json["functions"][FUNCTION]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(function, ["maxDuration"]);
+    let max = json["functions"][FUNCTION]["maxDuration"].as_u64().unwrap();
+    assert!(
+        (1..=800).contains(&max),
+        "Fluid compute allows 1 to 800 seconds"
+    );
+}
