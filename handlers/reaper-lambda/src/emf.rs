@@ -1,0 +1,252 @@
+//! The sweep report as one CloudWatch Embedded Metric Format line: CloudWatch Logs turns it into
+//! metrics (and the template's alarm watches `reclaim-failed`) with no API call and no agent.
+//! <https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>
+
+use reaper_core::reap::{ReapOutcome, SweepStatus};
+use reaper_serverless::ServerlessReport;
+use serde_json::{json, Map, Value};
+
+/// The namespace when `REAPER_METRICS_NAMESPACE` is unset.
+pub const DEFAULT_NAMESPACE: &str = "Reaper";
+/// The one dimension: the function's name (so two stacks in one account stay apart).
+pub const DIMENSION: &str = "FunctionName";
+
+pub const CONSIDERED: &str = "considered";
+pub const PROBED: &str = "probed";
+pub const DEFERRED: &str = "deferred";
+pub const DURATION: &str = "duration";
+pub const DYNAMODB_REQUESTS: &str = "dynamodb-requests";
+/// 1 when another sweep held the lease (nothing was done; not an error).
+pub const LEASE_HELD: &str = "lease-held";
+/// 1 when the sweep could not run at all (lease store failed or invalid options).
+pub const SWEEP_FAILED: &str = "sweep-failed";
+
+/// Every metric name with its unit, outcomes first (named as in the report).
+pub fn metrics() -> Vec<(&'static str, &'static str)> {
+    let mut all: Vec<_> = ReapOutcome::ALL
+        .iter()
+        .map(|o| (o.as_str(), "Count"))
+        .collect();
+    all.extend([
+        (CONSIDERED, "Count"),
+        (PROBED, "Count"),
+        (DEFERRED, "Count"),
+        (DURATION, "Milliseconds"),
+        (DYNAMODB_REQUESTS, "Count"),
+        (LEASE_HELD, "Count"),
+        (SWEEP_FAILED, "Count"),
+    ]);
+    all
+}
+
+/// The EMF document for one sweep. `timestamp` is epoch milliseconds.
+pub fn document(
+    report: &ServerlessReport,
+    namespace: &str,
+    function_name: &str,
+    timestamp: i64,
+) -> Value {
+    let r = &report.sweep.report;
+    let (held, failed) = match report.sweep.sweep {
+        SweepStatus::Swept => (0, 0),
+        SweepStatus::AlreadyRunning { .. } => (1, 0),
+        _ => (0, 1),
+    };
+    let mut doc = Map::new();
+    for outcome in ReapOutcome::ALL {
+        doc.insert(outcome.as_str().into(), json!(r.outcomes.get(outcome)));
+    }
+    doc.insert(CONSIDERED.into(), json!(r.considered));
+    doc.insert(PROBED.into(), json!(r.probed));
+    doc.insert(DEFERRED.into(), json!(r.deferred));
+    doc.insert(DURATION.into(), json!(report.sweep.duration_ms));
+    doc.insert(
+        DYNAMODB_REQUESTS.into(),
+        json!(report.dynamodb.total.requests),
+    );
+    doc.insert(LEASE_HELD.into(), json!(held));
+    doc.insert(SWEEP_FAILED.into(), json!(failed));
+    doc.insert(DIMENSION.into(), json!(function_name));
+    // Not a metric: lets a log query tie the metrics to the sweep.
+    doc.insert("sweepState".into(), json!(report.state()));
+    let definitions: Vec<Value> = metrics()
+        .into_iter()
+        .map(|(name, unit)| json!({ "Name": name, "Unit": unit }))
+        .collect();
+    doc.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [{
+                "Namespace": namespace,
+                "Dimensions": [[DIMENSION]],
+                "Metrics": definitions,
+            }],
+        }),
+    );
+    Value::Object(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use reaper_core::reap::{OutcomeCounts, ReapReport, SweepReport};
+    use reaper_dynamodb::RequestStats;
+    use reaper_serverless::{plan, ServerlessConfig};
+
+    use super::*;
+
+    fn report(sweep: SweepStatus) -> ServerlessReport {
+        let config = ServerlessConfig::from_env(|k| {
+            Some(
+                match k {
+                    "REAPER_TABLE" => "runs",
+                    "REAPER_SANDBOXD_URL" => "http://127.0.0.1:1",
+                    "REAPER_SANDBOXD_TOKEN" => "t",
+                    "REAPER_DETACHED_TTL" => "30m",
+                    _ => return None,
+                }
+                .into(),
+            )
+        })
+        .unwrap();
+        let mut dynamodb = RequestStats::default();
+        dynamodb.total.requests = 17;
+        ServerlessReport {
+            sweep: SweepReport {
+                sweep,
+                started_at: 1_000,
+                duration_ms: 2_345,
+                report: ReapReport {
+                    considered: 6,
+                    probed: 5,
+                    deferred: 3,
+                    outcomes: OutcomeCounts {
+                        finalized: 2,
+                        expired: 1,
+                        producing: 1,
+                        reclaim_failed: 1,
+                        failed: 1,
+                        ..OutcomeCounts::default()
+                    },
+                    ..ReapReport::default()
+                },
+            },
+            plan: plan(&config, "me", 1_000, 301_000),
+            dynamodb,
+        }
+    }
+
+    #[test]
+    fn the_document_declares_every_metric_once_under_one_namespace_and_dimension() {
+        let doc = document(&report(SweepStatus::Swept), "Reaper", "reaper-fn", 42);
+        let aws = &doc["_aws"];
+        assert_eq!(aws["Timestamp"], 42);
+        let directives = aws["CloudWatchMetrics"].as_array().unwrap();
+        assert_eq!(directives.len(), 1);
+        assert_eq!(directives[0]["Namespace"], "Reaper");
+        assert_eq!(directives[0]["Dimensions"], json!([["FunctionName"]]));
+        let names: Vec<&str> = directives[0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["Name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "finalized",
+                "expired",
+                "producing",
+                "unknown",
+                "budget-exceeded",
+                "not-claimed",
+                "reclaim-failed",
+                "failed",
+                "considered",
+                "probed",
+                "deferred",
+                "duration",
+                "dynamodb-requests",
+                "lease-held",
+                "sweep-failed"
+            ]
+        );
+        // EMF requires every declared metric and dimension as a top-level member.
+        for name in names.iter().chain(["FunctionName"].iter()) {
+            assert!(doc.get(name).is_some(), "{name} has no value");
+        }
+        assert_eq!(doc["FunctionName"], "reaper-fn");
+        assert_eq!(
+            directives[0]["Metrics"][11],
+            json!({"Name": "duration", "Unit": "Milliseconds"})
+        );
+    }
+
+    #[test]
+    fn the_values_are_the_reports_counts_duration_and_requests() {
+        let doc = document(&report(SweepStatus::Swept), "Reaper", "f", 0);
+        assert_eq!(
+            (
+                &doc["finalized"],
+                &doc["expired"],
+                &doc["producing"],
+                &doc["unknown"]
+            ),
+            (&json!(2), &json!(1), &json!(1), &json!(0))
+        );
+        assert_eq!(
+            (&doc["reclaim-failed"], &doc["failed"]),
+            (&json!(1), &json!(1))
+        );
+        assert_eq!(
+            (&doc["considered"], &doc["probed"], &doc["deferred"]),
+            (&json!(6), &json!(5), &json!(3))
+        );
+        assert_eq!(doc["duration"], 2_345);
+        assert_eq!(doc["dynamodb-requests"], 17);
+        assert_eq!(
+            (&doc["lease-held"], &doc["sweep-failed"]),
+            (&json!(0), &json!(0))
+        );
+        assert_eq!(doc["sweepState"], "swept");
+    }
+
+    #[test]
+    fn a_held_lease_and_a_failed_sweep_are_their_own_metrics() {
+        let held = document(
+            &report(SweepStatus::AlreadyRunning {
+                holder: "other".into(),
+                expires_at: 9,
+            }),
+            "N",
+            "f",
+            0,
+        );
+        assert_eq!(
+            (&held["lease-held"], &held["sweep-failed"]),
+            (&json!(1), &json!(0))
+        );
+        let failed = document(
+            &report(SweepStatus::LeaseUnavailable {
+                error: "throttled".into(),
+            }),
+            "N",
+            "f",
+            0,
+        );
+        assert_eq!(
+            (&failed["lease-held"], &failed["sweep-failed"]),
+            (&json!(0), &json!(1))
+        );
+        assert_eq!(failed["sweepState"], "lease-unavailable");
+    }
+
+    #[test]
+    fn the_document_is_a_single_json_line() {
+        let line =
+            serde_json::to_string(&document(&report(SweepStatus::Swept), "R", "f", 1)).unwrap();
+        assert!(!line.contains('\n'));
+        let back: Value = serde_json::from_str(&line).unwrap();
+        assert!(back["_aws"]["CloudWatchMetrics"].is_array());
+    }
+}
