@@ -1,0 +1,351 @@
+//! The Worker's settings, read from `[vars]` and secrets. Plain Rust: tested natively.
+
+use std::time::Duration;
+
+pub const DETACHED_TTL: &str = "REAPER_DETACHED_TTL";
+pub const INTERVAL: &str = "REAPER_INTERVAL";
+pub const RUN_BUDGET: &str = "REAPER_RUN_BUDGET";
+pub const MAX_RUNS: &str = "REAPER_MAX_RUNS";
+pub const FENCE_QUIET: &str = "REAPER_FENCE_QUIET";
+pub const JOURNAL_DIR: &str = "REAPER_JOURNAL_DIR";
+pub const SANDBOXD_URL: &str = "REAPER_SANDBOXD_URL";
+pub const SANDBOX_PROVIDER_NAME: &str = "REAPER_SANDBOX_PROVIDER_NAME";
+pub const CPU_LIMIT: &str = "REAPER_CPU_LIMIT";
+pub const CPU_PER_RUN: &str = "REAPER_CPU_PER_RUN";
+pub const WALL_LIMIT: &str = "REAPER_WALL_LIMIT";
+pub const SUBREQUESTS: &str = "REAPER_SUBREQUESTS";
+pub const SUBREQUESTS_PER_RUN: &str = "REAPER_SUBREQUESTS_PER_RUN";
+/// Secrets (`wrangler secret put`), never `[vars]`.
+pub const SANDBOXD_TOKEN: &str = "REAPER_SANDBOXD_TOKEN";
+pub const ADMIN_TOKEN: &str = "REAPER_ADMIN_TOKEN";
+
+/// One `[vars]` setting: its name, default and what it accepts (the README table is this list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    pub name: &'static str,
+    /// Empty when required.
+    pub default: &'static str,
+    pub accepted: &'static str,
+}
+
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: DETACHED_TTL,
+        default: "",
+        accepted: "a duration from 1s to 365d, e.g. 30m",
+    },
+    Setting {
+        name: SANDBOXD_URL,
+        default: "",
+        accepted: "the reaper-sandboxd base URL, http:// or https://",
+    },
+    Setting {
+        name: INTERVAL,
+        default: "1m",
+        accepted: "a duration from 100ms to 1d: time between sweeps",
+    },
+    Setting {
+        name: RUN_BUDGET,
+        default: "30s",
+        accepted: "a duration from 10ms to 1h",
+    },
+    Setting {
+        name: MAX_RUNS,
+        default: "25",
+        accepted: "a whole number from 1 to 1000: the cap per sweep",
+    },
+    Setting {
+        name: FENCE_QUIET,
+        default: "5s",
+        accepted: "a duration from 0s to 1m",
+    },
+    Setting {
+        name: JOURNAL_DIR,
+        default: "the core's default",
+        accepted: "an absolute directory path inside the sandboxes",
+    },
+    Setting {
+        name: SANDBOX_PROVIDER_NAME,
+        default: "sandboxd",
+        accepted: "the provider name in the sandbox instance records",
+    },
+    Setting {
+        name: CPU_LIMIT,
+        default: "30s",
+        accepted: "a duration from 10ms to 5m: the same value as [limits] cpu_ms",
+    },
+    Setting {
+        name: CPU_PER_RUN,
+        default: "200ms",
+        accepted: "a duration from 1ms to 1m: the CPU one run may use (JSON, journal parsing)",
+    },
+    Setting {
+        name: WALL_LIMIT,
+        default: "15m",
+        accepted: "a duration from 1s to 15m: the alarm's wall-clock limit",
+    },
+    Setting {
+        name: SUBREQUESTS,
+        default: "1000",
+        accepted: "a whole number from 10 to 10000000: the plan's subrequest limit per invocation",
+    },
+    Setting {
+        name: SUBREQUESTS_PER_RUN,
+        default: "36",
+        accepted:
+            "a whole number from 1 to 100000: D1 queries and sandboxd requests one run may make",
+    },
+];
+
+/// A secret value: never in `Debug`, logs or errors.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Everything a sweep needs, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub detached_ttl: Duration,
+    pub interval: Duration,
+    pub run_budget: Duration,
+    pub max_runs: usize,
+    pub fence_quiet: Duration,
+    pub journal_dir: Option<String>,
+    pub sandboxd_url: String,
+    pub sandboxd_token: Secret,
+    pub provider_name: String,
+    pub cpu_limit: Duration,
+    pub cpu_per_run: Duration,
+    pub wall_limit: Duration,
+    pub subrequests: u64,
+    pub subrequests_per_run: u64,
+}
+
+/// Every problem with the settings, so one deploy fixes them all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid reaper configuration: {}", .problems.join("; "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+impl ConfigError {
+    pub fn names(&self, name: &str) -> bool {
+        self.problems.iter().any(|p| p.starts_with(name))
+    }
+}
+
+struct Reader<G> {
+    get: G,
+    problems: Vec<String>,
+}
+
+fn spec(name: &str) -> &'static Setting {
+    SETTINGS
+        .iter()
+        .find(|s| s.name == name)
+        .expect("every setting read is in SETTINGS")
+}
+
+impl<G: Fn(&str) -> Option<String>> Reader<G> {
+    fn raw(&mut self, name: &'static str) -> Option<String> {
+        match (self.get)(name).filter(|v| !v.trim().is_empty()) {
+            Some(v) => Some(v.trim().to_string()),
+            None if spec(name).default.is_empty() => {
+                self.fail(name, None, "is not set");
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn fail(&mut self, name: &str, value: Option<&str>, problem: &str) {
+        let accepted = SETTINGS
+            .iter()
+            .find(|s| s.name == name)
+            .map_or("", |s| s.accepted);
+        self.problems.push(match value {
+            Some(v) => format!("{name}={v:?} {problem} (accepted: {accepted})"),
+            None => format!("{name} {problem} (accepted: {accepted})"),
+        });
+    }
+
+    fn duration(&mut self, name: &'static str, min: Duration, max: Duration) -> Duration {
+        let default = spec(name).default;
+        let Some(raw) = self
+            .raw(name)
+            .or_else(|| (!default.is_empty()).then(|| default.into()))
+        else {
+            return min;
+        };
+        match humantime::parse_duration(&raw) {
+            Ok(d) if d >= min && d <= max => d,
+            Ok(_) => {
+                self.fail(name, Some(&raw), "is out of range");
+                min
+            }
+            Err(e) => {
+                self.fail(name, Some(&raw), &format!("is not a duration ({e})"));
+                min
+            }
+        }
+    }
+
+    fn number(&mut self, name: &'static str, min: u64, max: u64) -> u64 {
+        let raw = self.raw(name).unwrap_or_else(|| spec(name).default.into());
+        match raw.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => n,
+            _ => {
+                self.fail(name, Some(&raw), "is not a whole number in range");
+                min
+            }
+        }
+    }
+}
+
+impl Config {
+    /// Reads `[vars]` and secrets through `get` (`None` when unset).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut r = Reader {
+            get,
+            problems: Vec::new(),
+        };
+        let ms = Duration::from_millis;
+        let secs = Duration::from_secs;
+        let detached_ttl = r.duration(DETACHED_TTL, secs(1), secs(365 * 86_400));
+        let interval = r.duration(INTERVAL, ms(100), secs(86_400));
+        let run_budget = r.duration(RUN_BUDGET, ms(10), secs(3_600));
+        let max_runs = r.number(MAX_RUNS, 1, 1_000) as usize;
+        let fence_quiet = r.duration(FENCE_QUIET, ms(0), secs(60));
+        let cpu_limit = r.duration(CPU_LIMIT, ms(10), secs(300));
+        let cpu_per_run = r.duration(CPU_PER_RUN, ms(1), secs(60));
+        let wall_limit = r.duration(WALL_LIMIT, secs(1), secs(900));
+        let subrequests = r.number(SUBREQUESTS, 10, 10_000_000);
+        let subrequests_per_run = r.number(SUBREQUESTS_PER_RUN, 1, 100_000);
+        let journal_dir = r.raw(JOURNAL_DIR);
+        if let Some(dir) = &journal_dir {
+            if !dir.starts_with('/') {
+                r.fail(JOURNAL_DIR, Some(dir), "is not an absolute path");
+            }
+        }
+        let provider_name = r
+            .raw(SANDBOX_PROVIDER_NAME)
+            .unwrap_or_else(|| spec(SANDBOX_PROVIDER_NAME).default.into());
+        let sandboxd_url = r.raw(SANDBOXD_URL).unwrap_or_default();
+        if !sandboxd_url.is_empty()
+            && !(sandboxd_url.starts_with("http://") || sandboxd_url.starts_with("https://"))
+        {
+            r.fail(SANDBOXD_URL, Some(&sandboxd_url), "is not an http(s) URL");
+        }
+        let token = (r.get)(SANDBOXD_TOKEN).unwrap_or_default();
+        if token.is_empty() {
+            r.problems.push(format!(
+                "{SANDBOXD_TOKEN} is not set (a secret: `wrangler secret put {SANDBOXD_TOKEN}`)"
+            ));
+        }
+        if r.problems.is_empty() {
+            Ok(Config {
+                detached_ttl,
+                interval,
+                run_budget,
+                max_runs,
+                fence_quiet,
+                journal_dir,
+                sandboxd_url,
+                sandboxd_token: Secret::new(token),
+                provider_name,
+                cpu_limit,
+                cpu_per_run,
+                wall_limit,
+                subrequests,
+                subrequests_per_run,
+            })
+        } else {
+            Err(ConfigError {
+                problems: r.problems,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const MINIMAL: &[(&str, &str)] = &[
+        (DETACHED_TTL, "30m"),
+        (SANDBOXD_URL, "https://sandboxes.example.com"),
+        (SANDBOXD_TOKEN, "s3cret-token"),
+    ];
+
+    #[test]
+    fn the_required_settings_alone_give_the_documented_defaults() {
+        let c = Config::from_lookup(lookup(MINIMAL)).unwrap();
+        assert_eq!(c.detached_ttl, Duration::from_secs(1800));
+        assert_eq!(c.interval, Duration::from_secs(60));
+        assert_eq!(c.run_budget, Duration::from_secs(30));
+        assert_eq!(c.max_runs, 25);
+        assert_eq!(c.cpu_limit, Duration::from_secs(30));
+        assert_eq!(c.wall_limit, Duration::from_secs(900));
+        assert_eq!(c.provider_name, "sandboxd");
+        assert_eq!(c.journal_dir, None);
+    }
+
+    #[test]
+    fn every_bad_setting_is_named_at_once_and_the_token_never_appears() {
+        let e = Config::from_lookup(lookup(&[
+            (INTERVAL, "soon"),
+            (MAX_RUNS, "0"),
+            (WALL_LIMIT, "1h"),
+            (JOURNAL_DIR, "journals"),
+            (SANDBOXD_URL, "ftp://x"),
+            (SANDBOXD_TOKEN, "s3cret-token"),
+        ]))
+        .unwrap_err();
+        for name in [
+            DETACHED_TTL,
+            INTERVAL,
+            MAX_RUNS,
+            WALL_LIMIT,
+            JOURNAL_DIR,
+            SANDBOXD_URL,
+        ] {
+            assert!(e.names(name), "{name} missing from {e}");
+        }
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(format!("{:?}", Secret::new("s3cret")).contains("redacted"));
+    }
+
+    #[test]
+    fn a_missing_sandboxd_token_says_it_is_a_secret() {
+        let e = Config::from_lookup(lookup(&MINIMAL[..2])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("wrangler secret put REAPER_SANDBOXD_TOKEN"),
+            "{e}"
+        );
+    }
+}

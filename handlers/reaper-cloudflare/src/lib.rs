@@ -1,0 +1,27 @@
+//! The reaper on Cloudflare: a Durable Object (`RunReaper`) whose alarm runs one sweep of the
+//! detached runs in D1 and re-arms on every path, a Cron Trigger watchdog that re-arms a missing
+//! or stale alarm, and an authenticated admin route that bootstraps the first alarm.
+//!
+//! [`config`] and [`plan`] are plain Rust (tested natively); everything that touches JS is in
+//! the wasm32-only modules.
+//!
+//! Invariants:
+//! - `alarm()` arms the safety net ([`plan::safety_net_at`]) before anything that can fail, so
+//!   a sweep that panics (aborting the wasm instance), hangs or is killed still leaves an alarm.
+//! - Every alarm time is absolute (`set_alarm` with a `DateTime`): worker's `i64` and
+//!   `Duration` forms are offsets from now.
+//! - Admin routes compare the bearer token in constant time and refuse when no token is set.
+
+pub mod config;
+pub mod plan;
+
+#[cfg(target_arch = "wasm32")]
+mod wasm;
+
+// The store conformance suite, compiled from reaper-testkit's own sources: the testkit crate
+// cannot be a dependency on wasm32 yet (its `fakes` module uses `Send` futures there; reported
+// to the lead). Same files, same cases; `$crate::conformance` in its macros resolves here.
+#[cfg(all(target_arch = "wasm32", feature = "test-hooks"))]
+#[path = "../../../shared/reaper-testkit/src/conformance/mod.rs"]
+#[allow(dead_code, unused_imports, clippy::all)]
+pub mod conformance;

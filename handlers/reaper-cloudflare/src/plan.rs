@@ -1,0 +1,234 @@
+//! What one alarm does and when the next one fires: batch sizing from the configured CPU, wall
+//! and subrequest limits (a Worker has no deadline API), and the alarm decisions. Plain Rust:
+//! tested natively.
+
+use std::time::Duration;
+
+use reaper_core::reap::ReapOptions;
+use reaper_core::EpochMs;
+use serde::Serialize;
+
+use crate::config::Config;
+
+/// Kept back from the wall limit: the report write and the final `setAlarm`.
+pub const MIN_WALL_MARGIN_MS: u64 = 5_000;
+/// Subrequests of the sweep itself, outside any run: the lease, the listing, the release.
+pub const SWEEP_OVERHEAD_SUBREQUESTS: u64 = 8;
+/// A tenth of the CPU limit stays unspent: the runtime, the report, JSON.
+pub const CPU_RESERVE_DIVISOR: u64 = 10;
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What one alarm will do, and why. Part of the stored report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepPlan {
+    #[serde(skip)]
+    pub options: ReapOptions,
+    pub start: EpochMs,
+    /// `start + wall limit - margin`: no run starts unless its reserve ends before this.
+    pub deadline: EpochMs,
+    pub max_runs: usize,
+    /// Which limit set `max_runs`: `configured`, `cpu` or `subrequests`.
+    pub limited_by: &'static str,
+    pub lease_ttl_ms: u64,
+}
+
+/// Sizes one sweep that starts at `start`.
+///
+/// - Wall: the deadline is `start + wall - max(5 s, wall / 10)`; the core starts a run only
+///   while its worst case (run budget + quiet window + 1 s) ends before it.
+/// - CPU: Workers cannot read their CPU time, so the cap is what fits if every run spends its
+///   `REAPER_CPU_PER_RUN`: `(cpu - cpu / 10) / cpu_per_run`.
+/// - Subrequests: `(limit - 8) / per_run`.
+/// - `max_runs` is the smallest of those and `REAPER_MAX_RUNS`, and at least 1.
+/// - The sweep lease lasts the wall limit, so a sweep killed by the runtime frees it by then.
+pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepPlan {
+    let wall = ms(config.wall_limit);
+    let margin = MIN_WALL_MARGIN_MS.max(wall / 10);
+    let deadline = start.saturating_add(wall.saturating_sub(margin) as i64);
+    let cpu = ms(config.cpu_limit);
+    let by_cpu = ((cpu - cpu / CPU_RESERVE_DIVISOR) / ms(config.cpu_per_run).max(1)) as usize;
+    let by_subrequests = (config
+        .subrequests
+        .saturating_sub(SWEEP_OVERHEAD_SUBREQUESTS)
+        / config.subrequests_per_run.max(1)) as usize;
+    let (mut max_runs, mut limited_by) = (config.max_runs, "configured");
+    if by_cpu < max_runs {
+        (max_runs, limited_by) = (by_cpu, "cpu");
+    }
+    if by_subrequests < max_runs {
+        (max_runs, limited_by) = (by_subrequests, "subrequests");
+    }
+    let max_runs = max_runs.max(1);
+    let mut options = ReapOptions::new(ms(config.detached_ttl), owner);
+    options.now = Some(start);
+    options.run_budget_ms = ms(config.run_budget);
+    options.fence_quiet_ms = ms(config.fence_quiet);
+    options.max_runs = max_runs;
+    options.deadline = Some(deadline);
+    SweepPlan {
+        options,
+        start,
+        deadline,
+        max_runs,
+        limited_by,
+        lease_ttl_ms: wall.max(1_000),
+    }
+}
+
+/// The safety net armed before a sweep starts: one interval after the longest the runtime lets
+/// the alarm run. If the sweep panics, hangs or is killed, this alarm still fires.
+pub fn safety_net_at(config: &Config, now: EpochMs) -> EpochMs {
+    now.saturating_add(ms(config.interval + config.wall_limit) as i64)
+}
+
+/// The alarm armed after a sweep that returned: one interval from now.
+pub fn next_alarm_at(config: &Config, now: EpochMs) -> EpochMs {
+    now.saturating_add(ms(config.interval) as i64)
+}
+
+/// What the watchdog (cron, or the admin bootstrap) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "action")]
+pub enum Heal {
+    /// A plausible alarm is armed: leave it.
+    Keep { at: EpochMs },
+    /// No alarm: arm one now.
+    ArmMissing { at: EpochMs },
+    /// The alarm is long past and never fired (the "alarm never fires again" failure): re-arm.
+    ArmStale { was: EpochMs, at: EpochMs },
+    /// The alarm is further out than the reaper ever arms (a stray manual set): re-arm.
+    ArmTooFar { was: EpochMs, at: EpochMs },
+}
+
+impl Heal {
+    /// The time to arm, or `None` to leave the alarm alone.
+    pub fn arm_at(self) -> Option<EpochMs> {
+        match self {
+            Heal::Keep { .. } => None,
+            Heal::ArmMissing { at } | Heal::ArmStale { at, .. } | Heal::ArmTooFar { at, .. } => {
+                Some(at)
+            }
+        }
+    }
+}
+
+/// Decides whether the alarm needs re-arming. An alarm a little in the past is due or being
+/// retried and is left alone; one more than two intervals plus the wall limit in the past never
+/// fired. Re-arming fires it at once: a missed sweep is due now.
+pub fn heal(config: &Config, alarm: Option<EpochMs>, now: EpochMs) -> Heal {
+    let Some(at) = alarm else {
+        return Heal::ArmMissing { at: now };
+    };
+    let stale_after = ms(config.interval * 2 + config.wall_limit) as i64;
+    if at < now.saturating_sub(stale_after) {
+        return Heal::ArmStale { was: at, at: now };
+    }
+    if at > safety_net_at(config, now) {
+        return Heal::ArmTooFar { was: at, at: now };
+    }
+    Heal::Keep { at }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, DETACHED_TTL, SANDBOXD_TOKEN, SANDBOXD_URL};
+
+    fn config(extra: &[(&str, &str)]) -> Config {
+        let mut pairs = vec![
+            (DETACHED_TTL, "30m"),
+            (SANDBOXD_URL, "http://127.0.0.1:1"),
+            (SANDBOXD_TOKEN, "t"),
+        ];
+        pairs.extend_from_slice(extra);
+        Config::from_lookup(|k| {
+            pairs
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+    }
+
+    const T0: EpochMs = 1_700_000_000_000;
+
+    #[test]
+    fn the_default_plan_keeps_a_tenth_of_the_wall_limit_and_caps_at_the_configured_runs() {
+        let p = plan(&config(&[]), "owner", T0);
+        assert_eq!(p.deadline, T0 + 900_000 - 90_000);
+        assert_eq!((p.max_runs, p.limited_by), (25, "configured"));
+        assert_eq!(p.options.deadline, Some(p.deadline));
+        assert_eq!(p.options.now, Some(T0));
+        assert_eq!(p.lease_ttl_ms, 900_000);
+        assert!(p.options.validate().is_ok());
+    }
+
+    #[test]
+    fn a_small_cpu_limit_caps_the_batch_at_what_fits_with_a_tenth_kept_back() {
+        let p = plan(
+            &config(&[("REAPER_CPU_LIMIT", "1s"), ("REAPER_CPU_PER_RUN", "100ms")]),
+            "o",
+            T0,
+        );
+        assert_eq!((p.max_runs, p.limited_by), (9, "cpu"));
+    }
+
+    #[test]
+    fn the_free_plan_s_fifty_subrequests_cap_the_batch() {
+        let p = plan(&config(&[("REAPER_SUBREQUESTS", "50")]), "o", T0);
+        assert_eq!((p.max_runs, p.limited_by), (1, "subrequests"));
+    }
+
+    #[test]
+    fn a_short_wall_limit_keeps_at_least_the_minimum_margin() {
+        let p = plan(&config(&[("REAPER_WALL_LIMIT", "20s")]), "o", T0);
+        assert_eq!(p.deadline, T0 + 15_000);
+    }
+
+    #[test]
+    fn the_safety_net_fires_after_the_longest_possible_sweep_and_the_next_alarm_one_interval_on() {
+        let c = config(&[("REAPER_INTERVAL", "2m")]);
+        assert_eq!(safety_net_at(&c, T0), T0 + 120_000 + 900_000);
+        assert_eq!(next_alarm_at(&c, T0), T0 + 120_000);
+        assert!(next_alarm_at(&c, T0) < safety_net_at(&c, T0));
+    }
+
+    #[test]
+    fn a_missing_alarm_is_armed_now() {
+        assert_eq!(heal(&config(&[]), None, T0), Heal::ArmMissing { at: T0 });
+    }
+
+    #[test]
+    fn an_alarm_due_or_being_retried_is_kept_and_one_that_never_fired_is_re_armed() {
+        let c = config(&[]);
+        let horizon = 2 * 60_000 + 900_000;
+        assert_eq!(
+            heal(&c, Some(T0 - horizon), T0),
+            Heal::Keep { at: T0 - horizon }
+        );
+        assert_eq!(
+            heal(&c, Some(T0 - horizon - 1), T0),
+            Heal::ArmStale {
+                was: T0 - horizon - 1,
+                at: T0
+            }
+        );
+        assert_eq!(
+            heal(&c, Some(T0 + 60_000), T0),
+            Heal::Keep { at: T0 + 60_000 }
+        );
+    }
+
+    #[test]
+    fn an_alarm_beyond_the_safety_net_is_re_armed_and_the_safety_net_itself_is_kept() {
+        let c = config(&[]);
+        let net = safety_net_at(&c, T0);
+        assert_eq!(heal(&c, Some(net), T0).arm_at(), None);
+        assert_eq!(heal(&c, Some(net + 1), T0).arm_at(), Some(T0));
+    }
+}

@@ -1,0 +1,53 @@
+//! [`SqlClient`] over a D1 binding: one `batch()` per call, D1's only transaction.
+
+use reaper_core::StoreError;
+use reaper_d1::{classify_d1_error, Row, SqlClient, SqlValue, Statement, MAX_SAFE_INTEGER};
+use wasm_bindgen::JsValue;
+use worker::D1Database;
+
+pub struct D1Client(pub D1Database);
+
+fn bind(value: &SqlValue) -> Result<JsValue, StoreError> {
+    Ok(match value {
+        SqlValue::Null => JsValue::NULL,
+        // D1 takes numbers, not BigInts: refuse what a double would silently round.
+        SqlValue::Integer(i) if i.abs() <= MAX_SAFE_INTEGER => JsValue::from_f64(*i as f64),
+        SqlValue::Integer(i) => {
+            return Err(StoreError::Backend(format!(
+                "integer {i} is beyond what D1 carries exactly (±2^53)"
+            )))
+        }
+        SqlValue::Text(s) => JsValue::from_str(s),
+    })
+}
+
+#[async_trait::async_trait(?Send)]
+impl SqlClient for D1Client {
+    async fn batch(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>, StoreError> {
+        let mut prepared = Vec::with_capacity(statements.len());
+        for s in &statements {
+            let params = s.params.iter().map(bind).collect::<Result<Vec<_>, _>>()?;
+            let stmt = self
+                .0
+                .prepare(s.sql.as_str())
+                .bind(&params)
+                .map_err(|e| classify_d1_error(&e.to_string()))?;
+            prepared.push(stmt);
+        }
+        let results = self
+            .0
+            .batch(prepared)
+            .await
+            .map_err(|e| classify_d1_error(&e.to_string()))?;
+        results
+            .iter()
+            .map(|r| {
+                if let Some(error) = r.error() {
+                    return Err(classify_d1_error(&error));
+                }
+                r.results::<Row>()
+                    .map_err(|e| StoreError::Backend(format!("d1 row does not decode: {e}")))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,352 @@
+//! Everything that touches the Workers runtime: the Durable Object, the Worker's routes, the
+//! Cron Trigger, and the adapters the core runs on.
+
+mod d1;
+mod runtime;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
+
+use std::sync::Arc;
+
+use reaper_core::probe::{JournalExitProbe, ProbeOptions};
+use reaper_core::reap::{sweep, ReapDeps, SweepReport};
+use reaper_core::reclaim::SandboxReclaimer;
+use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
+use reaper_core::{EpochMs, SandboxProvider};
+use reaper_d1::D1Store;
+use reaper_http_sandbox::{HttpProviderConfig, HttpSandboxProvider};
+use serde_json::json;
+use worker::*;
+
+use crate::config::{Config, ADMIN_TOKEN};
+use crate::plan;
+use d1::D1Client;
+use runtime::{now_ms, FetchTransport, WorkerClock, WorkerSleeper};
+
+/// The Durable Object binding and the one instance's name: the reaper is a singleton.
+const DO_BINDING: &str = "REAPER";
+const DO_NAME: &str = "reaper";
+/// The D1 binding.
+const D1_BINDING: &str = "DB";
+/// When the settings are unusable the alarm still re-arms, this far out, so fixing `[vars]`
+/// and redeploying is enough to bring the reaper back.
+const BAD_CONFIG_RETRY_MS: i64 = 5 * 60 * 1000;
+
+const KEY_LAST_SWEEP: &str = "lastSweep";
+const KEY_SWEEPS: &str = "sweeps";
+const KEY_ATTEMPTS: &str = "attempts";
+
+pub(crate) fn config(env: &Env) -> std::result::Result<Config, crate::config::ConfigError> {
+    Config::from_lookup(|name| {
+        env.var(name)
+            .map(|v| v.to_string())
+            .or_else(|_| env.secret(name).map(|v| v.to_string()))
+            .ok()
+    })
+}
+
+fn absolute(at: EpochMs) -> ScheduledTime {
+    // Absolute on purpose: worker's `i64` and `Duration` alarm times are offsets from now.
+    ScheduledTime::new(js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(
+        at as f64,
+    )))
+}
+
+pub(crate) async fn open_store(env: &Env) -> Result<D1Store> {
+    let client = Arc::new(D1Client(env.d1(D1_BINDING)?));
+    D1Store::open(client)
+        .await
+        .map_err(|e| Error::RustError(e.to_string()))
+}
+
+/// Builds the sweep's ports: D1 for every store, sandboxd over `fetch` for the sandboxes.
+fn deps(config: &Config, store: D1Store) -> Result<ReapDeps> {
+    let store = Arc::new(store);
+    let mut http = HttpProviderConfig::new(&config.sandboxd_url, config.sandboxd_token.expose());
+    http.name = config.provider_name.clone();
+    let provider: Arc<dyn SandboxProvider> = Arc::new(
+        HttpSandboxProvider::with_transport(http, Arc::new(FetchTransport))
+            .map_err(|e| Error::RustError(e.to_string()))?,
+    );
+    let probe = JournalExitProbe::new(
+        provider.clone(),
+        store.clone(),
+        ProbeOptions {
+            dir: config.journal_dir.clone(),
+            ..ProbeOptions::default()
+        },
+    );
+    let drive = JournalReplayDrive::new(
+        ReplayDeps {
+            runs: store.clone(),
+            instances: store.clone(),
+            provider: provider.clone(),
+            logs: store.clone(),
+            messages: store.clone(),
+            clock: Arc::new(WorkerClock),
+            sleeper: Arc::new(WorkerSleeper),
+        },
+        ReplayOptions {
+            journal_dir: config.journal_dir.clone(),
+            ..ReplayOptions::default()
+        },
+    );
+    Ok(ReapDeps {
+        runs: store.clone(),
+        logs: store.clone(),
+        leases: store.clone(),
+        probe: Arc::new(probe),
+        drive: Arc::new(drive),
+        reclaim: Some(Arc::new(SandboxReclaimer {
+            provider,
+            instances: store,
+        })),
+        clock: Arc::new(WorkerClock),
+        sleeper: Arc::new(WorkerSleeper),
+    })
+}
+
+#[durable_object]
+pub struct RunReaper {
+    state: State,
+    env: Env,
+}
+
+impl RunReaper {
+    async fn count(&self, key: &str) -> Result<u64> {
+        let storage = self.state.storage();
+        let n = storage.get::<u64>(key).await?.unwrap_or(0) + 1;
+        storage.put(key, n).await?;
+        Ok(n)
+    }
+
+    /// Arms the alarm when it is missing, stale or too far out (bootstrap and cron watchdog).
+    async fn ensure(&self, reason: &str) -> Result<Response> {
+        let config = match config(&self.env) {
+            Ok(c) => c,
+            Err(e) => return Response::error(e.to_string(), 500),
+        };
+        let storage = self.state.storage();
+        let now = now_ms();
+        let heal = plan::heal(&config, storage.get_alarm().await?, now);
+        if let Some(at) = heal.arm_at() {
+            storage.set_alarm(absolute(at)).await?;
+        }
+        console_log!(
+            "reaper: {reason}: {}",
+            serde_json::to_string(&heal).unwrap_or_default()
+        );
+        Response::from_json(&json!({ "reason": reason, "heal": heal, "now": now }))
+    }
+
+    async fn status(&self) -> Result<Response> {
+        let storage = self.state.storage();
+        let last: Option<String> = storage.get(KEY_LAST_SWEEP).await?;
+        let last: serde_json::Value = last
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(serde_json::Value::Null);
+        Response::from_json(&json!({
+            "now": now_ms(),
+            "alarm": storage.get_alarm().await?,
+            "sweeps": storage.get::<u64>(KEY_SWEEPS).await?.unwrap_or(0),
+            "attempts": storage.get::<u64>(KEY_ATTEMPTS).await?.unwrap_or(0),
+            "lastSweep": last,
+        }))
+    }
+
+    async fn record(&self, value: serde_json::Value) -> Result<()> {
+        self.state
+            .storage()
+            .put(KEY_LAST_SWEEP, value.to_string())
+            .await
+    }
+
+    async fn run_sweep(
+        &self,
+        config: &Config,
+        start: EpochMs,
+    ) -> Result<(SweepReport, plan::SweepPlan)> {
+        let owner = format!("cloudflare:{}:{start}", self.state.id());
+        let plan = plan::plan(config, owner, start);
+        let deps = deps(config, open_store(&self.env).await?)?;
+        Ok((sweep(&deps, &plan.options, plan.lease_ttl_ms).await, plan))
+    }
+}
+
+impl DurableObject for RunReaper {
+    fn new(state: State, env: Env) -> Self {
+        RunReaper { state, env }
+    }
+
+    async fn fetch(&self, req: Request) -> Result<Response> {
+        let path = req.path();
+        match (req.method(), path.as_str()) {
+            (Method::Post, "/ensure") => {
+                let reason = req
+                    .url()?
+                    .query_pairs()
+                    .find(|(k, _)| k == "reason")
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_else(|| "ensure".into());
+                self.ensure(&reason).await
+            }
+            (Method::Get, "/status") => self.status().await,
+            #[cfg(feature = "test-hooks")]
+            (_, p) if p.starts_with("/test/") => test_hooks::durable_object(self, req).await,
+            _ => Response::error("not found", 404),
+        }
+    }
+
+    async fn alarm(&self) -> Result<Response> {
+        let start = now_ms();
+        let storage = self.state.storage();
+        let config = match config(&self.env) {
+            Ok(c) => c,
+            Err(e) => {
+                storage
+                    .set_alarm(absolute(start + BAD_CONFIG_RETRY_MS))
+                    .await?;
+                console_error!("reaper: not sweeping: {e}");
+                self.record(json!({ "startedAt": start, "error": e.to_string() }))
+                    .await?;
+                return Response::ok("configuration error");
+            }
+        };
+        // The safety net first: from here on, a panic (which aborts the wasm instance), a hang
+        // or the runtime's kill still leaves an alarm. If this write fails the alarm returns an
+        // error and the runtime retries it.
+        storage
+            .set_alarm(absolute(plan::safety_net_at(&config, start)))
+            .await?;
+        self.count(KEY_ATTEMPTS).await?;
+        #[cfg(feature = "test-hooks")]
+        test_hooks::sabotage(self).await?;
+
+        let outcome = self.run_sweep(&config, start).await;
+        let end = now_ms();
+        let next = plan::next_alarm_at(&config, end);
+        // Re-arm before anything else can fail: the report is best effort.
+        storage.set_alarm(absolute(next)).await?;
+        match outcome {
+            Ok((report, plan)) => {
+                let o = &report.report.outcomes;
+                console_log!(
+                    "reaper: sweep {} considered={} finalized={} expired={} producing={} unknown={} failed={} deferred={} next={next}",
+                    serde_json::to_value(&report.sweep).ok().and_then(|v| v.get("state").cloned()).unwrap_or_default(),
+                    report.report.considered, o.finalized, o.expired, o.producing, o.unknown, o.failed, report.report.deferred
+                );
+                self.count(KEY_SWEEPS).await?;
+                self.record(json!({ "report": report, "plan": plan, "nextAlarm": next }))
+                    .await?;
+            }
+            Err(e) => {
+                console_error!("reaper: sweep could not start: {e}");
+                self.record(
+                    json!({ "startedAt": start, "error": e.to_string(), "nextAlarm": next }),
+                )
+                .await?;
+            }
+        }
+        Response::ok("swept")
+    }
+}
+
+/// Whether the request carries `Authorization: Bearer <REAPER_ADMIN_TOKEN>`. Refuses everything
+/// while the secret is unset: an admin route is never open.
+fn authorized(req: &Request, env: &Env) -> std::result::Result<(), Response> {
+    let refuse = |status, message: &str| {
+        let mut r = Response::error(message, status).expect("a static response");
+        let _ = r.headers_mut().set("www-authenticate", "Bearer");
+        r
+    };
+    let Ok(expected) = env.secret(ADMIN_TOKEN).map(|s| s.to_string()) else {
+        return Err(refuse(
+            503,
+            "admin routes are disabled: set the REAPER_ADMIN_TOKEN secret",
+        ));
+    };
+    if expected.is_empty() {
+        return Err(refuse(
+            503,
+            "admin routes are disabled: REAPER_ADMIN_TOKEN is empty",
+        ));
+    }
+    let given = req
+        .headers()
+        .get("authorization")
+        .ok()
+        .flatten()
+        .and_then(|h| h.strip_prefix("Bearer ").map(str::to_string))
+        .unwrap_or_default();
+    // Constant time in the token's content (its length is not a secret worth hiding).
+    let same = given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if same {
+        Ok(())
+    } else {
+        Err(refuse(401, "missing or wrong bearer token"))
+    }
+}
+
+fn reaper_stub(env: &Env) -> Result<Stub> {
+    env.durable_object(DO_BINDING)?
+        .id_from_name(DO_NAME)?
+        .get_stub()
+}
+
+#[event(fetch)]
+async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    let path = req.path();
+    let admin = path.starts_with("/admin/") || path.starts_with("/test/");
+    if !admin {
+        return Response::error("not found", 404);
+    }
+    if let Err(refused) = authorized(&req, &env) {
+        return Ok(refused);
+    }
+    match (req.method(), path.as_str()) {
+        (Method::Post, "/admin/bootstrap") => {
+            // The store is opened (and migrated) here too, so a bad D1 binding fails the deploy
+            // check rather than the first alarm.
+            open_store(&env).await?;
+            reaper_stub(&env)?
+                .fetch_with_request(Request::new(
+                    "https://reaper/ensure?reason=bootstrap",
+                    Method::Post,
+                )?)
+                .await
+        }
+        (Method::Get, "/admin/status") => {
+            reaper_stub(&env)?
+                .fetch_with_request(Request::new("https://reaper/status", Method::Get)?)
+                .await
+        }
+        #[cfg(feature = "test-hooks")]
+        (_, p) if p.starts_with("/test/") => test_hooks::worker(req, env).await,
+        _ => Response::error("not found", 404),
+    }
+}
+
+/// The Cron Trigger: the watchdog that re-arms a missing or stale alarm.
+#[event(scheduled)]
+async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    let result = async {
+        reaper_stub(&env)?
+            .fetch_with_request(Request::new(
+                "https://reaper/ensure?reason=cron",
+                Method::Post,
+            )?)
+            .await?
+            .text()
+            .await
+    }
+    .await;
+    match result {
+        Ok(body) => console_log!("reaper: cron {}: {body}", event.cron()),
+        Err(e) => console_error!("reaper: cron {}: re-arming failed: {e}", event.cron()),
+    }
+}
