@@ -12,8 +12,8 @@ use rusqlite::ErrorCode;
 pub enum OpenError {
     /// The file exists but is not SQLite at all.
     #[error(
-        "{path} is not a SQLite database (its first bytes are not the SQLite header); the reaper \
-         left it untouched: point it at a reaper database file or at a path that does not exist yet"
+        "{path} is not a SQLite database; the reaper left it untouched: point it at a reaper \
+         database file or at a path that does not exist yet"
     )]
     NotSqlite { path: PathBuf },
 
@@ -138,5 +138,60 @@ pub(crate) fn store_err_for(key: &str) -> impl Fn(rusqlite::Error) -> StoreError
     move |e| match store_err(e) {
         StoreError::Corrupt { reason, .. } => corrupt(key, reason),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rusqlite::Connection;
+
+    use super::*;
+
+    #[test]
+    fn a_constraint_failure_is_a_conflict() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY); INSERT INTO t VALUES ('a');")
+            .unwrap();
+        let e = conn.execute("INSERT INTO t VALUES ('a')", []).unwrap_err();
+        assert!(matches!(store_err(e), StoreError::Conflict(_)));
+    }
+
+    #[test]
+    fn a_locked_database_is_unavailable_and_retryable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let holder = Connection::open(&path).unwrap();
+        holder
+            .execute_batch("CREATE TABLE t (k INTEGER); BEGIN IMMEDIATE; INSERT INTO t VALUES (1);")
+            .unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        let e = other.execute("INSERT INTO t VALUES (2)", []).unwrap_err();
+        let mapped = store_err(e);
+        assert!(mapped.is_retryable(), "{mapped:?}");
+    }
+
+    #[test]
+    fn an_undecodable_value_is_corrupt_and_named_by_its_row() {
+        let conn = Connection::open_in_memory().unwrap();
+        let e = conn
+            .query_row("SELECT 'text'", [], |r| r.get::<_, i64>(0))
+            .unwrap_err();
+        match store_err_for("run-7")(e) {
+            StoreError::Corrupt { key, .. } => assert_eq!(key, "run-7"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn any_other_failure_is_a_backend_error_with_sqlite_s_message() {
+        let conn = Connection::open_in_memory().unwrap();
+        let e = conn.execute("SELECT * FROM no_such_table", []).unwrap_err();
+        match store_err(e) {
+            StoreError::Backend(m) => assert!(m.contains("no_such_table"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -145,6 +145,18 @@ impl SqliteStore {
         }
     }
 
+    /// Changes how long a statement waits for another process's lock before failing as
+    /// [`StoreError::Unavailable`] (default [`BUSY_TIMEOUT`]).
+    pub fn with_busy_timeout(self, timeout: Duration) -> Result<Self, StoreError> {
+        self.inner
+            .conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .busy_timeout(timeout)
+            .map_err(store_err)?;
+        Ok(self)
+    }
+
     /// The database file, or `None` in memory.
     pub fn path(&self) -> Option<&Path> {
         self.inner.path.as_deref()
@@ -177,6 +189,14 @@ impl SqliteStore {
             },
             Err(_) => job(),
         }
+    }
+}
+
+#[cfg(test)]
+impl SqliteStore {
+    /// The connection, for unit tests that inspect the schema or a query plan.
+    pub(crate) fn inner_conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.inner.conn.lock().unwrap()
     }
 }
 

@@ -99,6 +99,14 @@ fn query_runs(
     Ok(out)
 }
 
+/// Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
+fn list_reclaimable_sql() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+         AND detached_since <= ?1 ORDER BY detached_since, rowid"
+    )
+}
+
 fn get_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM runs WHERE run_id = ?1");
     Ok(query_runs(conn, &sql, [run_id])?.pop())
@@ -360,12 +368,8 @@ impl RunStore for SqliteStore {
         ttl_ms: u64,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let cutoff = now.saturating_sub(to_i64(ttl_ms));
-        // Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
-        let sql = format!(
-            "SELECT {COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
-             AND detached_since <= ?1 ORDER BY detached_since, rowid"
-        );
-        self.call(move |c| query_runs(c, &sql, [cutoff])).await
+        self.call(move |c| query_runs(c, &list_reclaimable_sql(), [cutoff]))
+            .await
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {
@@ -470,5 +474,44 @@ impl RunStore for SqliteStore {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(store: &SqliteStore, sql: String) -> String {
+        let conn = store.inner_conn();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = stmt
+            .query_map([0i64], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap();
+        rows.join("; ")
+    }
+
+    #[test]
+    fn list_reclaimable_is_answered_from_the_partial_index() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let plan = plan(&store, list_reclaimable_sql());
+        assert!(
+            plan.contains("USING INDEX runs_reclaimable"),
+            "query plan does not use the partial index: {plan}"
+        );
+    }
+
+    #[test]
+    fn a_stored_unknown_status_is_corrupt_not_terminal() {
+        for raw in ["toString", "__proto__", "RUNNING", "", "complete"] {
+            match parse_status(raw, "run-x") {
+                Err(StoreError::Corrupt { key, reason }) => {
+                    assert_eq!(key, "run-x");
+                    assert!(reason.contains(&format!("{raw:?}")), "{reason}");
+                }
+                other => panic!("{raw:?} decoded as {other:?}"),
+            }
+        }
     }
 }

@@ -1,0 +1,296 @@
+//! Opening a file: what is refused (and left byte-for-byte untouched), what is migrated, and the
+//! connection settings several processes rely on.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use reaper_core::{NewRun, RunStore};
+use reaper_sqlite::{OpenError, SqliteStore, SCHEMA_VERSION};
+use rusqlite::Connection;
+
+use common::temp_dir;
+
+/// The bytes and modification time of a file, and which files sit beside it.
+#[derive(Debug, PartialEq)]
+struct Fingerprint {
+    bytes: Vec<u8>,
+    modified: SystemTime,
+    siblings: Vec<PathBuf>,
+}
+
+fn fingerprint(path: &Path) -> Fingerprint {
+    let mut siblings: Vec<PathBuf> = fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    siblings.sort();
+    Fingerprint {
+        bytes: fs::read(path).unwrap(),
+        modified: fs::metadata(path).unwrap().modified().unwrap(),
+        siblings,
+    }
+}
+
+/// A reaper database at `version`, left in rollback-journal mode so that reading it later creates
+/// no side files.
+fn reaper_db_at_version(path: &Path, version: i64) {
+    drop(SqliteStore::open(path).unwrap());
+    let conn = Connection::open(path).unwrap();
+    conn.execute(
+        "INSERT INTO reaper_schema (version, description) VALUES (?1, 'from the future')",
+        [version],
+    )
+    .unwrap();
+    conn.query_row("PRAGMA journal_mode = DELETE", [], |r| {
+        r.get::<_, String>(0)
+    })
+    .unwrap();
+}
+
+fn new_run(run_id: &str) -> NewRun {
+    NewRun {
+        run_id: run_id.into(),
+        thread_id: "thread".into(),
+        started_at: 1,
+        status: None,
+    }
+}
+
+#[test]
+fn a_database_with_a_newer_schema_is_refused_naming_both_versions_and_left_untouched() {
+    let dir = temp_dir();
+    let path = dir.path().join("future.db");
+    reaper_db_at_version(&path, 99);
+    let before = fingerprint(&path);
+
+    let err = SqliteStore::open(&path).unwrap_err();
+    match &err {
+        OpenError::TooNew {
+            found, supported, ..
+        } => {
+            assert_eq!(*found, 99);
+            assert_eq!(*supported, SCHEMA_VERSION);
+        }
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("version 99"), "{message}");
+    assert!(
+        message.contains(&format!("up to {SCHEMA_VERSION}")),
+        "{message}"
+    );
+    assert!(matches!(
+        SqliteStore::open_read_only(&path).unwrap_err(),
+        OpenError::TooNew { found: 99, .. }
+    ));
+    assert_eq!(fingerprint(&path), before);
+}
+
+#[test]
+fn a_sqlite_database_of_another_application_is_refused_and_left_untouched() {
+    let dir = temp_dir();
+    let path = dir.path().join("crm.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);")
+        .unwrap();
+    let before = fingerprint(&path);
+
+    let err = SqliteStore::open(&path).unwrap_err();
+    match &err {
+        OpenError::Foreign { tables, .. } => assert_eq!(tables, &vec!["customers".to_string()]),
+        other => panic!("expected Foreign, got {other:?}"),
+    }
+    assert!(err.to_string().contains("customers"), "{err}");
+    assert!(matches!(
+        SqliteStore::open_read_only(&path).unwrap_err(),
+        OpenError::Foreign { .. }
+    ));
+    assert_eq!(fingerprint(&path), before);
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_and_left_untouched() {
+    let dir = temp_dir();
+    let path = dir.path().join("notes.txt");
+    fs::write(&path, b"these are my notes, not a database\n".repeat(200)).unwrap();
+    let before = fingerprint(&path);
+
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(
+        matches!(err, OpenError::NotSqlite { .. }),
+        "expected NotSqlite, got {err:?}"
+    );
+    assert!(err.to_string().contains("not a SQLite database"), "{err}");
+    assert_eq!(fingerprint(&path), before);
+}
+
+#[test]
+fn a_file_with_a_sqlite_header_and_garbage_after_it_is_refused_and_left_untouched() {
+    let dir = temp_dir();
+    let path = dir.path().join("damaged.db");
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend((0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    fs::write(&path, &bytes).unwrap();
+    let before = fingerprint(&path);
+
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(
+        matches!(err, OpenError::NotSqlite { .. } | OpenError::Corrupt { .. }),
+        "expected NotSqlite or Corrupt, got {err:?}"
+    );
+    assert_eq!(fingerprint(&path), before);
+}
+
+#[test]
+fn a_truncated_reaper_database_is_refused_and_left_untouched() {
+    let dir = temp_dir();
+    let path = dir.path().join("truncated.db");
+    drop(SqliteStore::open(&path).unwrap());
+    // Checkpoint into the main file and leave WAL mode, then cut the file mid-page.
+    Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA journal_mode = DELETE", [], |r| {
+            r.get::<_, String>(0)
+        })
+        .unwrap();
+    let bytes = fs::read(&path).unwrap();
+    fs::write(&path, &bytes[..bytes.len() / 2 + 100]).unwrap();
+    let before = fingerprint(&path);
+
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(
+        matches!(err, OpenError::Corrupt { .. } | OpenError::NotSqlite { .. }),
+        "expected Corrupt, got {err:?}"
+    );
+    assert_eq!(fingerprint(&path), before);
+}
+
+#[test]
+fn an_empty_file_becomes_a_reaper_database() {
+    let dir = temp_dir();
+    let path = dir.path().join("empty.db");
+    fs::write(&path, b"").unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.path(), Some(path.as_path()));
+    let version: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT MAX(version) FROM reaper_schema", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, i64::from(SCHEMA_VERSION));
+}
+
+#[tokio::test]
+async fn reopening_applies_no_migration_twice_and_keeps_the_data() {
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    SqliteStore::open(&path)
+        .unwrap()
+        .create_or_resume(new_run("kept"))
+        .await
+        .unwrap();
+    let schema_before: String = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT group_concat(sql, ';') FROM sqlite_master ORDER BY name",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+
+    for _ in 0..3 {
+        let store = SqliteStore::open(&path).unwrap();
+        assert!(RunStore::get(&store, "kept").await.unwrap().is_some());
+    }
+
+    let conn = Connection::open(&path).unwrap();
+    let applied: i64 = conn
+        .query_row("SELECT COUNT(*) FROM reaper_schema", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(applied, i64::from(SCHEMA_VERSION));
+    let schema_after: String = conn
+        .query_row(
+            "SELECT group_concat(sql, ';') FROM sqlite_master ORDER BY name",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(schema_after, schema_before);
+}
+
+#[test]
+fn stores_opening_one_new_file_at_once_apply_the_schema_exactly_once() {
+    let dir = temp_dir();
+    let path = dir.path().join("race.db");
+    let barrier = std::sync::Barrier::new(4);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    SqliteStore::open(&path)
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().expect("every concurrent open succeeds");
+        }
+    });
+    let applied: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM reaper_schema", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(applied, i64::from(SCHEMA_VERSION));
+}
+
+#[test]
+fn the_database_is_in_wal_mode() {
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    let _store = SqliteStore::open(&path).unwrap();
+    let mode: String = Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn a_read_only_store_reads_and_refuses_writes_without_touching_the_file() {
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    SqliteStore::open(&path)
+        .unwrap()
+        .create_or_resume(new_run("seen"))
+        .await
+        .unwrap();
+    let before = fs::read(&path).unwrap();
+
+    let store = SqliteStore::open_read_only(&path).unwrap();
+    assert!(store.is_read_only());
+    assert!(RunStore::get(&store, "seen").await.unwrap().is_some());
+    assert_eq!(store.count_by_status().await.unwrap().running, 1);
+    let err = store.create_or_resume(new_run("new")).await.unwrap_err();
+    assert!(err.to_string().contains("readonly"), "{err}");
+    drop(store);
+    assert_eq!(fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn a_read_only_open_of_a_missing_file_fails_and_creates_nothing() {
+    let dir = temp_dir();
+    let path = dir.path().join("absent.db");
+    let err = SqliteStore::open_read_only(&path).unwrap_err();
+    assert!(matches!(err, OpenError::Io { .. }), "{err:?}");
+    assert!(!path.exists());
+}
+
+#[test]
+fn an_in_memory_store_has_no_path() {
+    let store = SqliteStore::open_in_memory().unwrap();
+    assert_eq!(store.path(), None);
+    assert!(!store.is_read_only());
+}
