@@ -1,0 +1,38 @@
+// Validates wrangler.toml against the JSON schema wrangler itself ships (config-schema.json),
+// then checks what the schema cannot: the bindings and vars the Worker's code reads.
+import { readFileSync } from "node:fs";
+import { parse } from "smol-toml";
+import Ajv from "ajv";
+
+// Read by path: wrangler's package "exports" do not include its schema.
+const wrangler = new URL("../node_modules/wrangler/", import.meta.url);
+const schema = JSON.parse(readFileSync(new URL("config-schema.json", wrangler), "utf8"));
+const wranglerVersion = JSON.parse(readFileSync(new URL("package.json", wrangler), "utf8")).version;
+const config = parse(readFileSync(new URL("../wrangler.toml", import.meta.url), "utf8"));
+
+const ajv = new Ajv({ allErrors: true, strict: false, allowUnionTypes: true });
+const valid = ajv.validate(schema, config);
+const problems = valid ? [] : ajv.errors.map((e) => `${e.instancePath || "/"} ${e.message} ${JSON.stringify(e.params)}`);
+
+const need = (ok, message) => ok || problems.push(message);
+const dos = config.durable_objects?.bindings ?? [];
+need(dos.some((b) => b.name === "REAPER" && b.class_name === "RunReaper"), "no Durable Object binding REAPER -> RunReaper");
+need((config.migrations ?? []).some((m) => (m.new_sqlite_classes ?? []).includes("RunReaper")), "RunReaper is not created as a SQLite-backed class (new_sqlite_classes)");
+need((config.d1_databases ?? []).some((d) => d.binding === "DB"), "no D1 binding DB");
+need((config.triggers?.crons ?? []).length > 0, "no cron trigger: nothing heals a lost alarm");
+need(Number.isInteger(config.limits?.cpu_ms), "no [limits] cpu_ms");
+for (const name of ["REAPER_DETACHED_TTL", "REAPER_SANDBOXD_URL"]) {
+  need(typeof config.vars?.[name] === "string", `[vars] ${name} is required`);
+}
+for (const secret of ["REAPER_SANDBOXD_TOKEN", "REAPER_ADMIN_TOKEN"]) {
+  need(!(secret in (config.vars ?? {})), `${secret} is a secret: never put it in [vars]`);
+}
+const cpu = config.vars?.REAPER_CPU_LIMIT;
+need(cpu === undefined || cpu === `${config.limits?.cpu_ms / 1000}s` || cpu === `${config.limits?.cpu_ms}ms`,
+  `[vars] REAPER_CPU_LIMIT (${cpu}) differs from [limits] cpu_ms (${config.limits?.cpu_ms})`);
+
+if (problems.length) {
+  console.error(`wrangler.toml is invalid:\n  ${problems.join("\n  ")}`);
+  process.exit(1);
+}
+console.log(`wrangler.toml is valid against wrangler ${wranglerVersion}'s config schema`);

@@ -1,0 +1,142 @@
+// Shared by the tests: the Worker in real workerd (Miniflare) configured from wrangler.toml, a
+// real reaper-sandboxd on loopback, and polling helpers (bounded loops, never fixed sleeps).
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Miniflare } from "miniflare";
+import { parse } from "smol-toml";
+
+const here = new URL("..", import.meta.url).pathname;
+export const wrangler = parse(readFileSync(join(here, "wrangler.toml"), "utf8"));
+export const BASE = "http://reaper.test";
+
+export function token() {
+  return randomBytes(16).toString("hex");
+}
+
+/**
+ * Starts the built Worker (build/index.js, the test-hooks build) in workerd with the bindings
+ * wrangler.toml declares: the Durable Object, a fresh in-memory D1 database, and [vars]
+ * overridden by `vars`. `secrets` are bound the way `wrangler secret put` binds them.
+ */
+export async function startWorker({ vars = {}, secrets = {} } = {}) {
+  const doBinding = wrangler.durable_objects.bindings[0];
+  const sqlite = wrangler.migrations.some((m) => (m.new_sqlite_classes ?? []).includes(doBinding.class_name));
+  const d1 = wrangler.d1_databases[0];
+  const mf = new Miniflare({
+    modules: true,
+    scriptPath: join(here, "build/index.js"),
+    modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"], fallthrough: true }],
+    compatibilityDate: wrangler.compatibility_date,
+    durableObjects: { [doBinding.name]: { className: doBinding.class_name, useSQLite: sqlite } },
+    d1Databases: { [d1.binding]: `test-${token()}` },
+    bindings: { ...wrangler.vars, ...vars, ...secrets },
+  });
+  await mf.ready;
+  const call = async (method, path, { auth, body } = {}) => {
+    const headers = {};
+    if (auth) headers.authorization = `Bearer ${auth}`;
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const res = await mf.dispatchFetch(`${BASE}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    let json;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    return { status: res.status, text, json, headers: res.headers };
+  };
+  return {
+    mf,
+    call,
+    db: () => mf.getD1Database(d1.binding),
+    scheduled: async () => (await mf.getWorker()).scheduled({ cron: wrangler.triggers.crons[0] }),
+    dispose: () => mf.dispose(),
+  };
+}
+
+/** Polls `probe` until it returns a truthy value; fails after `ms`. */
+export async function eventually(what, probe, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    last = await probe();
+    if (last) return last;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** The status of the reaper DO once `predicate(status)` holds. */
+export function statusWhen(worker, admin, what, predicate, ms) {
+  return eventually(what, async () => {
+    const s = await worker.call("GET", "/admin/status", { auth: admin });
+    if (s.status !== 200) throw new Error(`status answered ${s.status}: ${s.text}`);
+    return predicate(s.json) ? s.json : undefined;
+  }, ms);
+}
+
+const sandboxdBin =
+  process.env.REAPER_SANDBOXD_BIN ?? join(here, "../../target/debug/reaper-sandboxd");
+
+/** A real reaper-sandboxd on a free loopback port, with its own root and a random token. */
+export async function startSandboxd() {
+  const root = mkdtempSync(join(tmpdir(), "reaper-cf-sandboxd-"));
+  const secret = `tok-${token()}`;
+  const child = spawn(sandboxdBin, ["--root", join(root, "sandboxes"), "--listen", "127.0.0.1:0"], {
+    env: { ...process.env, REAPER_SANDBOXD_TOKEN: secret, RUST_LOG: "info" },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const line = await Promise.race([
+    new Promise((resolve) => createInterface({ input: child.stdout }).once("line", resolve)),
+    exited.then((code) => {
+      throw new Error(`reaper-sandboxd (${sandboxdBin}) exited with ${code} before listening`);
+    }),
+  ]);
+  const url = line.replace(/^listening on /, "");
+  const api = async (method, path, body) => {
+    const res = await fetch(`${url}/v1${path}`, {
+      method,
+      headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`sandboxd ${method} ${path}: ${res.status} ${text}`);
+    return text ? JSON.parse(text) : undefined;
+  };
+  return {
+    url,
+    token: secret,
+    root,
+    api,
+    journalDir: join(root, "journals"),
+    /** Whether some journal in `dir` holds `marker` and an exit sentinel. */
+    finished(dir, marker) {
+      let names = [];
+      try {
+        names = readdirSync(dir).filter((n) => n.endsWith(".ndjson"));
+      } catch {
+        return false;
+      }
+      return names.some((n) => {
+        const text = readFileSync(join(dir, n), "utf8");
+        return text.includes(marker) && text.includes('"__exit":');
+      });
+    },
+    async stop() {
+      child.kill("SIGTERM");
+      await exited;
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}
