@@ -345,11 +345,10 @@ fn sandbox_error(e: SandboxError, id: &str) -> ApiError {
                  killed"
             ),
         ),
-        // The local provider's only signal for its output limit is this message.
-        SandboxError::Other(m) if m.contains("output limit") => ApiError::new(
+        e @ SandboxError::OutputLimit { .. } => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             codes::OUTPUT_LIMIT_EXCEEDED,
-            format!("{m} (the daemon's --max-output-bytes); nothing was returned"),
+            format!("{e} (the daemon's --max-output-bytes); nothing was returned"),
         ),
         SandboxError::Refused(m) => ApiError::invalid(m),
         other => ApiError::internal(other.to_string()),

@@ -367,11 +367,9 @@ async fn exec_output_over_the_limit_is_a_clear_error_never_a_truncation() {
     assert_eq!(exact.stdout.len(), 1000);
     for command in ["head -c 1001 /dev/zero", "yes >&2"] {
         match sbx.exec(command, ExecOptions { timeout_ms: 10_000 }).await {
-            Err(SandboxError::Other(m)) => {
-                assert!(
-                    m.contains("output-limit-exceeded") && m.contains("1000-byte"),
-                    "{m}"
-                )
+            Err(SandboxError::OutputLimit { stream, limit }) => {
+                assert_eq!(limit, 1000, "{command}");
+                assert!(stream.contains(sbx.id()), "{stream}");
             }
             other => panic!("{command}: expected an output-limit error, got {other:?}"),
         }

@@ -38,6 +38,10 @@ pub enum SandboxError {
     NotFound(String),
     #[error("sandbox command timed out after {0} ms")]
     Timeout(u64),
+    /// The command printed more than the provider returns; nothing was returned (never a silent
+    /// truncation).
+    #[error("sandbox command {stream} exceeded the {limit}-byte output limit; read less per call")]
+    OutputLimit { stream: String, limit: u64 },
     /// The provider could not be reached (network, daemon down).
     #[error("sandbox provider unreachable: {0}")]
     Unreachable(String),

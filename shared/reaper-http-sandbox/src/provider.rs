@@ -460,10 +460,10 @@ impl Inner {
             (422, Some(codes::EXEC_TIMEOUT)) => {
                 SandboxError::Timeout(parse_timeout(&message).unwrap_or_default())
             }
-            (422, Some(codes::OUTPUT_LIMIT_EXCEEDED)) => SandboxError::Other(format!(
-                "{what}{sandbox}: {message} ({})",
-                codes::OUTPUT_LIMIT_EXCEEDED
-            )),
+            (422, Some(codes::OUTPUT_LIMIT_EXCEEDED)) => SandboxError::OutputLimit {
+                stream: format!("{what}{sandbox}"),
+                limit: parse_limit(&message).unwrap_or_default(),
+            },
             (502..=504, _) => SandboxError::Unreachable(format!(
                 "{what}{sandbox}: HTTP {status} from {}: {message}",
                 self.config.base_url
@@ -505,4 +505,13 @@ pub fn validate_sandbox_id(id: &str) -> Result<(), SandboxError> {
             "invalid sandbox id {id:?}: ids are 1-{MAX_SANDBOX_ID_LEN} characters of [A-Za-z0-9-]"
         )))
     }
+}
+
+/// The byte limit named in the daemon's output-limit message (`… the 1048576-byte output limit …`).
+fn parse_limit(message: &str) -> Option<u64> {
+    let end = message.find("-byte output limit")?;
+    let digits = message[..end]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()?;
+    digits.parse().ok()
 }

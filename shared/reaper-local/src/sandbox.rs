@@ -204,9 +204,10 @@ async fn read_capped<R: AsyncRead + Unpin>(
             .map_err(|e| SandboxError::Other(format!("cannot read command {which}: {e}")))?;
     }
     if buf.len() > limit {
-        return Err(SandboxError::Other(format!(
-            "command {which} exceeded the {limit}-byte output limit; read less per call"
-        )));
+        return Err(SandboxError::OutputLimit {
+            stream: which.to_string(),
+            limit: limit as u64,
+        });
     }
     Ok(buf)
 }

@@ -171,14 +171,16 @@ async fn exec_output_over_the_limit_is_an_error_not_a_truncation() {
         .exec("head -c 1001 /dev/zero", ExecOptions::default())
         .await;
     match over {
-        Err(SandboxError::Other(m)) => assert!(m.contains("output limit"), "{m}"),
+        Err(SandboxError::OutputLimit { stream, limit }) => {
+            assert_eq!((stream.as_str(), limit), ("stdout", 1000))
+        }
         other => panic!("expected an output-limit error, got {other:?}"),
     }
     let over_stderr = sbx
         .exec("yes >&2", ExecOptions { timeout_ms: 10_000 })
         .await;
     assert!(
-        matches!(&over_stderr, Err(SandboxError::Other(m)) if m.contains("stderr")),
+        matches!(&over_stderr, Err(SandboxError::OutputLimit { stream, .. }) if stream == "stderr"),
         "{over_stderr:?}"
     );
 }
