@@ -1,4 +1,4 @@
-// Validates wrangler.toml against the JSON schema wrangler itself ships (config-schema.json),
+// Validates wrangler.toml (or the file given) against the JSON schema wrangler itself ships (config-schema.json),
 // then checks what the schema cannot: the bindings and vars the Worker's code reads.
 import { readFileSync } from "node:fs";
 import { parse } from "smol-toml";
@@ -8,7 +8,8 @@ import Ajv from "ajv";
 const wrangler = new URL("../node_modules/wrangler/", import.meta.url);
 const schema = JSON.parse(readFileSync(new URL("config-schema.json", wrangler), "utf8"));
 const wranglerVersion = JSON.parse(readFileSync(new URL("package.json", wrangler), "utf8")).version;
-const config = parse(readFileSync(new URL("../wrangler.toml", import.meta.url), "utf8"));
+const file = process.argv[2] ?? new URL("../wrangler.toml", import.meta.url).pathname;
+const config = parse(readFileSync(file, "utf8"));
 
 const ajv = new Ajv({ allErrors: true, strict: false, allowUnionTypes: true });
 const valid = ajv.validate(schema, config);

@@ -23,7 +23,7 @@ export function token() {
  * wrangler.toml declares: the Durable Object, a fresh in-memory D1 database, and [vars]
  * overridden by `vars`. `secrets` are bound the way `wrangler secret put` binds them.
  */
-export async function startWorker({ vars = {}, secrets = {} } = {}) {
+export async function startWorker({ vars = {}, secrets = {}, persist, database } = {}) {
   const doBinding = wrangler.durable_objects.bindings[0];
   const sqlite = wrangler.migrations.some((m) => (m.new_sqlite_classes ?? []).includes(doBinding.class_name));
   const d1 = wrangler.d1_databases[0];
@@ -33,7 +33,10 @@ export async function startWorker({ vars = {}, secrets = {} } = {}) {
     modulesRules: [{ type: "CompiledWasm", include: ["**/*.wasm"], fallthrough: true }],
     compatibilityDate: wrangler.compatibility_date,
     durableObjects: { [doBinding.name]: { className: doBinding.class_name, useSQLite: sqlite } },
-    d1Databases: { [d1.binding]: `test-${token()}` },
+    d1Databases: { [d1.binding]: database ?? `test-${token()}` },
+    // With `persist`, Durable Object storage (alarms included) and D1 live in that directory,
+    // so a second Miniflare on it is the same deployment after its isolate was replaced.
+    ...(persist ? { durableObjectsPersist: join(persist, "do"), d1Persist: join(persist, "d1") } : {}),
     bindings: { ...wrangler.vars, ...vars, ...secrets },
   });
   await mf.ready;
@@ -104,6 +107,7 @@ export async function startSandboxd() {
     }),
   ]);
   const url = line.replace(/^listening on /, "");
+  const created = [];
   const api = async (method, path, body) => {
     const res = await fetch(`${url}/v1${path}`, {
       method,
@@ -112,7 +116,9 @@ export async function startSandboxd() {
     });
     const text = await res.text();
     if (!res.ok) throw new Error(`sandboxd ${method} ${path}: ${res.status} ${text}`);
-    return text ? JSON.parse(text) : undefined;
+    const json = text ? JSON.parse(text) : undefined;
+    if (method === "POST" && path === "/sandboxes") created.push(json.id);
+    return json;
   };
   return {
     url,
@@ -134,6 +140,8 @@ export async function startSandboxd() {
       });
     },
     async stop() {
+      // Destroying kills the agents still running (destroy is idempotent).
+      for (const id of created) await api("DELETE", `/sandboxes/${id}`).catch(() => {});
       child.kill("SIGTERM");
       await exited;
       rmSync(root, { recursive: true, force: true });

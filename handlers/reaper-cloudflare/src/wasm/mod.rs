@@ -320,6 +320,11 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
                 )?)
                 .await
         }
+        (Method::Post, "/admin/migrate") => {
+            // For applications that write runs into D1 before the first sweep has run.
+            open_store(&env).await?;
+            Response::from_json(&json!({ "schemaVersion": reaper_d1::SCHEMA_VERSION }))
+        }
         (Method::Get, "/admin/status") => {
             reaper_stub(&env)?
                 .fetch_with_request(Request::new("https://reaper/status", Method::Get)?)
