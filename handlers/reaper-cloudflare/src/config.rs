@@ -246,9 +246,8 @@ impl Config {
             .raw(SANDBOX_PROVIDER_NAME)
             .unwrap_or_else(|| spec(SANDBOX_PROVIDER_NAME).default.into());
         let sandboxd_url = r.raw(SANDBOXD_URL).unwrap_or_default();
-        if !sandboxd_url.is_empty()
-            && !(sandboxd_url.starts_with("http://") || sandboxd_url.starts_with("https://"))
-        {
+        let http = sandboxd_url.starts_with("http://") || sandboxd_url.starts_with("https://");
+        if !sandboxd_url.is_empty() && !http {
             r.fail(SANDBOXD_URL, Some(&sandboxd_url), "is not an http(s) URL");
         }
         let token = (r.get)(SANDBOXD_TOKEN).unwrap_or_default();
