@@ -8,7 +8,7 @@ use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{sweep, ReapDeps, SweepReport, SweepStatus};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
-use reaper_dynamodb::{DynamoOptions, DynamoStore, RequestStats};
+use reaper_dynamodb::{DynamoOptions, DynamoStore, OpStats, RequestStats};
 use reaper_http_sandbox::{HttpProviderConfig, HttpSandboxProvider};
 use reaper_local::{SystemClock, TokioSleeper};
 use serde::Serialize;
@@ -124,15 +124,90 @@ impl ServerlessReport {
 
 /// Runs the single-flight sweep under `plan` and reports it with its DynamoDB requests.
 ///
-/// The store's counters are reset first, so the figures are this sweep's: one invocation at a
-/// time per process (Lambda's default, a Vercel function's request) keeps them exact; concurrent
-/// sweeps in one process would share them.
+/// The requests are the difference of the store's counters before and after (the counters are
+/// not reset, so nothing else reading them loses counts). One sweep at a time per process
+/// (Lambda's default) makes the figures exactly this sweep's; sweeps overlapping in one process
+/// (Vercel's fluid compute) each also count the other's requests made meanwhile.
 pub async fn run_sweep(deps: &ServerlessDeps, plan: &SweepPlan) -> ServerlessReport {
-    deps.store.take_request_stats();
+    let before = deps.store.request_stats();
     let sweep = sweep(&deps.reap, &plan.options, plan.lease_ttl_ms).await;
     ServerlessReport {
         sweep,
         plan: plan.clone(),
-        dynamodb: deps.store.take_request_stats(),
+        dynamodb: requests_since(&before, &deps.store.request_stats()),
+    }
+}
+
+/// `after - before`, per operation; operations with no request in between are left out.
+pub fn requests_since(before: &RequestStats, after: &RequestStats) -> RequestStats {
+    let minus = |a: &OpStats, b: &OpStats| OpStats {
+        requests: a.requests.saturating_sub(b.requests),
+        condition_failures: a.condition_failures.saturating_sub(b.condition_failures),
+        errors: a.errors.saturating_sub(b.errors),
+        capacity_units: (a.capacity_units - b.capacity_units).max(0.0),
+        read_capacity_units: (a.read_capacity_units - b.read_capacity_units).max(0.0),
+        write_capacity_units: (a.write_capacity_units - b.write_capacity_units).max(0.0),
+    };
+    let mut diff = RequestStats {
+        total: minus(&after.total, &before.total),
+        corrupt_items_skipped: after
+            .corrupt_items_skipped
+            .saturating_sub(before.corrupt_items_skipped),
+        ..RequestStats::default()
+    };
+    for (op, stats) in &after.by_operation {
+        let d = minus(stats, &before.op(op));
+        if d.requests > 0 {
+            diff.by_operation.insert(op.clone(), d);
+        }
+    }
+    diff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(ops: &[(&str, u64, f64)], corrupt: u64) -> RequestStats {
+        let mut s = RequestStats {
+            corrupt_items_skipped: corrupt,
+            ..RequestStats::default()
+        };
+        for (op, requests, units) in ops {
+            let o = OpStats {
+                requests: *requests,
+                capacity_units: *units,
+                write_capacity_units: *units,
+                ..OpStats::default()
+            };
+            s.total.requests += requests;
+            s.total.capacity_units += units;
+            s.total.write_capacity_units += units;
+            s.by_operation.insert(op.to_string(), o);
+        }
+        s
+    }
+
+    #[test]
+    fn the_sweeps_requests_are_the_counters_difference_per_operation() {
+        let before = stats(&[("lease_acquire", 2, 2.0), ("get", 5, 0.0)], 1);
+        let after = stats(
+            &[
+                ("lease_acquire", 3, 3.0),
+                ("get", 5, 0.0),
+                ("list_reclaimable", 1, 0.5),
+            ],
+            3,
+        );
+        let d = requests_since(&before, &after);
+        assert_eq!(d.total.requests, 2);
+        assert_eq!(d.total.capacity_units, 1.5);
+        assert_eq!(d.op("lease_acquire").requests, 1);
+        assert_eq!(d.op("list_reclaimable").requests, 1);
+        assert!(
+            !d.by_operation.contains_key("get"),
+            "an idle operation is left out"
+        );
+        assert_eq!(d.corrupt_items_skipped, 2);
     }
 }

@@ -18,7 +18,8 @@ pub mod config;
 pub mod plan;
 
 pub use compose::{
-    build_deps, compose, dynamo_options, run_sweep, ComposeError, ServerlessDeps, ServerlessReport,
+    build_deps, compose, dynamo_options, requests_since, run_sweep, ComposeError, ServerlessDeps,
+    ServerlessReport,
 };
 pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
 pub use plan::{plan, SweepPlan};
