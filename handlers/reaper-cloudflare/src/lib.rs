@@ -18,10 +18,3 @@ pub mod plan;
 #[cfg(target_arch = "wasm32")]
 mod wasm;
 
-// The store conformance suite, compiled from reaper-testkit's own sources: the testkit crate
-// cannot be a dependency on wasm32 yet (its `fakes` module uses `Send` futures there; reported
-// to the lead). Same files, same cases; `$crate::conformance` in its macros resolves here.
-#[cfg(all(target_arch = "wasm32", feature = "test-hooks"))]
-#[path = "../../../shared/reaper-testkit/src/conformance/mod.rs"]
-#[allow(dead_code, unused_imports, clippy::all)]
-pub mod conformance;

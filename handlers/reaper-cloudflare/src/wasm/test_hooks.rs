@@ -2,7 +2,7 @@
 //! make the next sweeps panic, hang or fail; delete the alarm; run the store conformance suite
 //! against the bound D1 database, one case per request.
 
-use crate::conformance::{
+use reaper_testkit::conformance::{
     delivery_log, lease_store, message_store, run_cases, run_store, sandbox_instance_store, Case,
     Verdict,
 };
