@@ -76,9 +76,14 @@ fuzz() {
 }
 
 api_fuzz() {
-    if [ -x handlers/reaper-sandboxd/fuzz/schemathesis.sh ]; then
-        handlers/reaper-sandboxd/fuzz/schemathesis.sh
-    fi
+    MAX_TIME=${API_FUZZ_SECONDS:-60} handlers/reaper-sandboxd/fuzz/schemathesis.sh
+}
+
+cloudflare() {
+    # The Worker is its own wasm32 workspace: built with Debian's toolchain and tested with
+    # node's runner in real workerd (Miniflare) against a real reaper-sandboxd.
+    cargo build -p reaper-sandboxd --locked
+    handlers/reaper-cloudflare/test.sh
 }
 
 emulator() {
@@ -100,6 +105,7 @@ stage "build tests" build_tests
 stage "wasm32 core" wasm_core
 stage "fuzz" fuzz
 stage "api fuzz" api_fuzz
+stage "cloudflare workerd" cloudflare
 stage "dynamodb local" emulator
 stage "tests" tests
 
