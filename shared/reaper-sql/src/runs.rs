@@ -1,0 +1,226 @@
+//! The `runs` table: its columns, the statements both backends run on it, and the rules for
+//! decoding its stored values.
+
+/// The table name.
+pub const TABLE: &str = "runs";
+
+/// The run columns in the order every run query selects them (`concat!` needs a literal).
+macro_rules! run_columns {
+    () => {
+        "run_id, thread_id, status, started_at, finished_at, error_message, error_code, usage, \
+         sandbox_key, detached_since, cancel_requested, driver_epoch"
+    };
+}
+
+/// Every column of a run row, in the order the run queries below select them.
+pub const COLUMNS: &str = run_columns!();
+
+/// One run by id: `?1` the run id.
+pub const SELECT_BY_ID: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = ?1");
+
+/// The reclaimable listing: running runs detached at or before the cutoff `?1`, longest detached
+/// first. Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
+pub const LIST_RECLAIMABLE: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+     AND detached_since <= ?1 ORDER BY detached_since, rowid"
+);
+
+/// A thread's latest running run: `?1` the thread id.
+pub const FIND_ACTIVE: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE thread_id = ?1 AND status = 'running' \
+     ORDER BY started_at DESC, rowid DESC LIMIT 1"
+);
+
+/// A thread's runs, oldest first: `?1` the thread id.
+pub const LIST_BY_THREAD: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE thread_id = ?1 ORDER BY started_at, rowid"
+);
+
+/// Creates a run unless it exists (a retry keeps the original row): `?1` run id, `?2` thread
+/// id, `?3` status, `?4` started at.
+pub const INSERT_IF_ABSENT: &str = "INSERT INTO runs (run_id, thread_id, status, started_at) \
+                                    VALUES (?1, ?2, ?3, ?4) ON CONFLICT (run_id) DO NOTHING";
+
+/// Seeding a whole row (tests, demos): inserts the identity columns or overwrites them, with
+/// the same parameters as [`INSERT_IF_ABSENT`]; an [`update`] then writes the rest.
+pub const SEED: &str = "INSERT INTO runs (run_id, thread_id, status, started_at) \
+                        VALUES (?1, ?2, ?3, ?4) \
+                        ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
+                        started_at = excluded.started_at";
+
+/// The claim: bumps the fencing epoch of a running or interrupted run `?1` and returns the row.
+/// Unknown and terminal runs match no row; [`STATUS_BY_ID`] then says which.
+pub const BUMP_EPOCH: &str = concat!(
+    "UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 \
+     WHERE run_id = ?1 AND status IN ('running', 'interrupted') RETURNING ",
+    run_columns!()
+);
+
+/// A run's stored status: `?1` the run id.
+pub const STATUS_BY_ID: &str = "SELECT status FROM runs WHERE run_id = ?1";
+
+/// A run's fencing epoch: `?1` the run id.
+pub const EPOCH_BY_ID: &str = "SELECT driver_epoch FROM runs WHERE run_id = ?1";
+
+/// The fenced terminal write, keeping the stored error: `?1` run id, `?2` status, `?3` finished
+/// at, `?4` the held epoch. The fence is in the statement itself, so a superseded holder cannot
+/// land it whatever its timing; it returns the run id when it landed.
+pub const WRITE_TERMINAL: &str = "UPDATE runs SET status = ?2, finished_at = ?3 \
+                                  WHERE run_id = ?1 \
+                                  AND (driver_epoch IS NULL OR driver_epoch <= ?4) \
+                                  RETURNING run_id";
+
+/// [`WRITE_TERMINAL`] that also writes the error: `?5` its message, `?6` its code.
+pub const WRITE_TERMINAL_WITH_ERROR: &str =
+    "UPDATE runs SET status = ?2, finished_at = ?3, error_message = ?5, error_code = ?6 \
+     WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?4) RETURNING run_id";
+
+/// The fenced terminal write, with or without the error columns.
+pub fn write_terminal(with_error: bool) -> &'static str {
+    if with_error {
+        WRITE_TERMINAL_WITH_ERROR
+    } else {
+        WRITE_TERMINAL
+    }
+}
+
+/// One `UPDATE` of the named columns of run `?1`, bound in order as `?2`, `?3`, …; `None` when
+/// there is nothing to write.
+pub fn update<'a>(columns: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let set: Vec<String> = columns
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| format!("{name} = ?{}", i + 2))
+        .collect();
+    (!set.is_empty()).then(|| format!("UPDATE runs SET {} WHERE run_id = ?1", set.join(", ")))
+}
+
+/// Why a stored status is corrupt: it is none of the five the schema allows. Such a row is
+/// never read as terminal, or as anything else.
+pub fn unknown_status(raw: &str) -> String {
+    format!(
+        "status {raw:?} is not a run status (expected running, interrupted, completed, failed \
+         or aborted)"
+    )
+}
+
+/// `error_message` and `error_code` as one optional error: a code needs a message.
+pub fn error(
+    message: Option<String>,
+    code: Option<String>,
+) -> Result<Option<(String, Option<String>)>, String> {
+    match (message, code) {
+        (Some(message), code) => Ok(Some((message, code))),
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err("error_code is set without error_message".into()),
+    }
+}
+
+/// `cancel_requested`: NULL (never asked), 0 and 1 are three distinct values.
+pub fn cancel_requested(stored: Option<i64>) -> Result<Option<bool>, String> {
+    match stored {
+        None => Ok(None),
+        Some(0) => Ok(Some(false)),
+        Some(1) => Ok(Some(true)),
+        Some(other) => Err(format!(
+            "cancel_requested is {other}, expected 0, 1 or NULL"
+        )),
+    }
+}
+
+/// `driver_epoch`: NULL on a run never claimed, never negative.
+pub fn driver_epoch(stored: Option<i64>) -> Result<Option<u64>, String> {
+    stored
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| "driver_epoch is negative".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_patch_is_no_statement_and_columns_bind_after_the_run_id() {
+        assert_eq!(update([]), None);
+        assert_eq!(
+            update(["status", "finished_at"]).as_deref(),
+            Some("UPDATE runs SET status = ?2, finished_at = ?3 WHERE run_id = ?1")
+        );
+    }
+
+    #[test]
+    fn every_run_query_selects_the_columns_in_one_order() {
+        for sql in [
+            SELECT_BY_ID,
+            LIST_RECLAIMABLE,
+            FIND_ACTIVE,
+            LIST_BY_THREAD,
+            BUMP_EPOCH,
+        ] {
+            assert!(sql.contains(COLUMNS), "{sql}");
+        }
+        assert!(COLUMNS.starts_with("run_id, ") && COLUMNS.ends_with(", driver_epoch"));
+    }
+
+    #[test]
+    fn the_reclaimable_listing_implies_the_partial_index_condition_verbatim() {
+        let index = crate::MIGRATIONS[0]
+            .statements
+            .iter()
+            .find(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
+            .unwrap();
+        let condition = index.split("WHERE ").nth(1).unwrap();
+        assert!(LIST_RECLAIMABLE.contains(condition), "{condition}");
+    }
+
+    #[test]
+    fn both_terminal_writes_carry_the_same_fence() {
+        for sql in [write_terminal(false), write_terminal(true)] {
+            assert!(
+                sql.contains("WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?4)")
+                    && sql.ends_with("RETURNING run_id"),
+                "{sql}"
+            );
+        }
+        assert!(!write_terminal(false).contains("error_message"));
+    }
+
+    #[test]
+    fn an_unknown_status_is_named_in_its_reason() {
+        for raw in ["toString", "__proto__", "RUNNING", "", "complete"] {
+            assert!(unknown_status(raw).contains(&format!("{raw:?}")));
+        }
+    }
+
+    #[test]
+    fn a_code_without_a_message_is_corrupt_and_a_message_alone_is_an_error() {
+        assert!(error(None, Some("E1".into())).is_err());
+        assert_eq!(error(None, None), Ok(None));
+        assert_eq!(
+            error(Some("boom".into()), None),
+            Ok(Some(("boom".into(), None)))
+        );
+    }
+
+    #[test]
+    fn cancel_requested_keeps_null_zero_and_one_apart_and_refuses_other_values() {
+        assert_eq!(cancel_requested(None), Ok(None));
+        assert_eq!(cancel_requested(Some(0)), Ok(Some(false)));
+        assert_eq!(cancel_requested(Some(1)), Ok(Some(true)));
+        assert!(cancel_requested(Some(2)).unwrap_err().contains('2'));
+    }
+
+    #[test]
+    fn a_negative_epoch_is_corrupt() {
+        assert_eq!(driver_epoch(None), Ok(None));
+        assert_eq!(driver_epoch(Some(7)), Ok(Some(7)));
+        assert!(driver_epoch(Some(-1)).is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! The `transcripts` table: the lasting record of a run. Nothing deletes a transcript.
+
+/// The table name.
+pub const TABLE: &str = "transcripts";
+
+/// Saves or replaces a run's transcript: `?1` run id, `?2` thread id, `?3` body (a JSON array of
+/// messages), `?4` exit code, `?5` saved at.
+pub const SAVE: &str = "INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) \
+                        VALUES (?1, ?2, ?3, ?4, ?5) \
+                        ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
+                        body = excluded.body, exit_code = excluded.exit_code, \
+                        saved_at = excluded.saved_at";
+
+/// `thread_id`, `body`, `exit_code` and `saved_at` of a run's transcript: `?1` the run id.
+pub const SELECT_BY_RUN: &str =
+    "SELECT thread_id, body, exit_code, saved_at FROM transcripts WHERE run_id = ?1";
+
+/// Why a stored body is corrupt.
+pub fn body_not_messages(error: impl std::fmt::Display) -> String {
+    format!("body is not a JSON array of {{role, content}}: {error}")
+}
