@@ -5,6 +5,7 @@ use reaper_core::{
     MessageStore, SandboxInstanceRecord, SandboxInstanceStore, StoreError, Transcript,
     TranscriptMessage,
 };
+use reaper_sql::{sandbox_instances, transcripts};
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::{corrupt, store_err, store_err_for};
@@ -15,54 +16,41 @@ impl SandboxInstanceStore for SqliteStore {
     async fn get(&self, key: &str) -> Result<Option<SandboxInstanceRecord>, StoreError> {
         let key = key.to_string();
         self.call(move |c| {
-            c.prepare_cached(
-                "SELECT key, provider, provider_sandbox_id, latest_snapshot_id, thread_id, \
-                 latest_run_id, updated_at FROM sandbox_instances WHERE key = ?1",
-            )
-            .and_then(|mut s| {
-                s.query_row([&key], |r| {
-                    Ok(SandboxInstanceRecord {
-                        key: r.get(0)?,
-                        provider: r.get(1)?,
-                        provider_sandbox_id: r.get(2)?,
-                        latest_snapshot_id: r.get(3)?,
-                        thread_id: r.get(4)?,
-                        latest_run_id: r.get(5)?,
-                        updated_at: r.get(6)?,
+            c.prepare_cached(sandbox_instances::SELECT_BY_KEY)
+                .and_then(|mut s| {
+                    s.query_row([&key], |r| {
+                        Ok(SandboxInstanceRecord {
+                            key: r.get(0)?,
+                            provider: r.get(1)?,
+                            provider_sandbox_id: r.get(2)?,
+                            latest_snapshot_id: r.get(3)?,
+                            thread_id: r.get(4)?,
+                            latest_run_id: r.get(5)?,
+                            updated_at: r.get(6)?,
+                        })
                     })
+                    .optional()
                 })
-                .optional()
-            })
-            .map_err(store_err_for(&format!("sandbox instance {key}")))
+                .map_err(store_err_for(&format!("sandbox instance {key}")))
         })
         .await
     }
 
     async fn upsert(&self, record: SandboxInstanceRecord) -> Result<(), StoreError> {
         self.call(move |c| {
-            // A full replace: every column is written, absent optionals as NULL.
-            c.prepare_cached(
-                "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, \
-                 latest_snapshot_id, thread_id, latest_run_id, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (key) DO UPDATE SET provider = excluded.provider, \
-                 provider_sandbox_id = excluded.provider_sandbox_id, \
-                 latest_snapshot_id = excluded.latest_snapshot_id, \
-                 thread_id = excluded.thread_id, latest_run_id = excluded.latest_run_id, \
-                 updated_at = excluded.updated_at",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    record.key,
-                    record.provider,
-                    record.provider_sandbox_id,
-                    record.latest_snapshot_id,
-                    record.thread_id,
-                    record.latest_run_id,
-                    record.updated_at
-                ])
-            })
-            .map_err(store_err)?;
+            c.prepare_cached(sandbox_instances::UPSERT)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        record.key,
+                        record.provider,
+                        record.provider_sandbox_id,
+                        record.latest_snapshot_id,
+                        record.thread_id,
+                        record.latest_run_id,
+                        record.updated_at
+                    ])
+                })
+                .map_err(store_err)?;
             Ok(())
         })
         .await
@@ -71,7 +59,7 @@ impl SandboxInstanceStore for SqliteStore {
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         let key = key.to_string();
         self.call(move |c| {
-            c.prepare_cached("DELETE FROM sandbox_instances WHERE key = ?1")
+            c.prepare_cached(sandbox_instances::DELETE)
                 .and_then(|mut s| s.execute([&key]))
                 .map_err(store_err)?;
             Ok(())
@@ -87,23 +75,17 @@ impl MessageStore for SqliteStore {
             .map_err(|e| StoreError::Backend(format!("transcript does not serialise: {e}")))?;
         let t = transcript.clone();
         self.call(move |c| {
-            c.prepare_cached(
-                "INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
-                 body = excluded.body, exit_code = excluded.exit_code, \
-                 saved_at = excluded.saved_at",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    t.run_id,
-                    t.thread_id,
-                    body,
-                    t.exit_code,
-                    t.saved_at
-                ])
-            })
-            .map_err(store_err)?;
+            c.prepare_cached(transcripts::SAVE)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        t.run_id,
+                        t.thread_id,
+                        body,
+                        t.exit_code,
+                        t.saved_at
+                    ])
+                })
+                .map_err(store_err)?;
             Ok(())
         })
         .await
@@ -114,10 +96,7 @@ impl MessageStore for SqliteStore {
         self.call(move |c| {
             let key = format!("transcript {run_id}");
             let row: Option<(String, String, Option<i64>, i64)> = c
-                .prepare_cached(
-                    "SELECT thread_id, body, exit_code, saved_at FROM transcripts \
-                     WHERE run_id = ?1",
-                )
+                .prepare_cached(transcripts::SELECT_BY_RUN)
                 .and_then(|mut s| {
                     s.query_row([&run_id], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
@@ -128,12 +107,8 @@ impl MessageStore for SqliteStore {
             let Some((thread_id, body, exit_code, saved_at)) = row else {
                 return Ok(None);
             };
-            let messages: Vec<TranscriptMessage> = serde_json::from_str(&body).map_err(|e| {
-                corrupt(
-                    &key,
-                    format!("body is not a JSON array of {{role, content}}: {e}"),
-                )
-            })?;
+            let messages: Vec<TranscriptMessage> = serde_json::from_str(&body)
+                .map_err(|e| corrupt(&key, transcripts::body_not_messages(e)))?;
             Ok(Some(Transcript {
                 run_id,
                 thread_id,

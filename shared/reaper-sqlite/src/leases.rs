@@ -1,6 +1,7 @@
 //! The `leases` table: [`LeaseStore`].
 
 use reaper_core::{EpochMs, Lease, LeaseGrant, LeaseStore, StoreError};
+use reaper_sql::leases as sql;
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::store_err;
@@ -27,14 +28,7 @@ impl LeaseStore for SqliteStore {
                 // One conditional upsert grants a free or expired key; the token is 128 random
                 // bits from SQLite, so a stale holder's token never matches a newer grant.
                 let token: Option<String> = tx
-                    .prepare_cached(
-                        "INSERT INTO leases (key, owner, token, expires_at) \
-                         VALUES (?1, ?2, lower(hex(randomblob(16))), ?3) \
-                         ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, \
-                         token = excluded.token, expires_at = excluded.expires_at \
-                         WHERE leases.expires_at <= ?4 \
-                         RETURNING token",
-                    )
+                    .prepare_cached(sql::ACQUIRE)
                     .and_then(|mut s| {
                         s.query_row(params![key, owner, expires_at, now], |r| r.get(0))
                             .optional()
@@ -49,11 +43,7 @@ impl LeaseStore for SqliteStore {
                     }));
                 }
                 let (owner, expires_at) = tx
-                    .query_row(
-                        "SELECT owner, expires_at FROM leases WHERE key = ?1",
-                        [&key],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
+                    .query_row(sql::HOLDER, [&key], |r| Ok((r.get(0)?, r.get(1)?)))
                     .map_err(store_err)?;
                 Ok(LeaseGrant::Held { owner, expires_at })
             })
@@ -70,13 +60,11 @@ impl LeaseStore for SqliteStore {
         let mut renewed = lease.clone();
         renewed.expires_at = expiry(now, ttl_ms);
         self.call(move |c| {
-            let changed = c
-                .prepare_cached(
-                    "UPDATE leases SET expires_at = ?4 \
-                     WHERE key = ?1 AND owner = ?2 AND token = ?3",
-                )
+            // It returns the key when it landed.
+            let landed = c
+                .prepare_cached(sql::RENEW)
                 .and_then(|mut s| {
-                    s.execute(params![
+                    s.exists(params![
                         renewed.key,
                         renewed.owner,
                         renewed.token,
@@ -84,7 +72,7 @@ impl LeaseStore for SqliteStore {
                     ])
                 })
                 .map_err(store_err)?;
-            Ok((changed == 1).then_some(renewed))
+            Ok(landed.then_some(renewed))
         })
         .await
     }
@@ -92,7 +80,7 @@ impl LeaseStore for SqliteStore {
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         let lease = lease.clone();
         self.call(move |c| {
-            c.prepare_cached("DELETE FROM leases WHERE key = ?1 AND owner = ?2 AND token = ?3")
+            c.prepare_cached(sql::RELEASE)
                 .and_then(|mut s| s.execute(params![lease.key, lease.owner, lease.token]))
                 .map_err(store_err)?;
             Ok(())

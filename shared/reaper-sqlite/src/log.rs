@@ -3,6 +3,7 @@
 use reaper_core::{
     Appended, Chunk, DeliveryLog, EpochMs, Fenced, LogEntry, LogSnapshot, StoreError,
 };
+use reaper_sql::logs as sql;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::error::{corrupt, store_err, store_err_for};
@@ -43,19 +44,13 @@ impl DeliveryLog for SqliteStore {
             immediate(c, |tx| {
                 if let Some(held) = fence {
                     let epoch: Option<Option<i64>> = tx
-                        .query_row(
-                            "SELECT driver_epoch FROM runs WHERE run_id = ?1",
-                            [&run_id],
-                            |r| r.get(0),
-                        )
+                        .query_row(reaper_sql::runs::EPOCH_BY_ID, [&run_id], |r| r.get(0))
                         .optional()
                         .map_err(store_err)?;
-                    if let Some(Some(observed)) = epoch {
-                        let observed = u64::try_from(observed)
-                            .map_err(|_| corrupt(&run_id, "driver_epoch is negative"))?;
-                        if observed > held {
-                            return Ok(Fenced::Superseded { observed });
-                        }
+                    let observed = reaper_sql::runs::driver_epoch(epoch.flatten())
+                        .map_err(|reason| corrupt(&run_id, reason))?;
+                    if let Some(observed) = observed.filter(|o| *o > held) {
+                        return Ok(Fenced::Superseded { observed });
                     }
                 }
                 tx.prepare_cached("INSERT INTO logs (run_id) VALUES (?1) ON CONFLICT DO NOTHING")
@@ -81,8 +76,7 @@ impl DeliveryLog for SqliteStore {
                     })
                     .map_err(store_err)?;
                 }
-                let first = u64::try_from(next_seq)
-                    .map_err(|_| corrupt(&run_id, "log next_seq is negative"))?;
+                let first = sql::next_seq(next_seq).map_err(|reason| corrupt(&run_id, reason))?;
                 Ok(Fenced::Written(Appended::At { first }))
             })
         })
@@ -92,12 +86,9 @@ impl DeliveryLog for SqliteStore {
     async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
         let run_id = run_id.to_string();
         self.call(move |c| {
-            c.prepare_cached(
-                "INSERT INTO logs (run_id, closed) VALUES (?1, 1) \
-                 ON CONFLICT (run_id) DO UPDATE SET closed = 1",
-            )
-            .and_then(|mut s| s.execute([&run_id]))
-            .map_err(store_err)?;
+            c.prepare_cached(sql::CLOSE)
+                .and_then(|mut s| s.execute([&run_id]))
+                .map_err(store_err)?;
             Ok(())
         })
         .await
@@ -107,10 +98,7 @@ impl DeliveryLog for SqliteStore {
         let run_id = run_id.to_string();
         self.call(move |c| {
             let row: Option<(bool, Option<i64>, i64, bool)> = c
-                .prepare_cached(
-                    "SELECT closed, last_append_at, next_seq, events_pruned_at IS NOT NULL \
-                     FROM logs WHERE run_id = ?1",
-                )
+                .prepare_cached(sql::SNAPSHOT)
                 .and_then(|mut s| {
                     s.query_row([&run_id], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
@@ -124,7 +112,7 @@ impl DeliveryLog for SqliteStore {
             let len = if pruned {
                 0
             } else {
-                u64::try_from(next_seq).map_err(|_| corrupt(&run_id, "log next_seq is negative"))?
+                sql::next_seq(next_seq).map_err(|reason| corrupt(&run_id, reason))?
             };
             Ok(LogSnapshot {
                 len,
@@ -145,12 +133,7 @@ impl DeliveryLog for SqliteStore {
         let from = to_i64(from);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.call(move |c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT seq, chunk FROM log_entries WHERE run_id = ?1 AND seq >= ?2 \
-                     ORDER BY seq LIMIT ?3",
-                )
-                .map_err(store_err)?;
+            let mut stmt = c.prepare_cached(sql::READ).map_err(store_err)?;
             let mut rows = stmt
                 .query(params![run_id, from, limit])
                 .map_err(store_err)?;
@@ -163,7 +146,7 @@ impl DeliveryLog for SqliteStore {
                     .map_err(|e| corrupt(&key, format!("chunk: {e}")))?;
                 let chunk = serde_json::from_str(&raw)
                     .map(Chunk)
-                    .map_err(|e| corrupt(&key, format!("chunk is not a JSON object: {e}")))?;
+                    .map_err(|e| corrupt(&key, sql::chunk_not_json(e)))?;
                 out.push(LogEntry {
                     offset: seq as u64,
                     chunk,

@@ -4,16 +4,12 @@ use reaper_core::{
     EpochBump, EpochMs, Fenced, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, RunStore,
     RunStoreCapabilities, StoreError, TerminalWrite,
 };
+use reaper_sql::runs::{self as sql, COLUMNS};
 use rusqlite::types::{FromSql, Value};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 
 use crate::error::{corrupt, store_err};
 use crate::{immediate, to_i64, SqliteStore};
-
-/// The columns [`decode_run`] reads, in its order.
-const COLUMNS: &str = "run_id, thread_id, status, started_at, finished_at, error_message, \
-                       error_code, usage, sandbox_key, detached_since, cancel_requested, \
-                       driver_epoch";
 
 fn column<T: FromSql>(row: &Row<'_>, idx: usize, run_id: &str) -> Result<T, StoreError> {
     row.get(idx).map_err(|e| {
@@ -23,15 +19,7 @@ fn column<T: FromSql>(row: &Row<'_>, idx: usize, run_id: &str) -> Result<T, Stor
 }
 
 pub(crate) fn parse_status(raw: &str, run_id: &str) -> Result<RunStatus, StoreError> {
-    RunStatus::parse(raw).ok_or_else(|| {
-        corrupt(
-            run_id,
-            format!(
-                "status {raw:?} is not a run status (expected running, interrupted, completed, \
-                 failed or aborted)"
-            ),
-        )
-    })
+    RunStatus::parse(raw).ok_or_else(|| corrupt(run_id, sql::unknown_status(raw)))
 }
 
 /// Decodes one row selected with [`COLUMNS`]. Anything that does not parse, an unknown status
@@ -42,33 +30,17 @@ fn decode_run(row: &Row<'_>) -> Result<RunRecord, StoreError> {
         .map_err(|e| corrupt("<unreadable run_id>", format!("column run_id: {e}")))?;
     let id = run_id.as_str();
     let status = parse_status(&column::<String>(row, 2, id)?, id)?;
-    let error = match (
-        column::<Option<String>>(row, 5, id)?,
-        column::<Option<String>>(row, 6, id)?,
-    ) {
-        (Some(message), code) => Some(RunError { message, code }),
-        (None, None) => None,
-        (None, Some(_)) => return Err(corrupt(id, "error_code is set without error_message")),
-    };
+    let error = sql::error(column(row, 5, id)?, column(row, 6, id)?)
+        .map_err(|reason| corrupt(id, reason))?
+        .map(|(message, code)| RunError { message, code });
     let usage = column::<Option<String>>(row, 7, id)?
         .map(|raw| serde_json::from_str(&raw))
         .transpose()
         .map_err(|e| corrupt(id, format!("column usage is not JSON: {e}")))?;
-    let cancel_requested = match column::<Option<i64>>(row, 10, id)? {
-        None => None,
-        Some(0) => Some(false),
-        Some(1) => Some(true),
-        Some(other) => {
-            return Err(corrupt(
-                id,
-                format!("cancel_requested is {other}, expected 0, 1 or NULL"),
-            ))
-        }
-    };
-    let driver_epoch = column::<Option<i64>>(row, 11, id)?
-        .map(u64::try_from)
-        .transpose()
-        .map_err(|_| corrupt(id, "driver_epoch is negative"))?;
+    let cancel_requested =
+        sql::cancel_requested(column(row, 10, id)?).map_err(|reason| corrupt(id, reason))?;
+    let driver_epoch =
+        sql::driver_epoch(column(row, 11, id)?).map_err(|reason| corrupt(id, reason))?;
     Ok(RunRecord {
         thread_id: column(row, 1, id)?,
         status,
@@ -99,17 +71,8 @@ fn query_runs(
     Ok(out)
 }
 
-/// Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
-fn list_reclaimable_sql() -> String {
-    format!(
-        "SELECT {COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
-         AND detached_since <= ?1 ORDER BY detached_since, rowid"
-    )
-}
-
 fn get_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-    let sql = format!("SELECT {COLUMNS} FROM runs WHERE run_id = ?1");
-    Ok(query_runs(conn, &sql, [run_id])?.pop())
+    Ok(query_runs(conn, sql::SELECT_BY_ID, [run_id])?.pop())
 }
 
 fn patch_value<T>(patch: &Patch<T>, to_value: impl Fn(&T) -> Value) -> Option<Value> {
@@ -257,9 +220,7 @@ impl SqliteStore {
         self.call(move |c| {
             immediate(c, |tx| {
                 tx.execute(
-                    "INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) \
-                     ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
-                     started_at = excluded.started_at",
+                    sql::SEED,
                     params![
                         record.run_id,
                         record.thread_id,
@@ -287,18 +248,12 @@ impl SqliteStore {
 
 fn update_row(conn: &Connection, run_id: &str, patch: &RunPatch) -> Result<(), StoreError> {
     let set = assignments(patch)?;
-    if set.is_empty() {
+    let Some(update) = sql::update(set.iter().map(|(name, _)| *name)) else {
         return Ok(());
-    }
-    let columns: Vec<String> = set
-        .iter()
-        .enumerate()
-        .map(|(i, (name, _))| format!("{name} = ?{}", i + 2))
-        .collect();
-    let sql = format!("UPDATE runs SET {} WHERE run_id = ?1", columns.join(", "));
+    };
     let values =
         std::iter::once(Value::Text(run_id.to_string())).chain(set.into_iter().map(|s| s.1));
-    conn.prepare_cached(&sql)
+    conn.prepare_cached(&update)
         .and_then(|mut stmt| stmt.execute(params_from_iter(values)))
         .map_err(store_err)?;
     Ok(())
@@ -310,19 +265,16 @@ impl RunStore for SqliteStore {
         self.call(move |c| {
             immediate(c, |tx| {
                 let status = new.status.unwrap_or(RunStatus::Running);
-                tx.prepare_cached(
-                    "INSERT INTO runs (run_id, thread_id, status, started_at) \
-                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (run_id) DO NOTHING",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        new.run_id,
-                        new.thread_id,
-                        status.as_str(),
-                        new.started_at
-                    ])
-                })
-                .map_err(store_err)?;
+                tx.prepare_cached(sql::INSERT_IF_ABSENT)
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            new.run_id,
+                            new.thread_id,
+                            status.as_str(),
+                            new.started_at
+                        ])
+                    })
+                    .map_err(store_err)?;
                 get_run(tx, &new.run_id)?.ok_or_else(|| {
                     StoreError::Backend(format!(
                         "run {} vanished right after its insert",
@@ -347,19 +299,14 @@ impl RunStore for SqliteStore {
 
     async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let thread_id = thread_id.to_string();
-        let sql = format!(
-            "SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 AND status = 'running' \
-             ORDER BY started_at DESC, rowid DESC LIMIT 1"
-        );
-        self.call(move |c| Ok(query_runs(c, &sql, [thread_id])?.pop()))
+        self.call(move |c| Ok(query_runs(c, sql::FIND_ACTIVE, [thread_id])?.pop()))
             .await
     }
 
     async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         let thread_id = thread_id.to_string();
-        let sql =
-            format!("SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 ORDER BY started_at, rowid");
-        self.call(move |c| query_runs(c, &sql, [thread_id])).await
+        self.call(move |c| query_runs(c, sql::LIST_BY_THREAD, [thread_id]))
+            .await
     }
 
     async fn list_reclaimable(
@@ -368,7 +315,7 @@ impl RunStore for SqliteStore {
         ttl_ms: u64,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let cutoff = now.saturating_sub(to_i64(ttl_ms));
-        self.call(move |c| query_runs(c, &list_reclaimable_sql(), [cutoff]))
+        self.call(move |c| query_runs(c, sql::LIST_RECLAIMABLE, [cutoff]))
             .await
     }
 
@@ -381,13 +328,9 @@ impl RunStore for SqliteStore {
 
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         let run_id = run_id.to_string();
-        let bump = format!(
-            "UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 \
-             WHERE run_id = ?1 AND status IN ('running', 'interrupted') RETURNING {COLUMNS}"
-        );
         self.call(move |c| {
             immediate(c, |tx| {
-                if let Some(record) = query_runs(tx, &bump, [&run_id])?.pop() {
+                if let Some(record) = query_runs(tx, sql::BUMP_EPOCH, [&run_id])?.pop() {
                     let epoch = record
                         .driver_epoch
                         .ok_or_else(|| corrupt(&run_id, "driver_epoch is NULL after a bump"))?;
@@ -395,11 +338,7 @@ impl RunStore for SqliteStore {
                 }
                 // Nothing was written; say why.
                 let status: Option<String> = tx
-                    .query_row(
-                        "SELECT status FROM runs WHERE run_id = ?1",
-                        [&run_id],
-                        |r| r.get(0),
-                    )
+                    .query_row(sql::STATUS_BY_ID, [&run_id], |r| r.get(0))
                     .optional()
                     .map_err(store_err)?;
                 match status {
@@ -427,38 +366,31 @@ impl RunStore for SqliteStore {
         let status = reaper_core::RunStatus::from(write.status).as_str();
         let finished_at = write.finished_at;
         // No error in the write keeps the stored one, as `TerminalWrite::to_patch` does.
-        let (error_sql, message, code) = match &write.error {
-            Some(e) => (
-                ", error_message = ?5, error_code = ?6",
-                Some(e.message.clone()),
-                e.code.clone(),
-            ),
-            None => ("", None, None),
-        };
+        let error = write.error.clone();
         // The fence is in the statement itself: a superseded holder cannot land this whatever
         // its timing. The transaction only keeps the follow-up read consistent with it.
-        let sql = format!(
-            "UPDATE runs SET status = ?2, finished_at = ?3{error_sql} \
-             WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?4)"
-        );
+        let update = sql::write_terminal(error.is_some());
         self.call(move |c| {
             immediate(c, |tx| {
-                let mut stmt = tx.prepare_cached(&sql).map_err(store_err)?;
-                let changed = if message.is_some() {
-                    stmt.execute(params![run_id, status, finished_at, held, message, code])
-                } else {
-                    stmt.execute(params![run_id, status, finished_at, held])
+                let mut stmt = tx.prepare_cached(update).map_err(store_err)?;
+                // It returns the run id when it landed.
+                let landed = match &error {
+                    Some(e) => stmt.exists(params![
+                        run_id,
+                        status,
+                        finished_at,
+                        held,
+                        e.message,
+                        e.code
+                    ]),
+                    None => stmt.exists(params![run_id, status, finished_at, held]),
                 }
                 .map_err(store_err)?;
-                if changed == 1 {
+                if landed {
                     return Ok(Fenced::Written(true));
                 }
                 let epoch: Option<Option<i64>> = tx
-                    .query_row(
-                        "SELECT driver_epoch FROM runs WHERE run_id = ?1",
-                        [&run_id],
-                        |r| r.get(0),
-                    )
+                    .query_row(sql::EPOCH_BY_ID, [&run_id], |r| r.get(0))
                     .optional()
                     .map_err(store_err)?;
                 match epoch {
@@ -481,7 +413,7 @@ impl RunStore for SqliteStore {
 mod tests {
     use super::*;
 
-    fn plan(store: &SqliteStore, sql: String) -> String {
+    fn plan(store: &SqliteStore, sql: &str) -> String {
         let conn = store.inner_conn();
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let rows = stmt
@@ -495,7 +427,7 @@ mod tests {
     #[test]
     fn list_reclaimable_is_answered_from_the_partial_index() {
         let store = SqliteStore::open_in_memory().unwrap();
-        let plan = plan(&store, list_reclaimable_sql());
+        let plan = plan(&store, sql::LIST_RECLAIMABLE);
         assert!(
             plan.contains("USING INDEX runs_reclaimable"),
             "query plan does not use the partial index: {plan}"

@@ -1,90 +1,12 @@
-//! The versioned schema and its migrations. `SCHEMA.md` beside this crate documents it for the
-//! applications that write into the same file; the two must change together.
-//!
-//! The version lives in a table (`reaper_schema`), not in `PRAGMA user_version`, because Cloudflare
-//! D1 will use this same schema and D1 does not let an application set pragmas.
+//! Opening and migrating a file to the schema `reaper-sql` spells (shared with `reaper-d1`).
+//! `SCHEMA.md` beside this crate documents it for the applications that write into the same
+//! file; the two must change together.
 
+use reaper_sql::schema::{pending, stored_version, CURRENT_VERSION, RECORD_MIGRATION};
+use reaper_sql::SCHEMA_TABLE;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-/// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// The table that marks a file as a reaper database and records each applied migration.
-pub(crate) const SCHEMA_TABLE: &str = "reaper_schema";
-
-/// Migrations in order: `MIGRATIONS[i]` takes a database from version `i` to `i + 1`. Append only:
-/// a released migration is never edited, since databases in the field already ran it.
-const MIGRATIONS: &[(&str, &str)] = &[("initial schema", V1)];
-
-const V1: &str = r#"
-CREATE TABLE reaper_schema (
-    version     INTEGER PRIMARY KEY NOT NULL,
-    description TEXT NOT NULL
-);
-
-CREATE TABLE runs (
-    run_id           TEXT PRIMARY KEY NOT NULL,
-    thread_id        TEXT NOT NULL,
-    status           TEXT NOT NULL DEFAULT 'running'
-                     CHECK (status IN ('running', 'interrupted', 'completed', 'failed', 'aborted')),
-    started_at       INTEGER NOT NULL,
-    finished_at      INTEGER,
-    error_message    TEXT,
-    error_code       TEXT,
-    usage            TEXT CHECK (usage IS NULL OR json_valid(usage)),
-    sandbox_key      TEXT,
-    detached_since   INTEGER,
-    cancel_requested INTEGER CHECK (cancel_requested IS NULL OR cancel_requested IN (0, 1)),
-    driver_epoch     INTEGER CHECK (driver_epoch IS NULL OR driver_epoch >= 0),
-    CHECK (error_code IS NULL OR error_message IS NOT NULL)
-);
-CREATE INDEX runs_by_thread ON runs (thread_id, started_at);
-CREATE INDEX runs_reclaimable ON runs (detached_since)
-    WHERE status = 'running' AND detached_since IS NOT NULL;
-CREATE INDEX runs_finished ON runs (finished_at)
-    WHERE finished_at IS NOT NULL AND status IN ('completed', 'failed', 'aborted');
-
-CREATE TABLE leases (
-    key        TEXT PRIMARY KEY NOT NULL,
-    owner      TEXT NOT NULL,
-    token      TEXT NOT NULL,
-    expires_at INTEGER NOT NULL
-);
-
-CREATE TABLE logs (
-    run_id           TEXT PRIMARY KEY NOT NULL,
-    closed           INTEGER NOT NULL DEFAULT 0 CHECK (closed IN (0, 1)),
-    last_append_at   INTEGER,
-    next_seq         INTEGER NOT NULL DEFAULT 0 CHECK (next_seq >= 0),
-    events_pruned_at INTEGER
-);
-
-CREATE TABLE log_entries (
-    run_id TEXT NOT NULL,
-    seq    INTEGER NOT NULL CHECK (seq >= 0),
-    chunk  TEXT NOT NULL CHECK (json_valid(chunk)),
-    PRIMARY KEY (run_id, seq)
-);
-
-CREATE TABLE sandbox_instances (
-    key                 TEXT PRIMARY KEY NOT NULL,
-    provider            TEXT NOT NULL,
-    provider_sandbox_id TEXT NOT NULL,
-    latest_snapshot_id  TEXT,
-    thread_id           TEXT NOT NULL,
-    latest_run_id       TEXT,
-    updated_at          INTEGER NOT NULL
-);
-
-CREATE TABLE transcripts (
-    run_id    TEXT PRIMARY KEY NOT NULL,
-    thread_id TEXT NOT NULL,
-    body      TEXT NOT NULL CHECK (json_valid(body)),
-    exit_code INTEGER,
-    saved_at  INTEGER NOT NULL
-);
-CREATE INDEX transcripts_by_thread ON transcripts (thread_id, saved_at);
-"#;
+pub use reaper_sql::SCHEMA_VERSION;
 
 /// What a file holds, decided before anything is written to it.
 #[derive(Debug, PartialEq, Eq)]
@@ -113,12 +35,10 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
         return Ok(Found::Foreign(tables));
     }
     let version: Option<i64> = conn
-        .query_row("SELECT MAX(version) FROM reaper_schema", [], |r| r.get(0))
+        .query_row(CURRENT_VERSION, [], |r| r.get(0))
         .optional()?
         .flatten();
-    Ok(Found::Reaper(
-        version.and_then(|v| u32::try_from(v).ok()).unwrap_or(0),
-    ))
+    Ok(Found::Reaper(stored_version(version)))
 }
 
 /// Brings the database to [`SCHEMA_VERSION`] in one immediate transaction. Re-inspects inside the
@@ -130,11 +50,13 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<Found> {
         Found::Reaper(v) if v < SCHEMA_VERSION => v,
         other => return Ok(other),
     };
-    for (i, (description, sql)) in MIGRATIONS.iter().enumerate().skip(from as usize) {
-        tx.execute_batch(sql)?;
+    for migration in pending(from) {
+        for sql in migration.statements {
+            tx.execute(sql, [])?;
+        }
         tx.execute(
-            "INSERT INTO reaper_schema (version, description) VALUES (?1, ?2)",
-            rusqlite::params![i as i64 + 1, description],
+            RECORD_MIGRATION,
+            rusqlite::params![migration.version, migration.description],
         )?;
     }
     tx.commit()?;
@@ -146,7 +68,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn migrations_cover_every_version_up_to_the_current_one() {
-        assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
+    fn sqlite_stores_each_migration_statement_verbatim() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
+            .unwrap();
+        let stored: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let ours: Vec<&str> = reaper_sql::MIGRATIONS
+            .iter()
+            .flat_map(|m| m.statements.iter().copied())
+            .collect();
+        assert_eq!(stored, ours);
     }
 }
