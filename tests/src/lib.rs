@@ -1,1 +1,21 @@
-//! End-to-end tests and tidy checks live in `tests/`.
+//! The process-level test harness the handler suites share: real child processes, real
+//! DynamoDB Local, bounded waits on real conditions. Test support only: a dev-dependency,
+//! never shipped.
+//!
+//! - [`util`]: unique labels, wall-clock ms, free ports, `eventually`, process state.
+//! - [`sandbox`]: small questions asked through any [`reaper_core::SandboxHandle`].
+//! - [`sandboxd`] (feature `sandboxd`): a running `reaper-sandboxd` on loopback, and agents run
+//!   through it to their exit sentinel.
+//! - [`dynamo`] (feature `dynamo`): the DynamoDB Local endpoint (required, never skipped), a
+//!   fresh table per case, detached runs seeded the way a chat route records them.
+//!
+//! A crate that finds its own binary (`env!("CARGO_BIN_EXE_…")`) keeps doing so; only other
+//! packages' binaries are located here.
+
+pub mod sandbox;
+pub mod util;
+
+#[cfg(feature = "dynamo")]
+pub mod dynamo;
+#[cfg(feature = "sandboxd")]
+pub mod sandboxd;
