@@ -6,6 +6,8 @@ use reaper_core::{
     TranscriptMessage,
 };
 
+use reaper_sql::{sandbox_instances, transcripts};
+
 use crate::client::Statement;
 use crate::row::{corrupt, RowExt};
 use crate::D1Store;
@@ -16,8 +18,7 @@ impl SandboxInstanceStore for D1Store {
     async fn get(&self, key: &str) -> Result<Option<SandboxInstanceRecord>, StoreError> {
         let rows = self
             .one(Statement::new(
-                "SELECT key, provider, provider_sandbox_id, latest_snapshot_id, thread_id, \
-                 latest_run_id, updated_at FROM sandbox_instances WHERE key = ?1",
+                sandbox_instances::SELECT_BY_KEY,
                 vec![key.into()],
             ))
             .await?;
@@ -39,14 +40,7 @@ impl SandboxInstanceStore for D1Store {
     async fn upsert(&self, record: SandboxInstanceRecord) -> Result<(), StoreError> {
         // A full replace: every column is written, absent optionals as NULL.
         self.one(Statement::new(
-            "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, \
-             latest_snapshot_id, thread_id, latest_run_id, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-             ON CONFLICT (key) DO UPDATE SET provider = excluded.provider, \
-             provider_sandbox_id = excluded.provider_sandbox_id, \
-             latest_snapshot_id = excluded.latest_snapshot_id, \
-             thread_id = excluded.thread_id, latest_run_id = excluded.latest_run_id, \
-             updated_at = excluded.updated_at",
+            sandbox_instances::UPSERT,
             vec![
                 record.key.into(),
                 record.provider.into(),
@@ -62,11 +56,8 @@ impl SandboxInstanceStore for D1Store {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.one(Statement::new(
-            "DELETE FROM sandbox_instances WHERE key = ?1",
-            vec![key.into()],
-        ))
-        .await?;
+        self.one(Statement::new(sandbox_instances::DELETE, vec![key.into()]))
+            .await?;
         Ok(())
     }
 }
@@ -78,11 +69,7 @@ impl MessageStore for D1Store {
         let body = serde_json::to_string(&transcript.messages)
             .map_err(|e| StoreError::Backend(format!("transcript does not serialise: {e}")))?;
         self.one(Statement::new(
-            "INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
-             body = excluded.body, exit_code = excluded.exit_code, \
-             saved_at = excluded.saved_at",
+            transcripts::SAVE,
             vec![
                 transcript.run_id.as_str().into(),
                 transcript.thread_id.as_str().into(),
@@ -98,7 +85,7 @@ impl MessageStore for D1Store {
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {
         let rows = self
             .one(Statement::new(
-                "SELECT thread_id, body, exit_code, saved_at FROM transcripts WHERE run_id = ?1",
+                transcripts::SELECT_BY_RUN,
                 vec![run_id.into()],
             ))
             .await?;
@@ -107,12 +94,7 @@ impl MessageStore for D1Store {
         };
         let key = format!("transcript {run_id}");
         let messages: Vec<TranscriptMessage> = serde_json::from_str(&r.text("body", &key)?)
-            .map_err(|e| {
-                corrupt(
-                    &key,
-                    format!("body is not a JSON array of {{role, content}}: {e}"),
-                )
-            })?;
+            .map_err(|e| corrupt(&key, transcripts::body_not_messages(e)))?;
         Ok(Some(Transcript {
             run_id: run_id.to_string(),
             thread_id: r.text("thread_id", &key)?,

@@ -2,6 +2,8 @@
 
 use reaper_core::{EpochMs, Lease, LeaseGrant, LeaseStore, StoreError};
 
+use reaper_sql::leases as sql;
+
 use crate::client::Statement;
 use crate::row::{safe, safe_u, RowExt};
 use crate::D1Store;
@@ -25,12 +27,7 @@ impl LeaseStore for D1Store {
         // from SQLite, so a stale holder's token never matches a newer grant. The read after it
         // (same transaction) names the holder when it did not.
         let grant = Statement::new(
-            "INSERT INTO leases (key, owner, token, expires_at) \
-             VALUES (?1, ?2, lower(hex(randomblob(16))), ?3) \
-             ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, \
-             token = excluded.token, expires_at = excluded.expires_at \
-             WHERE leases.expires_at <= ?4 \
-             RETURNING token",
+            sql::ACQUIRE,
             vec![
                 key.into(),
                 owner.into(),
@@ -38,10 +35,7 @@ impl LeaseStore for D1Store {
                 safe(now).into(),
             ],
         );
-        let holder = Statement::new(
-            "SELECT owner, expires_at FROM leases WHERE key = ?1",
-            vec![key.into()],
-        );
+        let holder = Statement::new(sql::HOLDER, vec![key.into()]);
         let out = self.batch(vec![grant, holder]).await?;
         let what = format!("lease {key}");
         if let Some(row) = out[0].first() {
@@ -71,8 +65,7 @@ impl LeaseStore for D1Store {
         renewed.expires_at = expiry(now, ttl_ms);
         let rows = self
             .one(Statement::new(
-                "UPDATE leases SET expires_at = ?4 \
-                 WHERE key = ?1 AND owner = ?2 AND token = ?3 RETURNING key",
+                sql::RENEW,
                 vec![
                     lease.key.as_str().into(),
                     lease.owner.as_str().into(),
@@ -86,7 +79,7 @@ impl LeaseStore for D1Store {
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
         self.one(Statement::new(
-            "DELETE FROM leases WHERE key = ?1 AND owner = ?2 AND token = ?3",
+            sql::RELEASE,
             vec![
                 lease.key.as_str().into(),
                 lease.owner.as_str().into(),

@@ -4,6 +4,8 @@ use reaper_core::{
     Appended, Chunk, DeliveryLog, EpochMs, Fenced, LogEntry, LogSnapshot, StoreError,
 };
 
+use reaper_sql::logs as sql;
+
 use crate::client::{SqlValue, Statement};
 use crate::row::{corrupt, safe_u, RowExt};
 use crate::D1Store;
@@ -77,39 +79,30 @@ impl DeliveryLog for D1Store {
         let before = out[0]
             .first()
             .ok_or_else(|| StoreError::Backend(format!("log {run_id}: state read no row")))?;
-        if let (Some(held), Some(observed)) = (fence, before.opt_int("epoch", run_id)?) {
-            let observed =
-                u64::try_from(observed).map_err(|_| corrupt(run_id, "driver_epoch is negative"))?;
-            if observed > held {
+        if let Some(held) = fence {
+            let observed = reaper_sql::runs::driver_epoch(before.opt_int("epoch", run_id)?)
+                .map_err(|reason| corrupt(run_id, reason))?;
+            if let Some(observed) = observed.filter(|o| *o > held) {
                 return Ok(Fenced::Superseded { observed });
             }
         }
         if before.opt_int("closed", run_id)? == Some(1) {
             return Ok(Fenced::Written(Appended::Closed));
         }
-        let first = before.opt_int("next_seq", run_id)?.unwrap_or(0);
-        let first =
-            u64::try_from(first).map_err(|_| corrupt(run_id, "log next_seq is negative"))?;
+        let first = sql::next_seq(before.opt_int("next_seq", run_id)?.unwrap_or(0))
+            .map_err(|reason| corrupt(run_id, reason))?;
         Ok(Fenced::Written(Appended::At { first }))
     }
 
     async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
-        self.one(Statement::new(
-            "INSERT INTO logs (run_id, closed) VALUES (?1, 1) \
-             ON CONFLICT (run_id) DO UPDATE SET closed = 1",
-            vec![run_id.into()],
-        ))
-        .await?;
+        self.one(Statement::new(sql::CLOSE, vec![run_id.into()]))
+            .await?;
         Ok(())
     }
 
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
         let rows = self
-            .one(Statement::new(
-                "SELECT closed, last_append_at, next_seq, events_pruned_at IS NOT NULL AS pruned \
-                 FROM logs WHERE run_id = ?1",
-                vec![run_id.into()],
-            ))
+            .one(Statement::new(sql::SNAPSHOT, vec![run_id.into()]))
             .await?;
         let Some(r) = rows.first() else {
             return Ok(LogSnapshot::default());
@@ -118,8 +111,7 @@ impl DeliveryLog for D1Store {
         let len = if r.int("pruned", &what)? != 0 {
             0
         } else {
-            u64::try_from(r.int("next_seq", &what)?)
-                .map_err(|_| corrupt(&what, "log next_seq is negative"))?
+            sql::next_seq(r.int("next_seq", &what)?).map_err(|reason| corrupt(&what, reason))?
         };
         Ok(LogSnapshot {
             len,
@@ -136,8 +128,7 @@ impl DeliveryLog for D1Store {
     ) -> Result<Vec<LogEntry>, StoreError> {
         let rows = self
             .one(Statement::new(
-                "SELECT seq, chunk FROM log_entries WHERE run_id = ?1 AND seq >= ?2 \
-                 ORDER BY seq LIMIT ?3",
+                sql::READ,
                 vec![
                     run_id.into(),
                     safe_u(from).into(),
@@ -151,7 +142,7 @@ impl DeliveryLog for D1Store {
             let key = format!("{run_id}#{seq}");
             let chunk = serde_json::from_str(&r.text("chunk", &key)?)
                 .map(Chunk)
-                .map_err(|e| corrupt(&key, format!("chunk is not a JSON object: {e}")))?;
+                .map_err(|e| corrupt(&key, sql::chunk_not_json(e)))?;
             out.push(LogEntry {
                 offset: u64::try_from(seq).map_err(|_| corrupt(&key, "seq is negative"))?,
                 chunk,

@@ -5,61 +5,36 @@ use reaper_core::{
     RunStatus, RunStore, RunStoreCapabilities, StoreError, TerminalWrite,
 };
 
+use reaper_sql::runs as sql;
+
 use crate::client::{Row, SqlValue, Statement};
 use crate::row::{corrupt, safe, safe_u, RowExt};
 use crate::D1Store;
 
-/// The columns [`decode_run`] reads.
-const COLUMNS: &str = "run_id, thread_id, status, started_at, finished_at, error_message, \
-                       error_code, usage, sandbox_key, detached_since, cancel_requested, \
-                       driver_epoch";
-
 pub(crate) fn parse_status(raw: &str, run_id: &str) -> Result<RunStatus, StoreError> {
-    RunStatus::parse(raw).ok_or_else(|| {
-        corrupt(
-            run_id,
-            format!(
-                "status {raw:?} is not a run status (expected running, interrupted, completed, \
-                 failed or aborted)"
-            ),
-        )
-    })
+    RunStatus::parse(raw).ok_or_else(|| corrupt(run_id, sql::unknown_status(raw)))
 }
 
-/// Decodes one row selected with [`COLUMNS`]; anything that does not parse is corrupt.
+/// Decodes one row selected with [`sql::COLUMNS`]; anything that does not parse is corrupt.
 fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
     let run_id = row.text("run_id", "<unreadable run_id>")?;
     let id = run_id.as_str();
     let status = parse_status(&row.text("status", id)?, id)?;
-    let error = match (
+    let error = sql::error(
         row.opt_text("error_message", id)?,
         row.opt_text("error_code", id)?,
-    ) {
-        (Some(message), code) => Some(RunError { message, code }),
-        (None, None) => None,
-        (None, Some(_)) => return Err(corrupt(id, "error_code is set without error_message")),
-    };
+    )
+    .map_err(|reason| corrupt(id, reason))?
+    .map(|(message, code)| RunError { message, code });
     let usage = row
         .opt_text("usage", id)?
         .map(|raw| serde_json::from_str(&raw))
         .transpose()
         .map_err(|e| corrupt(id, format!("column usage is not JSON: {e}")))?;
-    let cancel_requested = match row.opt_int("cancel_requested", id)? {
-        None => None,
-        Some(0) => Some(false),
-        Some(1) => Some(true),
-        Some(other) => {
-            return Err(corrupt(
-                id,
-                format!("cancel_requested is {other}, expected 0, 1 or NULL"),
-            ))
-        }
-    };
-    let driver_epoch = row
-        .opt_int("driver_epoch", id)?
-        .map(u64::try_from)
-        .transpose()
-        .map_err(|_| corrupt(id, "driver_epoch is negative"))?;
+    let cancel_requested = sql::cancel_requested(row.opt_int("cancel_requested", id)?)
+        .map_err(|reason| corrupt(id, reason))?;
+    let driver_epoch = sql::driver_epoch(row.opt_int("driver_epoch", id)?)
+        .map_err(|reason| corrupt(id, reason))?;
     Ok(RunRecord {
         thread_id: row.text("thread_id", id)?,
         status,
@@ -80,10 +55,7 @@ fn decode_all(rows: &[Row]) -> Result<Vec<RunRecord>, StoreError> {
 }
 
 fn select_run(run_id: &str) -> Statement {
-    Statement::new(
-        format!("SELECT {COLUMNS} FROM runs WHERE run_id = ?1"),
-        vec![run_id.into()],
-    )
+    Statement::new(sql::SELECT_BY_ID, vec![run_id.into()])
 }
 
 fn patch_value<T>(patch: &Patch<T>, to_value: impl Fn(&T) -> SqlValue) -> Option<SqlValue> {
@@ -142,44 +114,26 @@ fn assignments(patch: &RunPatch) -> Result<Vec<(&'static str, SqlValue)>, StoreE
 /// One `UPDATE` for a patch, or `None` when it changes nothing.
 fn update_statement(run_id: &str, patch: &RunPatch) -> Result<Option<Statement>, StoreError> {
     let set = assignments(patch)?;
-    if set.is_empty() {
+    let Some(update) = sql::update(set.iter().map(|(name, _)| *name)) else {
         return Ok(None);
-    }
-    let columns: Vec<String> = set
-        .iter()
-        .enumerate()
-        .map(|(i, (name, _))| format!("{name} = ?{}", i + 2))
-        .collect();
+    };
     let mut params = vec![SqlValue::from(run_id)];
     params.extend(set.into_iter().map(|(_, v)| v));
-    Ok(Some(Statement::new(
-        format!("UPDATE runs SET {} WHERE run_id = ?1", columns.join(", ")),
-        params,
-    )))
+    Ok(Some(Statement::new(update, params)))
 }
 
 impl D1Store {
     async fn reclaimable_rows(&self, now: EpochMs, ttl_ms: u64) -> Result<Vec<Row>, StoreError> {
         let cutoff = safe(now.saturating_sub(safe_u(ttl_ms)));
-        // Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
-        self.one(Statement::new(
-            format!(
-                "SELECT {COLUMNS} FROM runs WHERE status = 'running' \
-                 AND detached_since IS NOT NULL AND detached_since <= ?1 \
-                 ORDER BY detached_since, rowid"
-            ),
-            vec![cutoff.into()],
-        ))
-        .await
+        self.one(Statement::new(sql::LIST_RECLAIMABLE, vec![cutoff.into()]))
+            .await
     }
 
     /// Inserts or replaces a whole row as is, in one batch: seeding for tests and demos, not a
     /// port operation.
     pub async fn put_run(&self, record: RunRecord) -> Result<(), StoreError> {
         let insert = Statement::new(
-            "INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
-             started_at = excluded.started_at",
+            sql::SEED,
             vec![
                 record.run_id.as_str().into(),
                 record.thread_id.as_str().into(),
@@ -210,8 +164,7 @@ impl RunStore for D1Store {
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
         let status = new.status.unwrap_or(RunStatus::Running);
         let insert = Statement::new(
-            "INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (run_id) DO NOTHING",
+            sql::INSERT_IF_ABSENT,
             vec![
                 new.run_id.as_str().into(),
                 new.thread_id.as_str().into(),
@@ -244,25 +197,14 @@ impl RunStore for D1Store {
 
     async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let rows = self
-            .one(Statement::new(
-                format!(
-                    "SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 AND status = 'running' \
-                     ORDER BY started_at DESC, rowid DESC LIMIT 1"
-                ),
-                vec![thread_id.into()],
-            ))
+            .one(Statement::new(sql::FIND_ACTIVE, vec![thread_id.into()]))
             .await?;
         Ok(decode_all(&rows)?.pop())
     }
 
     async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         let rows = self
-            .one(Statement::new(
-                format!(
-                    "SELECT {COLUMNS} FROM runs WHERE thread_id = ?1 ORDER BY started_at, rowid"
-                ),
-                vec![thread_id.into()],
-            ))
+            .one(Statement::new(sql::LIST_BY_THREAD, vec![thread_id.into()]))
             .await?;
         decode_all(&rows)
     }
@@ -303,18 +245,9 @@ impl RunStore for D1Store {
     }
 
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
-        let bump = Statement::new(
-            format!(
-                "UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 \
-                 WHERE run_id = ?1 AND status IN ('running', 'interrupted') RETURNING {COLUMNS}"
-            ),
-            vec![run_id.into()],
-        );
+        let bump = Statement::new(sql::BUMP_EPOCH, vec![run_id.into()]);
         // Read in the same transaction: when the bump matched nothing, this says why.
-        let status = Statement::new(
-            "SELECT status FROM runs WHERE run_id = ?1",
-            vec![run_id.into()],
-        );
+        let status = Statement::new(sql::STATUS_BY_ID, vec![run_id.into()]);
         let out = self.batch(vec![bump, status]).await?;
         if let Some(record) = decode_all(&out[0])?.pop() {
             let epoch = record
@@ -347,28 +280,14 @@ impl RunStore for D1Store {
             held.into(),
         ];
         // No error in the write keeps the stored one, as `TerminalWrite::to_patch` does.
-        let error_sql = match &write.error {
-            Some(e) => {
-                params.push(e.message.clone().into());
-                params.push(e.code.clone().into());
-                ", error_message = ?5, error_code = ?6"
-            }
-            None => "",
-        };
+        if let Some(e) = &write.error {
+            params.push(e.message.clone().into());
+            params.push(e.code.clone().into());
+        }
         // The fence is in the statement itself: a superseded holder cannot land this whatever
         // its timing. The read after it shares its transaction.
-        let update = Statement::new(
-            format!(
-                "UPDATE runs SET status = ?2, finished_at = ?3{error_sql} \
-                 WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?4) \
-                 RETURNING run_id"
-            ),
-            params,
-        );
-        let epoch = Statement::new(
-            "SELECT driver_epoch FROM runs WHERE run_id = ?1",
-            vec![run_id.into()],
-        );
+        let update = Statement::new(sql::write_terminal(write.error.is_some()), params);
+        let epoch = Statement::new(sql::EPOCH_BY_ID, vec![run_id.into()]);
         let out = self.batch(vec![update, epoch]).await?;
         if !out[0].is_empty() {
             return Ok(Fenced::Written(true));
