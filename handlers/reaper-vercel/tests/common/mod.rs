@@ -8,20 +8,17 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use reaper_core::probe::{probe_run_exit, ProbeOptions};
-use reaper_core::{
-    NewRun, RunExitProbe, RunPatch, RunRecord, RunStore, SandboxHandle, SandboxInstanceRecord,
-    SandboxInstanceStore, SandboxProvider,
-};
-use reaper_dynamodb::{DynamoOptions, DynamoStore};
-use reaper_http_sandbox::api::CreateSandboxRequest;
-use reaper_http_sandbox::{HttpProviderConfig, HttpSandbox, HttpSandboxProvider};
+use reaper_core::{RunRecord, SandboxHandle, SandboxProvider};
+use reaper_dynamodb::DynamoStore;
+use reaper_e2e::dynamo::{endpoint, fresh_store, seed_detached_run, DetachedRun};
+use reaper_e2e::sandboxd::{run_agent, Sandboxd, THREE_DELTAS};
+use reaper_http_sandbox::{HttpSandbox, HttpSandboxProvider};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
+
+pub use reaper_e2e::util::{client, free_port, unique};
 
 pub const SCHEDULE: &str = "*/5 * * * *";
 pub const PATH: &str = "/api/reap";
@@ -34,127 +31,6 @@ pub fn function_bin() -> PathBuf {
     std::env::var_os("REAPER_VERCEL_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_reaper-vercel")))
-}
-
-/// The DynamoDB Local endpoint. Missing is a failure with instructions, never a skip.
-pub fn endpoint() -> String {
-    std::env::var("REAPER_DYNAMODB_ENDPOINT")
-        .or_else(|_| std::env::var("AWS_ENDPOINT_URL_DYNAMODB"))
-        .ok()
-        .filter(|e| !e.is_empty())
-        .unwrap_or_else(|| {
-            panic!(
-                "reaper-vercel tests need Amazon DynamoDB Local and neither \
-                 REAPER_DYNAMODB_ENDPOINT nor AWS_ENDPOINT_URL_DYNAMODB is set. Start it with \
-                 `shared/reaper-dynamodb/emulator/start.sh /tmp/ddb.env && set -a && . \
-                 /tmp/ddb.env && set +a`, run the tests, then \
-                 `shared/reaper-dynamodb/emulator/stop.sh /tmp/ddb.env`"
-            )
-        })
-}
-
-/// `reaper-sandboxd`: `REAPER_SANDBOXD_BIN`, else built once per test process with the cargo
-/// that runs these tests (cargo does not build another package's binary for an integration
-/// test).
-pub fn sandboxd_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("REAPER_SANDBOXD_BIN") {
-            return PathBuf::from(bin);
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "reaper-sandboxd",
-                "--bin",
-                "reaper-sandboxd",
-                "--message-format=json",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build -p reaper-sandboxd");
-        assert!(
-            output.status.success(),
-            "cargo build -p reaper-sandboxd failed"
-        );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["target"]["name"] == "reaper-sandboxd")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported the reaper-sandboxd executable")
-    })
-    .clone()
-}
-
-/// A unique lowercase hex label.
-pub fn unique() -> String {
-    let mut bytes = [0u8; 8];
-    std::io::Read::read_exact(
-        &mut std::fs::File::open("/dev/urandom").unwrap(),
-        &mut bytes,
-    )
-    .unwrap();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// A loopback port that was free a moment ago (`VERCEL_DEV_PORT` must be a real port: with 0 the
-/// runtime prints 0, not the port it bound).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A running `reaper-sandboxd`.
-pub struct Sandboxd {
-    child: Child,
-    pub url: String,
-    pub token: String,
-}
-
-impl Sandboxd {
-    pub async fn start(root: &Path) -> Sandboxd {
-        let token = format!("sbx-token-{}", unique());
-        let mut child = Command::new(sandboxd_bin())
-            .arg("--root")
-            .arg(root.join("sandboxes"))
-            .args(["--listen", "127.0.0.1:0"])
-            .env("REAPER_SANDBOXD_TOKEN", &token)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(root.join("sandboxd.log")).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start reaper-sandboxd");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("reaper-sandboxd printed its address within 30 s")
-            .unwrap()
-            .expect("reaper-sandboxd exited before listening");
-        let url = line
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Sandboxd { child, url, token }
-    }
-
-    pub fn provider(&self) -> HttpSandboxProvider {
-        HttpSandboxProvider::new(HttpProviderConfig::new(&self.url, &self.token)).unwrap()
-    }
 }
 
 /// DynamoDB Local with a fresh table, a sandboxd, and a journal directory, all for one test.
@@ -171,17 +47,8 @@ pub struct World {
 impl World {
     pub async fn new() -> World {
         let tmp = tempfile::tempdir().unwrap();
-        let table = format!("reaper-vercel-{}", unique());
-        let config = aws_sdk_dynamodb::config::Builder::new()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("local", "local", None, None, "tests"))
-            .endpoint_url(endpoint());
-        let store = DynamoStore::from_config_builder(config, DynamoOptions::new(&table));
-        store
-            .create_table()
-            .await
-            .unwrap_or_else(|e| panic!("creating table {table} on {}: {e}", endpoint()));
+        let store = fresh_store("reaper-vercel").await;
+        let table = store.table_name().to_string();
         let sandboxd = Sandboxd::start(tmp.path()).await;
         let provider = sandboxd.provider();
         let journals = tmp.path().join("journals");
@@ -224,12 +91,7 @@ impl World {
 
     /// A sandbox on the daemon whose journals are in this world's directory.
     pub async fn sandbox(&self) -> HttpSandbox {
-        self.provider
-            .create(&CreateSandboxRequest {
-                journal_dir: Some(self.journals.to_str().unwrap().to_string()),
-            })
-            .await
-            .expect("create sandbox")
+        reaper_e2e::sandboxd::sandbox(&self.provider, &self.journals).await
     }
 
     /// An agent that printed three deltas and exited 0 in a sandbox of its own, recorded in
@@ -238,71 +100,25 @@ impl World {
     pub async fn finished_detached_run(&self) -> (String, String) {
         let sbx = self.sandbox().await;
         let run_id = format!("run-{}", unique());
-        let deltas = "for d in 1 2 3; do echo \"{\\\"delta\\\":\\\"$d\\\"}\"; done";
-        sbx.start_agent(&run_id, deltas, None)
-            .await
-            .expect("start agent");
-        let options = ProbeOptions {
-            dir: Some(self.journals.to_str().unwrap().to_string()),
-            ..ProbeOptions::default()
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let RunExitProbe::Finished { exit_code } =
-                probe_run_exit(&sbx, &run_id, &options).await
-            {
-                assert_eq!(exit_code, 0);
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the agent did not finish in 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let exit_code = run_agent(&sbx, &self.journals, &run_id, THREE_DELTAS).await;
+        assert_eq!(exit_code, 0);
         self.detached_run(&run_id, sbx.id()).await;
         (run_id, sbx.id().to_string())
     }
 
     /// Records `run_id` as running in `sandbox_id`, detached a second ago.
     pub async fn detached_run(&self, run_id: &str, sandbox_id: &str) {
-        let now = now_ms();
-        let key = format!("key-{run_id}");
-        self.store
-            .create_or_resume(NewRun {
-                run_id: run_id.into(),
-                thread_id: format!("thread-{run_id}"),
-                started_at: now - 5_000,
-                status: None,
-            })
-            .await
-            .unwrap();
-        RunStore::update(
-            &self.store,
+        let run = DetachedRun {
             run_id,
-            RunPatch::detach(now - 1_000, Some(key.clone())),
-        )
-        .await
-        .unwrap();
-        self.store
-            .upsert(SandboxInstanceRecord {
-                key,
-                provider: self.provider.name().into(),
-                provider_sandbox_id: sandbox_id.into(),
-                latest_snapshot_id: None,
-                thread_id: format!("thread-{run_id}"),
-                latest_run_id: Some(run_id.into()),
-                updated_at: now,
-            })
-            .await
-            .unwrap();
+            provider: self.provider.name(),
+            sandbox_id,
+            detached_ago_ms: 1_000,
+        };
+        seed_detached_run(&self.store, run).await;
     }
 
     pub async fn run(&self, run_id: &str) -> RunRecord {
-        RunStore::get(&self.store, run_id)
-            .await
-            .unwrap()
-            .expect("the run exists")
+        reaper_e2e::dynamo::read_run(&self.store, run_id).await
     }
 }
 
@@ -318,10 +134,6 @@ impl Answer {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
-}
-
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
 /// A request shaped like Vercel's cron: `GET`, `user-agent: vercel-cron/1.0`, the schedule
@@ -408,22 +220,8 @@ impl DevFunction {
 
     /// SIGTERM, as `vercel dev` stops it; returns how it exited.
     pub async fn terminate(&mut self) -> ExitStatus {
-        terminate(&mut self.child).await
+        reaper_e2e::util::terminate(&mut self.child, "the function").await
     }
-}
-
-async fn terminate(child: &mut Child) -> ExitStatus {
-    let pid = child.id().expect("running") as i32;
-    // The `kill` command keeps this test crate free of a signal dependency.
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("the function exited within 30 s of SIGTERM")
-        .unwrap()
 }
 
 /// Runs the function until it exits on its own (a start-up failure); returns the exit status and
@@ -558,7 +356,7 @@ impl Bridge {
     }
 
     pub async fn terminate(&mut self) -> ExitStatus {
-        terminate(&mut self.child).await
+        reaper_e2e::util::terminate(&mut self.child, "the function").await
     }
 }
 
