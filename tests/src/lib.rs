@@ -8,6 +8,7 @@
 //!   through it to their exit sentinel.
 //! - [`dynamo`] (feature `dynamo`): the DynamoDB Local endpoint (required, never skipped), a
 //!   fresh table per case, detached runs seeded the way a chat route records them.
+//! - [`world`] (both features): a table, a daemon and a journal directory for one case.
 //!
 //! A crate that finds its own binary (`env!("CARGO_BIN_EXE_…")`) keeps doing so; only other
 //! packages' binaries are located here.
@@ -19,3 +20,5 @@ pub mod util;
 pub mod dynamo;
 #[cfg(feature = "sandboxd")]
 pub mod sandboxd;
+#[cfg(all(feature = "sandboxd", feature = "dynamo"))]
+pub mod world;

@@ -4,11 +4,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use reaper_core::{RunStatus, SandboxHandle, SandboxInstanceStore};
+use reaper_core::{RunStatus, SandboxHandle, SandboxInstanceStore, SandboxProvider};
 use reaper_e2e::dynamo::{fresh_store, read_run, seed_detached_run, DetachedRun};
 use reaper_e2e::sandbox::{file_exists, sh};
 use reaper_e2e::sandboxd::{run_agent, sandbox, Sandboxd, THREE_DELTAS};
 use reaper_e2e::util::{eventually, now_ms, process_dead, random_token, unique};
+use reaper_e2e::world::World;
 
 #[tokio::test]
 async fn eventually_returns_true_on_the_poll_where_the_condition_first_holds() {
@@ -106,4 +107,21 @@ async fn a_seeded_detached_run_reads_back_running_detached_and_tied_to_its_sandb
     assert_eq!(instance.provider, "http");
     assert_eq!(instance.provider_sandbox_id, "sbx-1");
     assert_eq!(instance.latest_run_id.as_deref(), Some("run-seeded"));
+}
+
+#[tokio::test]
+async fn a_world_finished_run_is_recorded_running_and_detached_in_its_live_sandbox() {
+    let world = World::new("reaper-e2e").await;
+    let (run_id, sandbox_id) = world.finished_run("done", 1_000).await;
+    assert!(run_id.starts_with("done-"));
+    let record = world.run(&run_id).await;
+    assert_eq!(record.status, RunStatus::Running);
+    assert_eq!(record.sandbox_key, Some(format!("key-{run_id}")));
+    assert!(world.provider.status(&sandbox_id).await.unwrap().is_some());
+    let instance = SandboxInstanceStore::get(&world.store, &format!("key-{run_id}"))
+        .await
+        .unwrap()
+        .expect("the sandbox instance is recorded");
+    assert_eq!(instance.provider_sandbox_id, sandbox_id);
+    assert_eq!(instance.provider, world.provider.name());
 }
