@@ -7,16 +7,13 @@
 
 #![allow(dead_code)]
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use reaper_core::{RunRecord, SandboxHandle, SandboxProvider};
-use reaper_dynamodb::DynamoStore;
-use reaper_e2e::dynamo::{fresh_store, seed_detached_run, DetachedRun};
-use reaper_e2e::sandboxd::{run_agent, Sandboxd, THREE_DELTAS};
-use reaper_http_sandbox::{HttpSandbox, HttpSandboxProvider};
+use reaper_core::SandboxHandle;
 use tokio::process::{Child, Command};
 
 pub use reaper_e2e::dynamo::endpoint;
@@ -212,35 +209,26 @@ impl Function {
     }
 }
 
-/// DynamoDB Local with a fresh table, a sandboxd, an emulator and a journal directory.
+/// `reaper_e2e`'s world (a fresh table, a sandboxd, a journal directory; its fields and
+/// `sandbox`/`finished_run`/`detached_run`/`run`) plus the Lambda emulator.
 pub struct World {
-    pub tmp: tempfile::TempDir,
-    pub table: String,
-    pub store: DynamoStore,
-    pub sandboxd: Sandboxd,
-    pub provider: HttpSandboxProvider,
-    pub journals: PathBuf,
+    base: reaper_e2e::world::World,
     pub emulator: Emulator,
+}
+
+impl Deref for World {
+    type Target = reaper_e2e::world::World;
+
+    fn deref(&self) -> &Self::Target {
+        &self.base
+    }
 }
 
 impl World {
     pub async fn new() -> World {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = fresh_store("reaper-lambda").await;
-        let table = store.table_name().to_string();
-        let sandboxd = Sandboxd::start(tmp.path()).await;
-        let provider = sandboxd.provider();
-        let journals = tmp.path().join("journals");
-        let emulator = Emulator::start(tmp.path()).await;
-        World {
-            table,
-            store,
-            provider,
-            sandboxd,
-            journals,
-            emulator,
-            tmp,
-        }
+        let base = reaper_e2e::world::World::new("reaper-lambda").await;
+        let emulator = Emulator::start(base.tmp.path()).await;
+        World { base, emulator }
     }
 
     /// The function's environment as the SAM template sets it (plus the emulator endpoint and
@@ -277,21 +265,6 @@ impl World {
         Function::start(&self.emulator, &self.env(extra), self.tmp.path())
     }
 
-    pub async fn sandbox(&self) -> HttpSandbox {
-        reaper_e2e::sandboxd::sandbox(&self.provider, &self.journals).await
-    }
-
-    /// An agent that printed three deltas and exited 0 in a sandbox of its own, recorded as a
-    /// `running` run detached `detached_ago_ms` ago. Returns `(run_id, sandbox_id)`.
-    pub async fn finished_run(&self, label: &str, detached_ago_ms: i64) -> (String, String) {
-        let sbx = self.sandbox().await;
-        let run_id = format!("{label}-{}", unique());
-        let exit_code = run_agent(&sbx, &self.journals, &run_id, THREE_DELTAS).await;
-        assert_eq!(exit_code, 0, "agent {run_id} did not exit 0");
-        self.detached_run(&run_id, sbx.id(), detached_ago_ms).await;
-        (run_id, sbx.id().to_string())
-    }
-
     /// An agent still producing (it sleeps after its first delta), detached a second ago.
     pub async fn producing_run(&self, label: &str) -> (String, String) {
         let sbx = self.sandbox().await;
@@ -301,21 +274,6 @@ impl World {
             .expect("start agent");
         self.detached_run(&run_id, sbx.id(), 1_000).await;
         (run_id, sbx.id().to_string())
-    }
-
-    /// Records `run_id` as running in `sandbox_id`, detached `ago_ms` ago, with its instance.
-    pub async fn detached_run(&self, run_id: &str, sandbox_id: &str, ago_ms: i64) {
-        let run = DetachedRun {
-            run_id,
-            provider: self.provider.name(),
-            sandbox_id,
-            detached_ago_ms: ago_ms,
-        };
-        seed_detached_run(&self.store, run).await;
-    }
-
-    pub async fn run(&self, run_id: &str) -> RunRecord {
-        reaper_e2e::dynamo::read_run(&self.store, run_id).await
     }
 
     pub async fn sandbox_exists(&self, id: &str) -> bool {

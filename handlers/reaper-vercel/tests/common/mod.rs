@@ -6,15 +6,12 @@
 
 #![allow(dead_code)]
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use reaper_core::{RunRecord, SandboxHandle, SandboxProvider};
-use reaper_dynamodb::DynamoStore;
-use reaper_e2e::dynamo::{endpoint, fresh_store, seed_detached_run, DetachedRun};
-use reaper_e2e::sandboxd::{run_agent, Sandboxd, THREE_DELTAS};
-use reaper_http_sandbox::{HttpSandbox, HttpSandboxProvider};
+use reaper_e2e::dynamo::endpoint;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -33,33 +30,26 @@ pub fn function_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_reaper-vercel")))
 }
 
-/// DynamoDB Local with a fresh table, a sandboxd, and a journal directory, all for one test.
+/// `reaper_e2e`'s world (a fresh table, a sandboxd, a journal directory; its fields and
+/// `sandbox`/`run`) plus the cron secret.
 pub struct World {
-    pub tmp: tempfile::TempDir,
-    pub table: String,
-    pub store: DynamoStore,
-    pub sandboxd: Sandboxd,
-    pub provider: HttpSandboxProvider,
-    pub journals: PathBuf,
+    base: reaper_e2e::world::World,
     pub secret: String,
+}
+
+impl Deref for World {
+    type Target = reaper_e2e::world::World;
+
+    fn deref(&self) -> &Self::Target {
+        &self.base
+    }
 }
 
 impl World {
     pub async fn new() -> World {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = fresh_store("reaper-vercel").await;
-        let table = store.table_name().to_string();
-        let sandboxd = Sandboxd::start(tmp.path()).await;
-        let provider = sandboxd.provider();
-        let journals = tmp.path().join("journals");
         World {
-            table,
-            store,
-            provider,
-            sandboxd,
-            journals,
+            base: reaper_e2e::world::World::new("reaper-vercel").await,
             secret: format!("cron-{}{}", unique(), unique()),
-            tmp,
         }
     }
 
@@ -89,36 +79,16 @@ impl World {
         env
     }
 
-    /// A sandbox on the daemon whose journals are in this world's directory.
-    pub async fn sandbox(&self) -> HttpSandbox {
-        reaper_e2e::sandboxd::sandbox(&self.provider, &self.journals).await
-    }
-
     /// An agent that printed three deltas and exited 0 in a sandbox of its own, recorded in
     /// DynamoDB as a `running` run detached a second ago — what the sweep must finalize.
     /// Returns `(run_id, sandbox_id)`.
     pub async fn finished_detached_run(&self) -> (String, String) {
-        let sbx = self.sandbox().await;
-        let run_id = format!("run-{}", unique());
-        let exit_code = run_agent(&sbx, &self.journals, &run_id, THREE_DELTAS).await;
-        assert_eq!(exit_code, 0);
-        self.detached_run(&run_id, sbx.id()).await;
-        (run_id, sbx.id().to_string())
+        self.base.finished_run("run", 1_000).await
     }
 
     /// Records `run_id` as running in `sandbox_id`, detached a second ago.
     pub async fn detached_run(&self, run_id: &str, sandbox_id: &str) {
-        let run = DetachedRun {
-            run_id,
-            provider: self.provider.name(),
-            sandbox_id,
-            detached_ago_ms: 1_000,
-        };
-        seed_detached_run(&self.store, run).await;
-    }
-
-    pub async fn run(&self, run_id: &str) -> RunRecord {
-        reaper_e2e::dynamo::read_run(&self.store, run_id).await
+        self.base.detached_run(run_id, sandbox_id, 1_000).await;
     }
 }
 
