@@ -95,7 +95,19 @@ tests() {
     # shellcheck disable=SC1091
     . "$SCRATCH/ddb.env"
     set +a
-    cargo test --workspace --locked 2>&1 | tee "$SCRATCH/test.log"
+    cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$SCRATCH/test.log"
+}
+
+vercel_release() {
+    # Vercel runs the release binary behind its IPC bridge: test that binary, not only the debug
+    # one the workspace tests use.
+    set -a
+    # shellcheck disable=SC1091
+    . "$SCRATCH/ddb.env"
+    set +a
+    cargo build --release --locked -p reaper-vercel
+    REAPER_VERCEL_BIN="$ROOT/target/release/reaper-vercel" \
+        cargo test --locked -p reaper-vercel --test ipc_bridge 2>&1 | tee -a "$SCRATCH/test.log"
 }
 
 stage "system packages" system_packages
@@ -108,6 +120,7 @@ stage "api fuzz" api_fuzz
 stage "cloudflare workerd" cloudflare
 stage "dynamodb local" emulator
 stage "tests" tests
+stage "vercel release binary" vercel_release
 
 echo
 echo "Stage timings:"

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
-use common::{reaper, run};
+use common::{reaper, reaper_at, run};
 
 /// Runs every command that opens the database against `db`; each must fail with `needle` and
 /// exit 3, leaving the file byte-for-byte as it was.
@@ -144,9 +144,14 @@ fn a_read_only_database_directory_is_a_clear_error_and_nothing_changes() {
         v
     };
     let files_before = listing(&dir);
+    // `nobody` must be able to reach the binary: the build's target directory may sit under a
+    // private (0700) checkout, so run a copy from this world-readable directory.
+    let bin = tmp.path().join("reaper");
+    std::fs::copy(env!("CARGO_BIN_EXE_reaper"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
 
     for args in [&["sweep", "--detached-ttl", "10m"][..], &["prune"]] {
-        let mut cmd = reaper();
+        let mut cmd = reaper_at(&bin);
         cmd.args(args)
             .arg("--db")
             .arg(&db)

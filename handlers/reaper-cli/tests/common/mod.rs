@@ -19,7 +19,12 @@ pub const MINUTE: i64 = 60_000;
 
 /// The `reaper` binary with a clean environment: no `REAPER_*` or `RUST_LOG` from the caller.
 pub fn reaper() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_reaper"));
+    reaper_at(Path::new(env!("CARGO_BIN_EXE_reaper")))
+}
+
+/// [`reaper`], for a copy of the binary at `bin`.
+pub fn reaper_at(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .stdin(Stdio::null());
