@@ -135,7 +135,7 @@ impl Claim {
         clock: &dyn Clock,
         sleeper: &dyn Sleeper,
         ttl_ms: u64,
-    ) {
+    ) -> std::convert::Infallible {
         let interval = (ttl_ms / 3).max(1);
         loop {
             sleeper.sleep(interval).await;
@@ -164,7 +164,7 @@ impl Claim {
                 }
             }
         }
-        std::future::pending::<()>().await
+        std::future::pending().await
     }
 
     /// Releases the lease if still held; errors are logged, never raised (the lease expires).

@@ -620,7 +620,7 @@ async fn drive_under_claim(
     );
     let result = match select(Box::pin(body), Box::pin(keep_alive)).await {
         Either::Left((result, _)) => result,
-        Either::Right(((), _)) => unreachable!("keep_alive never completes"),
+        Either::Right((never, _)) => match never {},
     };
     claim.release(deps.leases.as_ref()).await;
     result
