@@ -97,25 +97,7 @@ pub const SETTINGS: &[Setting] = &[
     },
 ];
 
-/// A secret value: never in `Debug`, logs or errors.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+pub use reaper_core::secret::Secret;
 
 /// Everything a sweep needs, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,6 +16,7 @@ pub mod prune;
 pub mod reap;
 pub mod reclaim;
 pub mod replay;
+pub mod secret;
 pub mod time;
 
 pub use domain::*;

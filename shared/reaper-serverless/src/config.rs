@@ -136,25 +136,7 @@ pub fn setting(name: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.name == name)
 }
 
-/// A secret string: only [`Secret::expose`] gives it out; `Debug` never does.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+pub use reaper_core::secret::Secret;
 
 /// Everything a serverless sweep needs to know, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -398,7 +380,7 @@ impl ServerlessConfig {
         Ok(ServerlessConfig {
             table,
             sandboxd_url,
-            sandboxd_token: Secret(sandboxd_token),
+            sandboxd_token: Secret::new(sandboxd_token),
             provider_name: provider_name
                 .unwrap_or_else(|| reaper_http_sandbox::DEFAULT_PROVIDER_NAME.into()),
             detached_ttl,
