@@ -23,7 +23,8 @@ stage() {
 
 cleanup() {
     if [ -f "$SCRATCH/ddb.env" ]; then
-        shared/reaper-dynamodb/emulator/stop.sh "$SCRATCH/ddb.env" || true
+        # Quietly: the summary line must stay the last line of the output.
+        shared/reaper-dynamodb/emulator/stop.sh "$SCRATCH/ddb.env" >/dev/null 2>&1 || true
     fi
 }
 trap cleanup EXIT
