@@ -273,12 +273,16 @@ impl Writer<'_> {
         match self.log.append(run_id, fence, chunks, now).await {
             Ok(Fenced::Written(Appended::At { .. })) => Ok(()),
             Ok(Fenced::Written(Appended::Closed)) => Err(AppendError::Closed),
-            Ok(Fenced::Superseded { observed }) => {
-                let claim = self.claim.expect("only a fenced append is superseded");
-                Err(AppendError::Lost(
+            Ok(Fenced::Superseded { observed }) => match self.claim {
+                Some(claim) => Err(AppendError::Lost(
                     claim.trip(ObservedEpoch::Epoch(observed)),
-                ))
-            }
+                )),
+                // A backend that refuses an unfenced append is broken; report it, never panic.
+                None => Err(AppendError::Store(StoreError::Backend(format!(
+                    "the store refused an unfenced append to run {run_id} as superseded \
+                     (epoch {observed})"
+                )))),
+            },
             Err(e) => Err(AppendError::Store(e)),
         }
     }
