@@ -63,18 +63,7 @@ fn random_tag() -> String {
     }
 }
 
-/// The wall clock: the function runs natively, and its deadline is wall time.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> EpochMs {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as EpochMs)
-            .unwrap_or_default()
-    }
-}
+pub use reaper_serverless::SystemClock;
 
 /// Why the function refuses to start. Each names the variable to fix and never a secret.
 #[derive(Debug, thiserror::Error)]

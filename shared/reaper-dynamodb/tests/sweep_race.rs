@@ -19,35 +19,15 @@ use futures::stream;
 use reaper_core::reap::{reap_detached_runs, ReapDeps, ReapOptions, ReapOutcome};
 use reaper_core::{
     CancellationToken, Chunk, ChunkStream, Clock, DeliveryLog, Drive, DriveError, DriveRequest,
-    EpochMs, ExitProbe, NewRun, ProbeError, RunExitProbe, RunPatch, RunRecord, RunStatus, RunStore,
-    Sleeper,
+    ExitProbe, NewRun, ProbeError, RunExitProbe, RunPatch, RunRecord, RunStatus, RunStore,
 };
-use reaper_dynamodb::{DynamoOptions, DynamoStore};
+use reaper_dynamodb::{DynamoOptions, DynamoStore, SystemClock};
+use reaper_testkit::fakes::TokioSleeper;
 
 const TABLE_ENV: &str = "REAPER_DYNAMODB_SWEEP_RACE_TABLE";
 const SWEEPER_ENV: &str = "REAPER_DYNAMODB_SWEEP_RACE_SWEEPER";
 const RUNS: usize = 200;
 const TTL_MS: u64 = 30 * 60 * 1000;
-
-struct WallClock;
-
-impl Clock for WallClock {
-    fn now_ms(&self) -> EpochMs {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as EpochMs
-    }
-}
-
-struct TokioSleeper;
-
-#[async_trait::async_trait]
-impl Sleeper for TokioSleeper {
-    async fn sleep(&self, ms: u64) {
-        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-    }
-}
 
 /// Every run's agent has finished.
 struct Finished;
@@ -84,7 +64,7 @@ async fn child(table: String, sweeper: u8) {
         probe: Arc::new(Finished),
         drive: Arc::new(TaggedDrive(sweeper)),
         reclaim: None,
-        clock: Arc::new(WallClock),
+        clock: Arc::new(SystemClock),
         sleeper: Arc::new(TokioSleeper),
     };
     let mut options = ReapOptions::new(TTL_MS, format!("sweeper-{sweeper}"));
@@ -103,7 +83,7 @@ async fn two_sweeps_in_two_processes_never_drive_a_run_twice() {
         return child(table, sweeper).await;
     }
     let store = fresh_store("sweep-race").await;
-    let now = WallClock.now_ms();
+    let now = SystemClock.now_ms();
     for i in 0..RUNS {
         let run = run_id(i);
         store

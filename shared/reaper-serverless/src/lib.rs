@@ -23,3 +23,5 @@ pub use compose::{
 };
 pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
 pub use plan::{plan, SweepPlan};
+/// The wall clock the serverless handlers run on (their deadlines are wall time).
+pub use reaper_local::SystemClock;
