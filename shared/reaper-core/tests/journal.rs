@@ -203,12 +203,15 @@ fn nonces_match_the_reference_vectors() {
     assert_eq!(paths("r1").nonce, exit_nonce("r1"));
 }
 
+/// Spec D.3's vector, plus our one addition: a newline before the sentinel when the journal's
+/// last byte is not one (issue 12.5; see `journaled_command`).
 #[test]
-fn journaled_command_is_byte_exact() {
+fn journaled_command_is_the_reference_template_plus_the_newline_guard() {
     assert_eq!(
         journaled_command("claude -p --output-format stream-json", &paths("r1")),
-        "mkdir -p '/tmp/tanstack-runs' && { ( claude -p --output-format stream-json ); \
-         printf '{\"__exit\":%d,\"__nonce\":\"be9a86998f6b232f1ef284cebb44fb5a\"}\\n' \"$?\"; } \
+        "mkdir -p '/tmp/tanstack-runs' && { ( claude -p --output-format stream-json ); rc=$?; \
+         [ -n \"$(tail -c 1 '/tmp/tanstack-runs/r1.ndjson')\" ] && echo; \
+         printf '{\"__exit\":%d,\"__nonce\":\"be9a86998f6b232f1ef284cebb44fb5a\"}\\n' \"$rc\"; } \
          >> '/tmp/tanstack-runs/r1.ndjson' 2>> '/tmp/tanstack-runs/r1.err'"
     );
 }
@@ -640,6 +643,81 @@ fn a_single_line_is_a_sentinel_only_when_genuine() {
     for line in ["{\"__exit\":7}", "not json", "", "[1,2]", "null", "7"] {
         assert_eq!(parse_exit_sentinel(line, &nonce), None, "for {line:?}");
     }
+}
+
+// A sentinel after a partial last line (issue 12.5): not in the reference's scan.
+
+#[test]
+fn a_genuine_sentinel_after_a_partial_last_line_gives_its_code() {
+    let text = format!("{AGENT_LINE}\n{{\"delta\":\"All done\"}}{}\n", sentinel(0));
+    assert_eq!(scan(&text), Some(0));
+    // Without the final newline too (the probe's window may end there).
+    assert_eq!(
+        scan(&format!("{{\"delta\":\"x\"}}{}", sentinel(3))),
+        Some(3)
+    );
+    // After a line cut mid-string (an agent killed mid-write): 137 = 128 + SIGKILL.
+    assert_eq!(
+        scan(&format!("{{\"delta\":\"unfini{}", sentinel(137))),
+        Some(137)
+    );
+}
+
+#[test]
+fn find_exit_sentinel_reports_the_partial_line_before_the_sentinel() {
+    let nonce = exit_nonce("pje-1");
+    let line = format!("{{\"delta\":\"All done\"}}{}", sentinel(0));
+    let found = find_exit_sentinel(&line, &nonce).unwrap();
+    assert_eq!(found.exit_code, 0);
+    assert_eq!(found.partial_line, "{\"delta\":\"All done\"}");
+    assert_eq!(line.len() - found.partial_line.len(), sentinel(0).len());
+    let line = sentinel(7);
+    let whole = find_exit_sentinel(&line, &nonce).unwrap();
+    assert_eq!((whole.exit_code, whole.partial_line), (7, ""));
+}
+
+#[test]
+fn only_the_exact_canonical_nonced_sentinel_counts_after_a_partial_line() {
+    let nonce = exit_nonce("pje-1");
+    let other = exit_nonce("pje-other");
+    let forged = [
+        // Unnonced, another run's nonce, a truncated nonce.
+        "{\"delta\":\"x\"}{\"__exit\":0}".to_string(),
+        format!(r#"{{"delta":"x"}}{{"__exit":0,"__nonce":"{other}"}}"#),
+        format!(
+            r#"{{"delta":"x"}}{{"__exit":0,"__nonce":"{}"}}"#,
+            &nonce[1..]
+        ),
+        // Not what `printf %d "$?"` writes: other key order, spaces, extra keys, a sign, a
+        // leading zero, a float, a string, no digits.
+        format!(r#"{{"delta":"x"}}{{"__nonce":"{nonce}","__exit":0}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit": 0,"__nonce":"{nonce}"}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit":0,"__nonce":"{nonce}","x":1}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit":-1,"__nonce":"{nonce}"}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit":07,"__nonce":"{nonce}"}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit":1.0,"__nonce":"{nonce}"}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit":"0","__nonce":"{nonce}"}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit":,"__nonce":"{nonce}"}}"#),
+        format!(r#"{{"delta":"x"}}{{"__exit":99999999999999999999,"__nonce":"{nonce}"}}"#),
+        // Not at the end of the line: something follows it.
+        format!("{{\"delta\":\"x\"}}{} ", sentinel(0)),
+        format!("{{\"delta\":\"x\"}}{}\r", sentinel(0)),
+        format!("{{\"delta\":\"x\"}}{}{{}}", sentinel(0)),
+        // Inside a JSON string, the quotes are escaped.
+        format!(r#"{{"text":"{}"}}"#, sentinel(0).replace('"', "\\\"")),
+    ];
+    for line in &forged {
+        assert_eq!(find_exit_sentinel(line, &nonce), None, "for {line:?}");
+        assert_eq!(scan(&format!("{line}\n")), None, "for {line:?}");
+    }
+}
+
+#[test]
+fn the_last_genuine_sentinel_wins_in_either_form() {
+    let text = format!("{}\n{{\"delta\":\"again\"}}{}\n", sentinel(0), sentinel(5));
+    assert_eq!(scan(&text), Some(5));
+    let text = format!("{{\"delta\":\"a\"}}{}\n{}\n", sentinel(5), sentinel(0));
+    assert_eq!(scan(&text), Some(0));
 }
 
 // decode_journal_run_id (E.6, H4.63–76, H15.10)

@@ -48,12 +48,24 @@ fn sentinel_template(paths: &JournalPaths, code: &str) -> String {
 ///
 /// The agent runs in a subshell (an `exit` inside it still lets the sentinel print), both files
 /// are opened with `>>`, and there is no pipe (the agent cannot die of SIGPIPE).
+///
+/// Not byte for byte the reference's (spec D.3): when the agent's last output has no trailing
+/// newline, the reference appends the sentinel to that line (`{"delta":"All done"}{"__exit":0,…}`),
+/// which its own line-based scan then cannot find, so the run looks `producing` until it expires
+/// without a transcript. Ours first writes a newline when the journal's last byte is not one
+/// (`$(tail -c 1 …)` is empty for a newline, since command substitution strips it, and for an
+/// empty journal), so a journal whose output ended with a newline is byte-identical to the
+/// reference's. The scan still finds a sentinel after a partial line
+/// ([`super::find_exit_sentinel`]) for journals the reference wrote, or where `tail` is missing or
+/// the last byte is a NUL (which shells drop from a substitution). Plain POSIX `sh`: runs under
+/// dash, bash and BusyBox `ash`.
 pub fn journaled_command(cmd: &str, paths: &JournalPaths) -> String {
+    let journal = shell_quote(&paths.journal);
     format!(
-        "mkdir -p {dir} && {{ ( {cmd} ); printf '{sentinel}\\n' \"$?\"; }} >> {journal} 2>> {stderr}",
+        "mkdir -p {dir} && {{ ( {cmd} ); rc=$?; [ -n \"$(tail -c 1 {journal})\" ] && echo; \
+         printf '{sentinel}\\n' \"$rc\"; }} >> {journal} 2>> {stderr}",
         dir = shell_quote(&paths.dir),
         sentinel = sentinel_template(paths, "%d"),
-        journal = shell_quote(&paths.journal),
         stderr = shell_quote(&paths.stderr),
     )
 }

@@ -20,8 +20,11 @@
 //! ```
 //!
 //! where the nonce is derived from the runId ([`exit_nonce`]), so a successor host can recompute
-//! it and an agent printing `{"__exit":0}` cannot pass for finished. The last genuine sentinel in
-//! the window read wins ([`parse_journal_exit`]).
+//! it and an agent printing `{"__exit":0}` cannot pass for finished. The sentinel always starts a
+//! line: the wrapper writes a newline first when the agent's output did not end with one. The
+//! last genuine sentinel in the window read wins ([`parse_journal_exit`]); one written right after
+//! a partial last line (by the reference's wrapper, which has no such newline) still counts in
+//! its exact canonical form ([`find_exit_sentinel`]).
 //!
 //! Both paths are pure functions of the runId and the directory (default
 //! [`DEFAULT_JOURNAL_DIR`]): the file name is an injective, shell- and filesystem-safe encoding
@@ -52,7 +55,7 @@ pub use names::{
     decode_journal_run_id, encode_run_id, exit_nonce, journal_paths, normalize_dir,
     DecodedJournalName, JournalPaths,
 };
-pub use sentinel::{parse_exit_sentinel, parse_journal_exit};
+pub use sentinel::{find_exit_sentinel, parse_exit_sentinel, parse_journal_exit, SentinelMatch};
 
 /// Where journals live unless the caller says otherwise.
 pub const DEFAULT_JOURNAL_DIR: &str = "/tmp/tanstack-runs";

@@ -1,15 +1,71 @@
-//! Finding the exit sentinel (spec D.5).
+//! Finding the exit sentinel (spec D.5), plus one form the reference does not read: the
+//! sentinel right after a last output line that had no trailing newline.
 
 use serde_json::Value;
 
 use super::{js_trim, JournalPaths};
 
+/// A genuine sentinel found on one journal line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SentinelMatch<'a> {
+    pub exit_code: i64,
+    /// The agent output before the sentinel on the same line: its last line, which it left
+    /// without a trailing newline, so a wrapper that does not start the sentinel on a line of
+    /// its own (the reference's, ours before it did) appended the sentinel to it. Empty when
+    /// the sentinel has the line to itself. The sentinel starts `line.len() - partial_line.len()`
+    /// bytes before the end of the line (it is ASCII, so that holds for the raw bytes too).
+    pub partial_line: &'a str,
+}
+
 /// The exit code of the last genuine sentinel in `text`, scanning lines from the end. `None`
 /// when there is none: agent output, an unnonced or foreign sentinel, a partial first line.
+/// A sentinel that follows a partial line ([`find_exit_sentinel`]) counts.
 pub fn parse_journal_exit(text: &str, paths: &JournalPaths) -> Option<i64> {
     text.split('\n')
         .rev()
-        .find_map(|line| parse_exit_sentinel(line, &paths.nonce))
+        .find_map(|line| find_exit_sentinel(line, &paths.nonce))
+        .map(|found| found.exit_code)
+}
+
+/// The genuine sentinel on `line`, if any, in either of two forms:
+///
+/// - the whole line is one ([`parse_exit_sentinel`]: the reference's lenient rules);
+/// - the line *ends* with exactly what the wrapper prints, `{"__exit":<code>,"__nonce":"<nonce>"}`
+///   with `<code>` as `printf %d` writes an exit status (decimal digits, no sign, no leading
+///   zero) and nothing after it, while something else precedes it: the agent's unterminated last
+///   line. Only the canonical serialization counts here (no other key order, no extra keys, no
+///   spaces), because the bytes before it are not JSON we could check, so only the exact form the
+///   wrapper writes is evidence that the wrapper wrote it. A forged or unnonced suffix is refused
+///   like a forged line.
+pub fn find_exit_sentinel<'a>(line: &'a str, nonce: &str) -> Option<SentinelMatch<'a>> {
+    if let Some(exit_code) = parse_exit_sentinel(line, nonce) {
+        return Some(SentinelMatch {
+            exit_code,
+            partial_line: "",
+        });
+    }
+    trailing_sentinel(line, nonce)
+}
+
+/// `<partial line>{"__exit":<digits>,"__nonce":"<nonce>"}` at the very end of `line`.
+fn trailing_sentinel<'a>(line: &'a str, nonce: &str) -> Option<SentinelMatch<'a>> {
+    let rest = line
+        .strip_suffix("\"}")?
+        .strip_suffix(nonce)?
+        .strip_suffix(",\"__nonce\":\"")?;
+    let digits_at = rest
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    let digits = &rest[digits_at..];
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    let exit_code = digits.parse::<i64>().ok()?;
+    let partial_line = rest[..digits_at].strip_suffix("{\"__exit\":")?;
+    Some(SentinelMatch {
+        exit_code,
+        partial_line,
+    })
 }
 
 /// The exit code if `line` is a genuine sentinel for `nonce`: a JSON object (any key order,
