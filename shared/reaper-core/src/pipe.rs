@@ -14,6 +14,25 @@ use crate::ports::{CancellationToken, ChunkStream, Clock};
 /// At most this many chunks that are already available are appended in one request.
 pub const MAX_APPEND_BATCH: usize = 64;
 
+/// The type of the chunk a drive yields, instead of a `RUN_ERROR`, when the run's delivery log
+/// already holds that `RUN_ERROR`: a drive resumed after a crash that came after the append and
+/// before the terminal write. The pipe then records the run `failed` with the error the chunk
+/// carries (under `error`) and appends nothing, so the resumed run ends exactly as an
+/// uninterrupted one would, without a second `RUN_ERROR`. Build it with [`delivered_run_error`].
+pub const DELIVERED_RUN_ERROR: &str = "REAPER_DELIVERED_RUN_ERROR";
+
+/// The [`DELIVERED_RUN_ERROR`] chunk for a `RUN_ERROR` chunk that is already in the log.
+pub fn delivered_run_error(run_error: &Chunk) -> Chunk {
+    Chunk::new(DELIVERED_RUN_ERROR).with("error", serde_json::Value::Object(run_error.0.clone()))
+}
+
+/// The error a [`DELIVERED_RUN_ERROR`] chunk carries, if `chunk` is one.
+fn delivered_error(chunk: &Chunk) -> Option<RunError> {
+    (chunk.kind() == Some(DELIVERED_RUN_ERROR)).then(|| {
+        RunError::from_json(chunk.get("error").unwrap_or(&serde_json::Value::Null))
+    })
+}
+
 /// What a pipe needs besides the stream.
 #[derive(Clone, Copy)]
 pub struct PipeContext<'a> {
@@ -44,6 +63,8 @@ enum Ending {
 /// - every chunk is appended (in batches of what is already available) until the stream ends,
 ///   the signal fires (the chunk pulled after the abort is not appended), or a `RUN_ERROR`
 ///   chunk is appended (status `failed` with its error);
+/// - a [`DELIVERED_RUN_ERROR`] chunk ends it like a `RUN_ERROR` but is not appended (the log
+///   already holds that `RUN_ERROR`);
 /// - a stream error, a failed `create_or_resume` or a failed append appends a synthetic
 ///   `RUN_ERROR` (best effort) and records `failed`;
 /// - after the loop, a fired signal means `aborted`, otherwise `completed`;
@@ -112,6 +133,10 @@ async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, 
                 Some(Ok(chunk)) => {
                     if cx.signal.is_cancelled() {
                         aborted = true;
+                        break;
+                    }
+                    if let Some(err) = delivered_error(&chunk) {
+                        run_error = Some(err);
                         break;
                     }
                     let is_error = chunk.is_run_error();

@@ -7,19 +7,23 @@
 //!
 //! # What a drive does
 //!
-//! 1. Finds the run's sandbox: the record's `sandboxKey` → the instance record → the provider's
-//!    `resume`. Anything missing (or an instance of another provider) ends the stream with an
-//!    error: the run is recorded `failed` rather than replayed from the wrong place.
-//! 2. Reads the delivery log already stored for the run (`snapshot` + paged `read`): every chunk
+//! 1. Reads the delivery log already stored for the run (`snapshot` + paged `read`): every chunk
 //!    this drive produces carries [`JOURNAL_END_FIELD`], the journal byte offset just past its
 //!    line, so the greatest one in the log is where the replay resumes. A chunk is therefore never
 //!    appended twice, even across a crash and a second sweep. Entries without the field (a live
 //!    route's own events) count towards the transcript but not towards the position: a live
 //!    route that tails the journal must stamp its chunks with [`line_chunk`] to be resumable.
-//! 3. Reads the journal from that offset in bounded pages (`journal_read_page_command`, at most
-//!    [`ReplayOptions::page_bytes`] per `exec`), splitting bytes into complete lines; a partial
-//!    trailing line is withheld until its `\n` arrives. Each line becomes one chunk:
-//!    - a JSON object with a string `type` passes through unchanged as an AG-UI event;
+//!    When the log already holds the run's ending, a `RUN_ERROR` with `journalEnd` (see 6), the
+//!    drive goes straight to 5 and then yields [`crate::pipe::DELIVERED_RUN_ERROR`] instead of
+//!    the `RUN_ERROR`: the pipe records the same failure without appending it again.
+//! 2. Finds the run's sandbox: the record's `sandboxKey` → the instance record → the provider's
+//!    `resume`. Anything missing (or an instance of another provider) ends the stream with an
+//!    error: the run is recorded `failed` rather than replayed from the wrong place.
+//! 3. Reads the journal from the resume offset in bounded pages (`journal_read_page_command`, at
+//!    most [`ReplayOptions::page_bytes`] per `exec`), splitting bytes into complete lines; a
+//!    partial trailing line is withheld until its `\n` arrives. Each line becomes one chunk:
+//!    - a JSON object with a string `type` passes through unchanged as an AG-UI event (except
+//!      the pipe's reserved [`crate::pipe::DELIVERED_RUN_ERROR`] type);
 //!    - a JSON object with a string `delta` and no `type` (`{"delta":"..."}`) becomes
 //!      `{"type":"TEXT_MESSAGE_CONTENT","delta":...}`;
 //!    - a blank line is skipped;
@@ -27,20 +31,29 @@
 //!
 //!    and each gets `journalEnd`. Forged sentinels (`{"__exit":0}`, another run's nonce) are
 //!    agent output like any other line.
-//! 4. Stops at the genuine nonced exit sentinel, which is not a chunk; anything after it is
-//!    ignored. With no sentinel yet it waits [`ReplayOptions::poll_ms`] and reads again, for
-//!    ever: a journal without a sentinel is never finalized; only the cancel signal ends it.
+//! 4. Ends at the journal's **last** genuine nonced exit sentinel, as the probe's scan does
+//!    ([`crate::journal::parse_journal_exit`]), so both report the same exit code. A sentinel is
+//!    not a chunk. Lines after a sentinel are held back until the journal has been read to its
+//!    current end: if another genuine sentinel follows them (the agent ran again under the same
+//!    runId), they are delivered and that one counts; otherwise they are ignored. A sentinel that
+//!    follows an unterminated last line on the same line ([`crate::journal::find_exit_sentinel`])
+//!    counts too; the text before it becomes a chunk ending where the sentinel starts. With no
+//!    sentinel yet it waits [`ReplayOptions::poll_ms`] and reads again, for ever: a journal
+//!    without a sentinel is never finalized; only the cancel signal ends it.
 //! 5. Saves the transcript ([`MessageStore::save_transcript`]) built from the **whole** output
 //!    (earlier log entries and new lines): messages already stored for the run other than a
 //!    trailing assistant message are kept (the chat route's user prompt), then one assistant
 //!    message whose content is every `TEXT_MESSAGE_CONTENT` delta concatenated, and the exit
-//!    code. Only then does the stream end, so `finalized` means "transcript saved"; a failed save
-//!    ends the stream with an error (the run becomes `failed`).
+//!    code (0, or the ending `RUN_ERROR`'s integer `exitCode`). Only then does the stream end, so
+//!    `finalized` means "transcript saved"; a failed save ends the stream with an error (the run
+//!    becomes `failed`). Saving is idempotent: a resumed drive saves the same transcript.
 //! 6. For a non-zero exit it then yields `{"type":"RUN_ERROR","message":"agent exited with code
-//!    N","code":"exit_N","exitCode":N}` so the run is recorded `failed`. The reference's reader
-//!    only surfaces the sentinel's code to its caller (spec D.7); this message and code are ours.
-//!    A `RUN_ERROR` event in the journal itself is treated the same way: the transcript is saved
-//!    first, then it is yielded and the replay ends (the pipe stops at a `RUN_ERROR`).
+//!    N","code":"exit_N","exitCode":N,"journalEnd":<end of the sentinel's line>}` so the run is
+//!    recorded `failed`. The reference's reader only surfaces the sentinel's code to its caller
+//!    (spec D.7); this message and code are ours. A `RUN_ERROR` event in the journal itself is
+//!    treated the same way: the transcript is saved first, then it is yielded and the replay ends
+//!    (the pipe stops at a `RUN_ERROR`). Both carry `journalEnd`, which is how step 1 recognizes
+//!    them after a crash.
 //!
 //! The cancel signal is honoured between pages, during each `exec` and while waiting: the stream
 //! then ends without an error and without saving a transcript.
@@ -64,9 +77,10 @@ use serde_json::Value;
 use crate::domain::{Chunk, Transcript, TranscriptMessage};
 use crate::error::DriveError;
 use crate::journal::{
-    decode_base64_frame, journal_paths, journal_read_page_command, parse_exit_sentinel,
-    JournalLines, JournalPaths,
+    decode_base64_frame, find_exit_sentinel, journal_paths, journal_read_page_command,
+    JournalLine, JournalLines, JournalPaths,
 };
+use crate::pipe::{delivered_run_error, DELIVERED_RUN_ERROR};
 use crate::ports::{
     CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, ExecOptions,
     MessageStore, RunStore, SandboxHandle, SandboxInstanceStore, SandboxProvider, Sleeper,
@@ -74,6 +88,8 @@ use crate::ports::{
 
 /// The chunk field holding the journal byte offset just past the chunk's line.
 pub const JOURNAL_END_FIELD: &str = "journalEnd";
+/// The field of the `RUN_ERROR` for a non-zero exit that holds the code.
+pub const EXIT_CODE_FIELD: &str = "exitCode";
 /// The type of a chunk carrying a journal line that is not an event.
 pub const JOURNAL_LINE: &str = "JOURNAL_LINE";
 /// Default most journal bytes read per `exec`.
@@ -182,7 +198,13 @@ pub fn line_chunk(line: &str, end: u64) -> Option<Chunk> {
         return None;
     }
     let chunk = match serde_json::from_str::<Value>(line) {
-        Ok(Value::Object(map)) if matches!(map.get("type"), Some(Value::String(_))) => Chunk(map),
+        // The pipe's own marker type is not an event an agent can send: it would end the run
+        // without its error reaching the log.
+        Ok(Value::Object(map))
+            if matches!(map.get("type"), Some(Value::String(t)) if t != DELIVERED_RUN_ERROR) =>
+        {
+            Chunk(map)
+        }
         Ok(Value::Object(map)) => match map.get("delta") {
             Some(Value::String(delta)) => Chunk::text(delta),
             _ => Chunk::new(JOURNAL_LINE).with("line", line),
@@ -200,15 +222,50 @@ pub fn journal_end(chunk: &Chunk) -> Option<u64> {
 enum Phase {
     Start,
     Reading(Box<Reader>),
-    Finishing(Ending),
+    Finishing {
+        ending: Ending,
+        /// The ending's `RUN_ERROR` is already in the delivery log (a resumed drive).
+        delivered: bool,
+    },
     Done,
 }
 
-/// How the journal ended.
+/// How the run ended.
 enum Ending {
-    Exited(i64),
-    /// A `RUN_ERROR` event written by the agent itself.
-    AgentError(Chunk),
+    /// The journal's last genuine sentinel says 0.
+    Completed,
+    /// A `RUN_ERROR`: the agent's own event, or the one [`exit_run_error`] makes for a non-zero
+    /// sentinel. Either carries `journalEnd`, which is how a resumed drive finds it in the log.
+    Failed(Chunk),
+}
+
+impl Ending {
+    fn from_exit(code: i64, sentinel_end: u64) -> Ending {
+        if code == 0 {
+            Ending::Completed
+        } else {
+            Ending::Failed(exit_run_error(code, sentinel_end))
+        }
+    }
+
+    /// The transcript's exit code: the `RUN_ERROR`'s integer `exitCode`, if it has one.
+    fn exit_code(&self) -> Option<i64> {
+        match self {
+            Ending::Completed => Some(0),
+            Ending::Failed(chunk) => chunk.get(EXIT_CODE_FIELD).and_then(Value::as_i64),
+        }
+    }
+}
+
+/// The `RUN_ERROR` for a non-zero exit, stamped with the end of the sentinel's line: it stands
+/// for that line in the log, so a drive resumed after it was appended neither appends it again
+/// nor reads past the sentinel looking for another.
+fn exit_run_error(code: i64, sentinel_end: u64) -> Chunk {
+    Chunk::new(Chunk::RUN_ERROR)
+        .with("message", format!("agent exited with code {code}"))
+        .with("code", format!("exit_{code}"))
+        .with(EXIT_CODE_FIELD, code)
+        .with(JOURNAL_END_FIELD, sentinel_end)
 }
 
 struct Reader {
@@ -220,6 +277,20 @@ struct Reader {
     /// The last page was short: the journal has no more bytes yet, so wait before reading.
     caught_up: bool,
     failures: u32,
+    /// The last genuine sentinel read so far: its exit code and the end of its line.
+    exit: Option<(i64, u64)>,
+    /// Complete lines after that sentinel, held back: they are delivered only if a later genuine
+    /// sentinel follows them (the run's agent ran again), and dropped if the journal ends first,
+    /// so the replay ends where the probe's "last genuine sentinel" does.
+    after_exit: Vec<JournalLine>,
+}
+
+/// What the delivery log already holds.
+struct Delivered {
+    /// The journal offset to resume reading from.
+    resume: u64,
+    /// The run's `RUN_ERROR`, when a replay (or a live route) already appended it.
+    ending: Option<Chunk>,
 }
 
 enum Step {
@@ -252,28 +323,32 @@ impl Replay {
             }
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Start => match self.start().await {
-                    Ok(reader) => self.phase = Phase::Reading(Box::new(reader)),
+                    Ok(phase) => self.phase = phase,
                     Err(e) => return Some(Err(e)),
                 },
                 Phase::Reading(mut reader) => match self.read_page(&mut reader).await {
                     Ok(Step::Continue) => self.phase = Phase::Reading(reader),
                     Ok(Step::Cancelled) => return None,
-                    Ok(Step::Ended(ending)) => self.phase = Phase::Finishing(ending),
+                    Ok(Step::Ended(ending)) => {
+                        self.phase = Phase::Finishing {
+                            ending,
+                            delivered: false,
+                        }
+                    }
                     Err(e) => return Some(Err(e)),
                 },
-                Phase::Finishing(ending) => {
+                Phase::Finishing { ending, delivered } => {
+                    // Saved again on a resumed drive too: the same content, and a `RUN_ERROR`
+                    // that a live route delivered came with no transcript at all.
                     if let Err(e) = self.save_transcript(&ending).await {
                         return Some(Err(e));
                     }
                     match ending {
-                        Ending::Exited(0) => {}
-                        Ending::Exited(code) => self.queue.push_back(
-                            Chunk::new(Chunk::RUN_ERROR)
-                                .with("message", format!("agent exited with code {code}"))
-                                .with("code", format!("exit_{code}"))
-                                .with("exitCode", code),
-                        ),
-                        Ending::AgentError(chunk) => self.queue.push_back(chunk),
+                        Ending::Completed => {}
+                        Ending::Failed(chunk) if delivered => {
+                            self.queue.push_back(delivered_run_error(&chunk))
+                        }
+                        Ending::Failed(chunk) => self.queue.push_back(chunk),
                     }
                 }
                 Phase::Done => return None,
@@ -285,8 +360,22 @@ impl Replay {
         &self.request.run_id
     }
 
-    /// Finds the sandbox and the resume position, and collects the deltas already delivered.
-    async fn start(&mut self) -> Result<Reader, DriveError> {
+    /// Reads what the log already holds: when it holds the run's ending (a drive resumed after
+    /// the `RUN_ERROR` was appended), finishes from it without touching the sandbox; otherwise
+    /// finds the sandbox and reads the journal from the resume position.
+    async fn start(&mut self) -> Result<Phase, DriveError> {
+        let delivered = self.read_delivered().await?;
+        if let Some(chunk) = delivered.ending {
+            tracing::debug!(
+                run_id = self.run_id(),
+                "the delivery log already holds the run's RUN_ERROR: finishing from it"
+            );
+            return Ok(Phase::Finishing {
+                ending: Ending::Failed(chunk),
+                delivered: true,
+            });
+        }
+        let resume = delivered.resume;
         let run_id = self.request.run_id.clone();
         let setup = |message: String| DriveError::new(message).with_code("replay_setup");
         let store = |what: &str, e: crate::error::StoreError| {
@@ -341,21 +430,25 @@ impl Replay {
         let paths = journal_paths(&run_id, self.options.journal_dir.as_deref())
             .map_err(|e| setup(format!("cannot replay run {run_id}: {e}")))?;
 
-        let resume = self.read_delivered().await?;
         tracing::debug!(run_id, sandbox = %sandbox_id, resume, "journal replay starting");
-        Ok(Reader {
+        Ok(Phase::Reading(Box::new(Reader {
             handle,
             paths,
             lines: JournalLines::new(resume),
             read_pos: resume,
             caught_up: false,
             failures: 0,
-        })
+            exit: None,
+            after_exit: Vec::new(),
+        })))
     }
 
-    /// Reads the whole delivery log: the greatest `journalEnd` is the resume position, and every
-    /// delta goes into the transcript.
-    async fn read_delivered(&mut self) -> Result<u64, DriveError> {
+    /// Reads the whole delivery log: the greatest `journalEnd` is the resume position, every
+    /// delta goes into the transcript, and the first `RUN_ERROR` carrying `journalEnd` (the
+    /// agent's own or the exit's, which a replay appended) is the run's ending. A `RUN_ERROR`
+    /// without it is not: the pipe's report of an earlier drive that failed (a read or a save),
+    /// which this drive retries.
+    async fn read_delivered(&mut self) -> Result<Delivered, DriveError> {
         let run_id = self.request.run_id.clone();
         let failed = |e: crate::error::StoreError| {
             DriveError::new(format!(
@@ -365,6 +458,7 @@ impl Replay {
         };
         let len = self.deps.logs.snapshot(&run_id).await.map_err(failed)?.len;
         let mut resume = 0;
+        let mut ending = None;
         let mut from = 0;
         while from < len {
             let entries = self
@@ -375,14 +469,17 @@ impl Replay {
                 .map_err(failed)?;
             let Some(last) = entries.last() else { break };
             from = last.offset + 1;
-            for entry in &entries {
+            for entry in entries {
                 self.observe(&entry.chunk);
                 if let Some(end) = journal_end(&entry.chunk) {
                     resume = resume.max(end);
+                    if ending.is_none() && entry.chunk.is_run_error() {
+                        ending = Some(entry.chunk);
+                    }
                 }
             }
         }
-        Ok(resume)
+        Ok(Delivered { resume, ending })
     }
 
     fn observe(&mut self, chunk: &Chunk) {
@@ -447,26 +544,63 @@ impl Replay {
         reader.failures = 0;
         reader.read_pos += bytes.len() as u64;
         reader.caught_up = (bytes.len() as u64) < self.options.page_bytes;
-        let nonce = reader.paths.nonce.clone();
         for line in reader.lines.push(&bytes) {
-            if let Some(code) = parse_exit_sentinel(&line.text, &nonce) {
+            if let Some(ending) = self.take_line(reader, line) {
+                return Ok(Step::Ended(ending));
+            }
+        }
+        // The journal ends at its last genuine sentinel, as the probe's scan does: so a
+        // sentinel only ends the replay once everything written after it has been read.
+        match reader.exit {
+            Some((code, end)) if reader.caught_up => {
                 tracing::debug!(
                     run_id = self.run_id(),
                     exit_code = code,
                     "journal exit sentinel reached"
                 );
-                return Ok(Step::Ended(Ending::Exited(code)));
+                Ok(Step::Ended(Ending::from_exit(code, end)))
             }
-            let Some(chunk) = line_chunk(&line.text, line.end_position) else {
-                continue;
-            };
-            self.observe(&chunk);
-            if chunk.is_run_error() {
-                return Ok(Step::Ended(Ending::AgentError(chunk)));
-            }
-            self.queue.push_back(chunk);
+            _ => Ok(Step::Continue),
         }
-        Ok(Step::Continue)
+    }
+
+    /// Takes one complete journal line; returns the ending when it is an agent's `RUN_ERROR`.
+    fn take_line(&mut self, reader: &mut Reader, line: JournalLine) -> Option<Ending> {
+        let Some(found) = find_exit_sentinel(&line.text, &reader.paths.nonce) else {
+            if reader.exit.is_some() {
+                reader.after_exit.push(line);
+                return None;
+            }
+            return self.deliver(&line.text, line.end_position);
+        };
+        // Another sentinel: the lines since the previous one were a finished run's output.
+        for held in std::mem::take(&mut reader.after_exit) {
+            if let Some(ending) = self.deliver(&held.text, held.end_position) {
+                return Some(ending);
+            }
+        }
+        // An unterminated last line before the sentinel ends where the sentinel starts, so a
+        // drive resumed after it still reads the sentinel (the rest of the line is ASCII, so the
+        // lossy-decoded text and the bytes agree on its length).
+        let sentinel_len = (line.text.len() - found.partial_line.len()) as u64;
+        let sentinel_start = line.end_position - 1 - sentinel_len;
+        if let Some(ending) = self.deliver(found.partial_line, sentinel_start) {
+            return Some(ending);
+        }
+        reader.exit = Some((found.exit_code, line.end_position));
+        None
+    }
+
+    /// Queues the chunk for the line ending at `end` (none for a blank one); an agent's
+    /// `RUN_ERROR` is not queued but returned as the ending (after the transcript is saved).
+    fn deliver(&mut self, text: &str, end: u64) -> Option<Ending> {
+        let chunk = line_chunk(text, end)?;
+        self.observe(&chunk);
+        if chunk.is_run_error() {
+            return Some(Ending::Failed(chunk));
+        }
+        self.queue.push_back(chunk);
+        None
     }
 
     async fn save_transcript(&self, ending: &Ending) -> Result<(), DriveError> {
@@ -499,10 +633,7 @@ impl Replay {
             run_id: run_id.to_string(),
             thread_id: self.request.thread_id.clone(),
             messages,
-            exit_code: match ending {
-                Ending::Exited(code) => Some(*code),
-                Ending::AgentError(_) => None,
-            },
+            exit_code: ending.exit_code(),
             saved_at: self.deps.clock.now_ms(),
         };
         self.deps
