@@ -13,6 +13,7 @@
 //! - Admin routes compare the bearer token in constant time and refuse when no token is set.
 
 pub mod config;
+pub mod logging;
 pub mod plan;
 
 #[cfg(target_arch = "wasm32")]

@@ -105,6 +105,16 @@ pub enum Heal {
 }
 
 impl Heal {
+    /// The `action` tag it serializes with (`keep`, `arm-missing`, `arm-stale`, `arm-too-far`).
+    pub fn action(self) -> &'static str {
+        match self {
+            Heal::Keep { .. } => "keep",
+            Heal::ArmMissing { .. } => "arm-missing",
+            Heal::ArmStale { .. } => "arm-stale",
+            Heal::ArmTooFar { .. } => "arm-too-far",
+        }
+    }
+
     /// The time to arm, or `None` to leave the alarm alone.
     pub fn arm_at(self) -> Option<EpochMs> {
         match self {
@@ -230,5 +240,21 @@ mod tests {
         let net = safety_net_at(&c, T0);
         assert_eq!(heal(&c, Some(net), T0).arm_at(), None);
         assert_eq!(heal(&c, Some(net + 1), T0).arm_at(), Some(T0));
+    }
+
+    #[test]
+    fn a_heal_action_is_the_tag_it_serializes_with() {
+        for heal in [
+            Heal::Keep { at: 1 },
+            Heal::ArmMissing { at: 1 },
+            Heal::ArmStale { was: 0, at: 1 },
+            Heal::ArmTooFar { was: 2, at: 1 },
+        ] {
+            assert_eq!(
+                serde_json::to_value(heal).unwrap()["action"],
+                heal.action(),
+                "{heal:?}"
+            );
+        }
     }
 }

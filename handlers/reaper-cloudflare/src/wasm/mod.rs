@@ -1,6 +1,7 @@
 //! Everything that touches the Workers runtime: the Durable Object, the Worker's routes, the
 //! Cron Trigger, and the adapters the core runs on.
 
+mod console;
 mod d1;
 mod runtime;
 #[cfg(feature = "test-hooks")]
@@ -19,6 +20,7 @@ use serde_json::json;
 use worker::*;
 
 use crate::config::{Config, ADMIN_TOKEN};
+use crate::logging::{self, TARGET};
 use crate::plan;
 use d1::D1Client;
 use runtime::{now_ms, FetchTransport, WorkerClock, WorkerSleeper};
@@ -124,7 +126,10 @@ impl RunReaper {
     async fn ensure(&self, reason: &str) -> Result<Response> {
         let config = match config(&self.env) {
             Ok(c) => c,
-            Err(e) => return Response::error(e.to_string(), 500),
+            Err(e) => {
+                tracing::error!(target: TARGET, reason, error = %e, "cannot check the alarm: the settings are unusable");
+                return Response::error(e.to_string(), 500);
+            }
         };
         let storage = self.state.storage();
         let now = now_ms();
@@ -132,10 +137,7 @@ impl RunReaper {
         if let Some(at) = heal.arm_at() {
             storage.set_alarm(absolute(at)).await?;
         }
-        console_log!(
-            "reaper: {reason}: {}",
-            serde_json::to_string(&heal).unwrap_or_default()
-        );
+        tracing::info!(target: TARGET, reason, action = heal.action(), arm_at = heal.arm_at(), "alarm checked");
         Response::from_json(&json!({ "reason": reason, "heal": heal, "now": now }))
     }
 
@@ -175,6 +177,7 @@ impl RunReaper {
 
 impl DurableObject for RunReaper {
     fn new(state: State, env: Env) -> Self {
+        console::install();
         RunReaper { state, env }
     }
 
@@ -206,7 +209,7 @@ impl DurableObject for RunReaper {
                 storage
                     .set_alarm(absolute(start + BAD_CONFIG_RETRY_MS))
                     .await?;
-                console_error!("reaper: not sweeping: {e}");
+                tracing::error!(target: TARGET, error = %e, retry_at = start + BAD_CONFIG_RETRY_MS, "not sweeping: the settings are unusable");
                 self.record(json!({ "startedAt": start, "error": e.to_string() }))
                     .await?;
                 return Response::ok("configuration error");
@@ -229,18 +232,13 @@ impl DurableObject for RunReaper {
         storage.set_alarm(absolute(next)).await?;
         match outcome {
             Ok((report, plan)) => {
-                let o = &report.report.outcomes;
-                console_log!(
-                    "reaper: sweep {} considered={} finalized={} expired={} producing={} unknown={} failed={} deferred={} next={next}",
-                    serde_json::to_value(&report.sweep).ok().and_then(|v| v.get("state").cloned()).unwrap_or_default(),
-                    report.report.considered, o.finalized, o.expired, o.producing, o.unknown, o.failed, report.report.deferred
-                );
+                logging::sweep_summary(&report, &plan, next);
                 self.count(KEY_SWEEPS).await?;
                 self.record(json!({ "report": report, "plan": plan, "nextAlarm": next }))
                     .await?;
             }
             Err(e) => {
-                console_error!("reaper: sweep could not start: {e}");
+                tracing::error!(target: TARGET, error = %e, next_alarm = next, "the sweep could not start");
                 self.record(
                     json!({ "startedAt": start, "error": e.to_string(), "nextAlarm": next }),
                 )
@@ -300,6 +298,7 @@ fn reaper_stub(env: &Env) -> Result<Stub> {
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    console::install();
     let path = req.path();
     let admin = path.starts_with("/admin/") || path.starts_with("/test/");
     if !admin {
@@ -336,9 +335,11 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     }
 }
 
-/// The Cron Trigger: the watchdog that re-arms a missing or stale alarm.
+/// The Cron Trigger: the watchdog that re-arms a missing or stale alarm. It also arms the very
+/// first alarm after a deploy, so no bootstrap request is needed.
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    console::install();
     let result = async {
         reaper_stub(&env)?
             .fetch_with_request(Request::new(
@@ -350,8 +351,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             .await
     }
     .await;
-    match result {
-        Ok(body) => console_log!("reaper: cron {}: {body}", event.cron()),
-        Err(e) => console_error!("reaper: cron {}: re-arming failed: {e}", event.cron()),
+    if let Err(e) = result {
+        tracing::error!(target: TARGET, cron = %event.cron(), error = %e, "the cron could not check the alarm");
     }
 }
