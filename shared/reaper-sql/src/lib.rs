@@ -15,9 +15,10 @@
 
 pub mod leases;
 pub mod logs;
+pub mod reclaim_intents;
 pub mod runs;
 pub mod sandbox_instances;
 pub mod schema;
 pub mod transcripts;
 
-pub use schema::{Migration, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION};
+pub use schema::{damaged, Migration, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION};

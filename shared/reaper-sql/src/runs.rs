@@ -20,12 +20,21 @@ pub const SELECT_BY_ID: &str = concat!("SELECT ", run_columns!(), " FROM runs WH
 
 /// The reclaimable listing: running runs detached at or before the cutoff `?1`, longest detached
 /// first. Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
+/// After [`COLUMNS`] it selects the `rowid`, which names a row whose `run_id` cannot be read.
 pub const LIST_RECLAIMABLE: &str = concat!(
     "SELECT ",
     run_columns!(),
-    " FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+    ", rowid AS rowid FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
      AND detached_since <= ?1 ORDER BY detached_since, rowid"
 );
+
+/// How a listing names a row whose `run_id` cannot be read: by its `rowid`.
+pub fn row_key(rowid: Option<i64>) -> String {
+    rowid.map_or_else(
+        || "runs row (unknown rowid)".into(),
+        |r| format!("runs rowid {r}"),
+    )
+}
 
 /// A thread's latest running run: `?1` the thread id.
 pub const FIND_ACTIVE: &str = concat!(
@@ -134,6 +143,25 @@ pub fn cancel_requested(stored: Option<i64>) -> Result<Option<bool>, String> {
     }
 }
 
+/// The largest integer a JavaScript number carries exactly. The schema is shared with
+/// JavaScript applications (and D1 hands integers to a Worker as doubles), so a stored instant
+/// past it cannot be the one that was meant.
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// An instant column (`started_at`, `finished_at`, `detached_since`): milliseconds since the
+/// Unix epoch, so never negative and within [`MAX_SAFE_INTEGER`]. Anything else is a value some
+/// writer got wrong, and a TTL computed from it would be meaningless.
+pub fn instant(column: &str, stored: i64) -> Result<i64, String> {
+    if (0..=MAX_SAFE_INTEGER).contains(&stored) {
+        Ok(stored)
+    } else {
+        Err(format!(
+            "{column} is {stored}, which is no time in milliseconds since the Unix epoch \
+             (expected 0 to {MAX_SAFE_INTEGER})"
+        ))
+    }
+}
+
 /// `driver_epoch`: NULL on a run never claimed, never negative.
 pub fn driver_epoch(stored: Option<i64>) -> Result<Option<u64>, String> {
     stored
@@ -215,6 +243,19 @@ mod tests {
         assert_eq!(cancel_requested(Some(0)), Ok(Some(false)));
         assert_eq!(cancel_requested(Some(1)), Ok(Some(true)));
         assert!(cancel_requested(Some(2)).unwrap_err().contains('2'));
+    }
+
+    #[test]
+    fn an_instant_is_never_negative_nor_past_what_javascript_carries() {
+        assert_eq!(instant("started_at", 0), Ok(0));
+        assert_eq!(
+            instant("started_at", MAX_SAFE_INTEGER),
+            Ok(MAX_SAFE_INTEGER)
+        );
+        for bad in [-1, MAX_SAFE_INTEGER + 1, i64::MIN, i64::MAX] {
+            let reason = instant("detached_since", bad).unwrap_err();
+            assert!(reason.contains("detached_since") && reason.contains(&bad.to_string()));
+        }
     }
 
     #[test]

@@ -4,13 +4,13 @@
 //! not let an application set pragmas.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The table that marks a database as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "reaper_schema";
 
 /// Every table of the schema, `SCHEMA_TABLE` first.
-pub const TABLES: [&str; 7] = [
+pub const TABLES: [&str; 8] = [
     SCHEMA_TABLE,
     crate::runs::TABLE,
     crate::leases::TABLE,
@@ -18,7 +18,115 @@ pub const TABLES: [&str; 7] = [
     crate::logs::ENTRIES_TABLE,
     crate::sandbox_instances::TABLE,
     crate::transcripts::TABLE,
+    crate::reclaim_intents::TABLE,
 ];
+
+/// Every table with the columns the reaper reads and writes, in [`TABLES`] order. A table that
+/// lacks one of them was damaged or hand-edited: the store refuses it when it opens the file,
+/// naming the table and columns, instead of failing every later query with "no such column".
+/// Extra columns an application adds are tolerated.
+pub const SHAPE: [(&str, &[&str]); 8] = [
+    (SCHEMA_TABLE, &["version", "description"]),
+    (
+        crate::runs::TABLE,
+        &[
+            "run_id",
+            "thread_id",
+            "status",
+            "started_at",
+            "finished_at",
+            "error_message",
+            "error_code",
+            "usage",
+            "sandbox_key",
+            "detached_since",
+            "cancel_requested",
+            "driver_epoch",
+        ],
+    ),
+    (
+        crate::leases::TABLE,
+        &["key", "owner", "token", "expires_at"],
+    ),
+    (
+        crate::logs::TABLE,
+        &[
+            "run_id",
+            "closed",
+            "last_append_at",
+            "next_seq",
+            "events_pruned_at",
+        ],
+    ),
+    (crate::logs::ENTRIES_TABLE, &["run_id", "seq", "chunk"]),
+    (
+        crate::sandbox_instances::TABLE,
+        &[
+            "key",
+            "provider",
+            "provider_sandbox_id",
+            "latest_snapshot_id",
+            "thread_id",
+            "latest_run_id",
+            "updated_at",
+        ],
+    ),
+    (
+        crate::transcripts::TABLE,
+        &["run_id", "thread_id", "body", "exit_code", "saved_at"],
+    ),
+    (
+        crate::reclaim_intents::TABLE,
+        &[
+            "run_id",
+            "sandbox_key",
+            "provider",
+            "provider_sandbox_id",
+            "first_seen",
+            "attempts",
+            "next_attempt_at",
+            "last_error",
+        ],
+    ),
+];
+
+/// The tables (with their columns) a database at `version` has: those created by the
+/// migrations up to it.
+pub fn shape_at(version: u32) -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
+    SHAPE.into_iter().filter(move |(table, _)| {
+        let create = format!("CREATE TABLE {table} (");
+        MIGRATIONS
+            .iter()
+            .filter(|m| m.version <= version)
+            .flat_map(|m| m.statements)
+            .any(|s| s.starts_with(&create))
+    })
+}
+
+/// Why a table does not have the shape [`SHAPE`] gives it, from the columns the database
+/// reports for it (none: the table is missing); `None` when it has every column.
+pub fn shape_problem(table: &str, expected: &[&str], found: &[String]) -> Option<String> {
+    if found.is_empty() {
+        return Some(format!("table {table} is missing"));
+    }
+    let missing: Vec<&str> = expected
+        .iter()
+        .copied()
+        .filter(|c| !found.iter().any(|f| f == c))
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "table {table} lacks column{} {} (it has {})",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", "),
+            found.join(", ")
+        )
+    })
+}
+
+/// The columns of a table, one row each in column `name` (no rows: no such table). `?1` the
+/// table name.
+pub const TABLE_COLUMNS: &str = "SELECT name FROM pragma_table_info(?1) ORDER BY cid";
 
 /// The highest applied version; `NULL` (no row) when the table is empty. See [`stored_version`].
 pub const CURRENT_VERSION: &str = "SELECT MAX(version) AS version FROM reaper_schema";
@@ -38,11 +146,18 @@ pub struct Migration {
 
 /// Every migration in order. Append only: a released migration is never edited, since
 /// databases in the field already ran it and `sqlite_master` keeps its text.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "initial schema",
-    statements: V1,
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "initial schema",
+        statements: V1,
+    },
+    Migration {
+        version: 2,
+        description: "reclaim ledger",
+        statements: V2,
+    },
+];
 
 /// The migrations a database at version `from` still needs, in order.
 pub fn pending(from: u32) -> impl Iterator<Item = &'static Migration> {
@@ -52,6 +167,28 @@ pub fn pending(from: u32) -> impl Iterator<Item = &'static Migration> {
 /// The version [`CURRENT_VERSION`] read: no row, or a value that is no version, counts as 0.
 pub fn stored_version(max_version: Option<i64>) -> u32 {
     max_version.and_then(|v| u32::try_from(v).ok()).unwrap_or(0)
+}
+
+/// [`stored_version`] for a database whose `reaper_schema` table exists: every migration records
+/// its row in the transaction that creates the table, so no row, or a version that is no
+/// migration's, means the table was damaged. Returns the reason.
+pub fn recorded_version(max_version: Option<i64>) -> Result<u32, String> {
+    match max_version {
+        None => Err(format!("{SCHEMA_TABLE} holds no version row")),
+        Some(v) => u32::try_from(v)
+            .ok()
+            .filter(|v| *v >= 1)
+            .ok_or_else(|| format!("{SCHEMA_TABLE} records version {v}, which no reaper wrote")),
+    }
+}
+
+/// Why a store refuses a database as damaged, and what to do about it. Both backends word it
+/// this way so an operator (and the CLI's exit code) recognise it by "damaged".
+pub fn damaged(what: &str, detail: &str) -> String {
+    format!(
+        "{what} is damaged: {detail}. The reaper changed nothing; restore it from a backup, or \
+         inspect it with `sqlite3 <file> \"PRAGMA integrity_check\"`"
+    )
 }
 
 const V1: &[&str] = &[
@@ -118,6 +255,22 @@ const V1: &[&str] = &[
     "CREATE INDEX transcripts_by_thread ON transcripts (thread_id, saved_at)",
 ];
 
+/// Version 2: the reclaim ledger. The index serves the due listing (`next_attempt_at <= now
+/// ORDER BY next_attempt_at, run_id LIMIT n`) without a sort or a scan past `n` rows.
+const V2: &[&str] = &[
+    "CREATE TABLE reaper_reclaim_intents (
+    run_id              TEXT PRIMARY KEY NOT NULL,
+    sandbox_key         TEXT,
+    provider            TEXT,
+    provider_sandbox_id TEXT,
+    first_seen          INTEGER NOT NULL,
+    attempts            INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_at     INTEGER NOT NULL,
+    last_error          TEXT
+)",
+    "CREATE INDEX reaper_reclaim_intents_due ON reaper_reclaim_intents (next_attempt_at, run_id)",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +300,68 @@ mod tests {
                 "no migration creates {table}"
             );
         }
+    }
+
+    #[test]
+    fn every_column_of_the_shape_is_created_by_its_table_s_migration() {
+        for (table, columns) in SHAPE {
+            let create = format!("CREATE TABLE {table} (");
+            let sql = MIGRATIONS
+                .iter()
+                .flat_map(|m| m.statements)
+                .find(|s| s.starts_with(&create))
+                .unwrap();
+            for column in columns {
+                assert!(
+                    sql.contains(&format!("\n    {column} ")),
+                    "{table}.{column}"
+                );
+            }
+        }
+        assert_eq!(SHAPE.map(|(t, _)| t), TABLES);
+    }
+
+    #[test]
+    fn a_database_at_version_one_has_every_table_but_the_ledger() {
+        let v1: Vec<&str> = shape_at(1).map(|(t, _)| t).collect();
+        assert_eq!(v1, TABLES[..7].to_vec());
+        assert_eq!(shape_at(SCHEMA_VERSION).count(), TABLES.len());
+    }
+
+    #[test]
+    fn a_missing_table_or_column_is_named_and_extra_columns_are_tolerated() {
+        let have = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            shape_problem("t", &["a", "b"], &have(&["b", "a", "x"])),
+            None
+        );
+        assert_eq!(
+            shape_problem("t", &["a", "b"], &[]).as_deref(),
+            Some("table t is missing")
+        );
+        let problem = shape_problem("runs", &["a", "b", "c"], &have(&["b", "x"])).unwrap();
+        assert!(
+            problem.contains("lacks columns a, c (it has b, x)"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_schema_table_without_a_valid_version_row_is_damaged() {
+        assert_eq!(recorded_version(Some(2)), Ok(2));
+        for bad in [None, Some(0), Some(-3), Some(i64::MAX)] {
+            assert!(recorded_version(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_damaged_message_says_damaged_and_what_to_do() {
+        let m = damaged("/x/reaper.db", "table runs is missing");
+        assert!(
+            m.starts_with("/x/reaper.db is damaged: table runs is missing."),
+            "{m}"
+        );
+        assert!(m.contains("restore it from a backup") && m.contains("PRAGMA integrity_check"));
     }
 
     #[test]

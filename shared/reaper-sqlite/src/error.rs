@@ -48,8 +48,9 @@ pub enum OpenError {
         supported: u32,
     },
 
-    /// SQLite reports the file as damaged.
-    #[error("{path} is a damaged SQLite database ({reason}); the reaper left it untouched")]
+    /// The file is damaged: SQLite reports a malformed page, or the reaper's tables are not
+    /// the shape its schema version gives them (a table or column missing, no version row).
+    #[error("{}", reaper_sql::damaged(&path.display().to_string(), reason))]
     Corrupt { path: PathBuf, reason: String },
 
     /// Another process held the database locked past the busy timeout while it was being set up.
@@ -86,8 +87,8 @@ impl From<OpenError> for StoreError {
     fn from(e: OpenError) -> Self {
         match e {
             OpenError::Busy { .. } => StoreError::Unavailable(e.to_string()),
-            OpenError::Corrupt { ref path, .. } => StoreError::Corrupt {
-                key: path.display().to_string(),
+            OpenError::Corrupt { .. } => StoreError::Corrupt {
+                key: DAMAGED_KEY.into(),
                 reason: e.to_string(),
             },
             other => StoreError::Backend(other.to_string()),
@@ -95,8 +96,43 @@ impl From<OpenError> for StoreError {
     }
 }
 
-/// Maps a SQLite error: busy or locked is retryable, a constraint is a conflict, an undecodable
-/// value is corrupt, anything else is a backend error carrying SQLite's message.
+/// The key of a [`StoreError::Corrupt`] about the whole database file rather than one row.
+pub const DAMAGED_KEY: &str = "database";
+
+/// Whether `e` says the database file itself is damaged (a malformed page, a table of the wrong
+/// shape): no retry helps, the file must be restored or repaired. Its message says how. A
+/// malformed row is not this: it is a `Corrupt` naming the row, and every other row still reads.
+pub fn is_damaged(e: &StoreError) -> bool {
+    matches!(e, StoreError::Corrupt { key, .. } if key == DAMAGED_KEY)
+}
+
+/// A [`StoreError`] saying the database is damaged; `what` names the file.
+pub(crate) fn damaged(what: &str, detail: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: DAMAGED_KEY.into(),
+        reason: reaper_sql::damaged(what, detail),
+    }
+}
+
+/// Names the file in a damaged-database error, which [`store_err`] words without knowing it.
+pub(crate) fn name_the_file(e: StoreError, path: Option<&Path>) -> StoreError {
+    match (e, path) {
+        (StoreError::Corrupt { key, reason }, Some(path)) if key == DAMAGED_KEY => {
+            StoreError::Corrupt {
+                key,
+                reason: reason.replacen(UNNAMED_DATABASE, &path.display().to_string(), 1),
+            }
+        }
+        (other, _) => other,
+    }
+}
+
+const UNNAMED_DATABASE: &str = "the database";
+
+/// Maps a SQLite error: busy or locked is retryable, a constraint is a conflict, a malformed
+/// page or a missing table or column (every statement of the store names only the schema's) is a
+/// damaged database, an undecodable value is corrupt, anything else is a backend error carrying
+/// SQLite's message.
 pub(crate) fn store_err(e: rusqlite::Error) -> StoreError {
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
@@ -106,12 +142,13 @@ pub(crate) fn store_err(e: rusqlite::Error) -> StoreError {
             return StoreError::Conflict(format!("sqlite constraint failed: {e}"))
         }
         Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
-            return StoreError::Corrupt {
-                key: "database".into(),
-                reason: e.to_string(),
-            }
+            return damaged(UNNAMED_DATABASE, &e.to_string())
         }
         _ => {}
+    }
+    let message = e.to_string();
+    if message.starts_with("no such table") || message.starts_with("no such column") {
+        return damaged(UNNAMED_DATABASE, &message);
     }
     match e {
         rusqlite::Error::FromSqlConversionFailure(..)
@@ -188,10 +225,32 @@ mod tests {
     #[test]
     fn any_other_failure_is_a_backend_error_with_sqlite_s_message() {
         let conn = Connection::open_in_memory().unwrap();
-        let e = conn.execute("SELECT * FROM no_such_table", []).unwrap_err();
+        let e = conn.execute("SELECT nonsense(1)", []).unwrap_err();
         match store_err(e) {
-            StoreError::Backend(m) => assert!(m.contains("no_such_table"), "{m}"),
+            StoreError::Backend(m) => assert!(m.contains("nonsense"), "{m}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_missing_table_is_a_damaged_database_named_by_its_file() {
+        let conn = Connection::open_in_memory().unwrap();
+        let e = conn.execute("SELECT * FROM runs", []).unwrap_err();
+        let e = name_the_file(store_err(e), Some(Path::new("/srv/reaper.db")));
+        assert!(is_damaged(&e), "{e:?}");
+        let StoreError::Corrupt { reason, .. } = e else {
+            unreachable!()
+        };
+        assert!(
+            reason.starts_with("/srv/reaper.db is damaged: no such table: runs"),
+            "{reason}"
+        );
+        assert!(reason.contains("PRAGMA integrity_check"), "{reason}");
+    }
+
+    #[test]
+    fn a_malformed_row_is_not_a_damaged_database() {
+        assert!(!is_damaged(&corrupt("run-1", "status \"x\"")));
+        assert!(!is_damaged(&StoreError::Backend("database".into())));
     }
 }

@@ -15,9 +15,13 @@
 //! current-thread runtime). Outside a tokio runtime the job runs inline. A job whose caller stops
 //! waiting still runs to the end, so a write is never left half applied.
 
+#[cfg(feature = "crash-points")]
+mod crash;
+mod decode;
 mod error;
 mod instances;
 mod leases;
+mod ledger;
 mod log;
 mod runs;
 mod schema;
@@ -31,12 +35,12 @@ use std::time::Duration;
 use reaper_core::StoreError;
 use rusqlite::{Connection, OpenFlags};
 
-pub use error::OpenError;
+pub use error::{is_damaged, OpenError, DAMAGED_KEY};
 pub use log::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
 pub use runs::{DetachedRun, StatusCounts};
 pub use schema::SCHEMA_VERSION;
 
-use error::store_err;
+use error::{name_the_file, store_err};
 use schema::Found;
 
 /// How long a statement waits for another process's write lock before it fails as
@@ -121,7 +125,7 @@ impl SqliteStore {
                     supported: SCHEMA_VERSION,
                 })
             }
-            foreign => refuse_unless_ours(path, foreign)?,
+            other => refuse_unless_ours(path, other)?,
         }
         Ok(Self::wrap(conn, Some(path.to_path_buf()), true))
     }
@@ -177,7 +181,16 @@ impl SqliteStore {
             // A job that panicked mid-transaction rolled it back when the transaction dropped,
             // so the connection behind a poisoned lock is still consistent.
             let mut conn = inner.conn.lock().unwrap_or_else(|p| p.into_inner());
-            job(&mut conn)
+            #[cfg(feature = "crash-points")]
+            let changes = conn.total_changes();
+            let out = job(&mut conn).map_err(|e| name_the_file(e, inner.path.as_deref()));
+            // A job is one statement or one transaction: when it changed rows and left no
+            // transaction open, exactly one commit happened.
+            #[cfg(feature = "crash-points")]
+            if out.is_ok() && conn.total_changes() != changes && conn.is_autocommit() {
+                crash::commit_point();
+            }
+            out
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => match handle.spawn_blocking(job).await {
@@ -236,6 +249,10 @@ fn refuse_unless_ours(path: &Path, found: Found) -> Result<(), OpenError> {
         Found::Foreign(tables) => Err(OpenError::Foreign {
             path: path.to_path_buf(),
             tables,
+        }),
+        Found::Damaged(reason) => Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            reason,
         }),
     }
 }

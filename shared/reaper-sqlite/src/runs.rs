@@ -1,62 +1,66 @@
 //! The `runs` table: [`RunStore`], and the read-only listings `reaper status` needs.
 
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, RunStore,
-    RunStoreCapabilities, StoreError, TerminalWrite,
+    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableListing, RunError, RunPatch, RunRecord,
+    RunStatus, RunStore, RunStoreCapabilities, StoreError, TerminalWrite,
 };
 use reaper_sql::runs::{self as sql, COLUMNS};
-use rusqlite::types::{FromSql, Value};
+use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 
+use crate::decode::Cells;
 use crate::error::{corrupt, store_err};
 use crate::{immediate, to_i64, SqliteStore};
-
-fn column<T: FromSql>(row: &Row<'_>, idx: usize, run_id: &str) -> Result<T, StoreError> {
-    row.get(idx).map_err(|e| {
-        let name = COLUMNS.split(", ").nth(idx).unwrap_or("?").trim();
-        corrupt(run_id, format!("column {name}: {e}"))
-    })
-}
 
 pub(crate) fn parse_status(raw: &str, run_id: &str) -> Result<RunStatus, StoreError> {
     RunStatus::parse(raw).ok_or_else(|| corrupt(run_id, sql::unknown_status(raw)))
 }
 
-/// Decodes one row selected with [`COLUMNS`]. Anything that does not parse, an unknown status
-/// above all, is [`StoreError::Corrupt`] naming the run: never read as something else.
-fn decode_run(row: &Row<'_>) -> Result<RunRecord, StoreError> {
-    let run_id: String = row
-        .get(0)
-        .map_err(|e| corrupt("<unreadable run_id>", format!("column run_id: {e}")))?;
-    let id = run_id.as_str();
-    let status = parse_status(&column::<String>(row, 2, id)?, id)?;
-    let error = sql::error(column(row, 5, id)?, column(row, 6, id)?)
-        .map_err(|reason| corrupt(id, reason))?
+/// Decodes one row selected with [`COLUMNS`], column by column with typed checks (see
+/// [`crate::decode`]). Anything that does not parse, an unknown status above all, is
+/// [`StoreError::Corrupt`] naming the run (or `unreadable` when the run id itself is the
+/// problem): never read as something else.
+fn decode_run(row: &Row<'_>, unreadable: &str) -> Result<RunRecord, StoreError> {
+    let run_id = Cells {
+        row,
+        key: unreadable,
+    }
+    .text(0, "run_id")?;
+    let c = Cells { row, key: &run_id };
+    let instant = |idx: usize, name: &str| -> Result<Option<i64>, StoreError> {
+        c.opt_int(idx, name)?
+            .map(|v| c.rule(sql::instant(name, v)))
+            .transpose()
+    };
+    let status = parse_status(&c.text(2, "status")?, &run_id)?;
+    let error = c
+        .rule(sql::error(
+            c.opt_text(5, "error_message")?,
+            c.opt_text(6, "error_code")?,
+        ))?
         .map(|(message, code)| RunError { message, code });
-    let usage = column::<Option<String>>(row, 7, id)?
+    let usage = c
+        .opt_text(7, "usage")?
         .map(|raw| serde_json::from_str(&raw))
         .transpose()
-        .map_err(|e| corrupt(id, format!("column usage is not JSON: {e}")))?;
-    let cancel_requested =
-        sql::cancel_requested(column(row, 10, id)?).map_err(|reason| corrupt(id, reason))?;
-    let driver_epoch =
-        sql::driver_epoch(column(row, 11, id)?).map_err(|reason| corrupt(id, reason))?;
+        .map_err(|e| corrupt(&run_id, format!("column usage is not JSON: {e}")))?;
     Ok(RunRecord {
-        thread_id: column(row, 1, id)?,
+        thread_id: c.text(1, "thread_id")?,
         status,
-        started_at: column(row, 3, id)?,
-        finished_at: column(row, 4, id)?,
+        started_at: c.rule(sql::instant("started_at", c.int(3, "started_at")?))?,
+        finished_at: instant(4, "finished_at")?,
         error,
         usage,
-        sandbox_key: column(row, 8, id)?,
-        detached_since: column(row, 9, id)?,
-        cancel_requested,
-        driver_epoch,
+        sandbox_key: c.opt_text(8, "sandbox_key")?,
+        detached_since: instant(9, "detached_since")?,
+        cancel_requested: c.rule(sql::cancel_requested(c.opt_int(10, "cancel_requested")?))?,
+        driver_epoch: c.rule(sql::driver_epoch(c.opt_int(11, "driver_epoch")?))?,
         run_id,
     })
 }
 
-/// Runs a statement selecting [`COLUMNS`] and decodes every row.
+/// Runs a statement selecting [`COLUMNS`] and decodes every row; the first malformed row fails
+/// the whole query (a lookup by id names it).
 fn query_runs(
     conn: &Connection,
     sql: &str,
@@ -66,10 +70,36 @@ fn query_runs(
     let mut rows = stmt.query(params).map_err(store_err)?;
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(store_err)? {
-        out.push(decode_run(row)?);
+        out.push(decode_run(row, "<unreadable run_id>")?);
     }
     Ok(out)
 }
+
+/// The reclaimable listing, row by row: a malformed row is reported in `corrupt` (by run id, or
+/// by rowid when the run id is what is malformed) and every other row is still listed. Only a
+/// failure of the query itself (a damaged file, a busy database) fails the listing.
+fn list_reclaimable_rows(conn: &Connection, cutoff: i64) -> Result<ReclaimableListing, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(sql::LIST_RECLAIMABLE)
+        .map_err(store_err)?;
+    let mut rows = stmt.query([cutoff]).map_err(store_err)?;
+    let mut listing = ReclaimableListing::default();
+    while let Some(row) = rows.next().map_err(store_err)? {
+        let rowid = match row.get_ref(COLUMN_COUNT).map_err(store_err)? {
+            rusqlite::types::ValueRef::Integer(r) => Some(r),
+            _ => None,
+        };
+        match decode_run(row, &sql::row_key(rowid)) {
+            Ok(record) => listing.runs.push(record),
+            Err(e @ StoreError::Corrupt { .. }) => listing.corrupt.push(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(listing)
+}
+
+/// How many columns [`COLUMNS`] names: the listing's `rowid` comes right after them.
+const COLUMN_COUNT: usize = 12;
 
 fn get_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
     Ok(query_runs(conn, sql::SELECT_BY_ID, [run_id])?.pop())
@@ -314,9 +344,21 @@ impl RunStore for SqliteStore {
         now: EpochMs,
         ttl_ms: u64,
     ) -> Result<Vec<RunRecord>, StoreError> {
+        let listing = self.list_reclaimable_listing(now, ttl_ms).await?;
+        // The plain listing has no place for a malformed row, so it fails on the first one.
+        match listing.corrupt.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(listing.runs),
+        }
+    }
+
+    async fn list_reclaimable_listing(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<ReclaimableListing, StoreError> {
         let cutoff = now.saturating_sub(to_i64(ttl_ms));
-        self.call(move |c| query_runs(c, sql::LIST_RECLAIMABLE, [cutoff]))
-            .await
+        self.call(move |c| list_reclaimable_rows(c, cutoff)).await
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {
@@ -432,6 +474,12 @@ mod tests {
             plan.contains("USING INDEX runs_reclaimable"),
             "query plan does not use the partial index: {plan}"
         );
+    }
+
+    #[test]
+    fn the_listing_reads_the_rowid_right_after_the_run_columns() {
+        assert_eq!(COLUMNS.split(", ").count(), COLUMN_COUNT);
+        assert!(sql::LIST_RECLAIMABLE.contains(&format!("{COLUMNS}, rowid AS rowid FROM")));
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! `SCHEMA.md` beside this crate documents it for the applications that write into the same
 //! file; the two must change together.
 
-use reaper_sql::schema::{pending, stored_version, CURRENT_VERSION, RECORD_MIGRATION};
+use reaper_sql::schema::{
+    pending, recorded_version, shape_at, shape_problem, CURRENT_VERSION, RECORD_MIGRATION,
+    TABLE_COLUMNS,
+};
 use reaper_sql::SCHEMA_TABLE;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
@@ -13,13 +16,23 @@ pub use reaper_sql::SCHEMA_VERSION;
 pub(crate) enum Found {
     /// No tables at all: a new file, or an empty database.
     Empty,
-    /// A reaper database at this version.
+    /// A reaper database at this version, every table of it in shape.
     Reaper(u32),
     /// Tables, none of them ours.
     Foreign(Vec<String>),
+    /// Ours (it has `reaper_schema`), but damaged: the reason.
+    Damaged(String),
 }
 
-/// Reads what the file holds without writing to it.
+fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(TABLE_COLUMNS)?;
+    let names = stmt.query_map([table], |r| r.get::<_, String>(0))?;
+    names.collect()
+}
+
+/// Reads what the file holds without writing to it. A reaper database is checked against the
+/// shape its version gives each table, so a missing table or column is reported once, here,
+/// as damage, instead of as "no such column" from some later query.
 pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
     let mut stmt = conn.prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
@@ -34,11 +47,33 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
     if !tables.iter().any(|t| t == SCHEMA_TABLE) {
         return Ok(Found::Foreign(tables));
     }
-    let version: Option<i64> = conn
+    // The version table first: without its columns there is no version to read.
+    for (table, expected) in shape_at(1).filter(|(t, _)| *t == SCHEMA_TABLE) {
+        if let Some(problem) = shape_problem(table, expected, &columns(conn, table)?) {
+            return Ok(Found::Damaged(problem));
+        }
+    }
+    // `version` is the INTEGER PRIMARY KEY, so MAX is an integer or NULL (no row).
+    let max: Option<i64> = conn
         .query_row(CURRENT_VERSION, [], |r| r.get(0))
         .optional()?
         .flatten();
-    Ok(Found::Reaper(stored_version(version)))
+    let version = match recorded_version(max) {
+        Ok(v) => v,
+        Err(problem) => return Ok(Found::Damaged(problem)),
+    };
+    if version > SCHEMA_VERSION {
+        // A newer schema is refused as such; its shape is not ours to judge.
+        return Ok(Found::Reaper(version));
+    }
+    for (table, expected) in shape_at(version) {
+        if let Some(problem) = shape_problem(table, expected, &columns(conn, table)?) {
+            return Ok(Found::Damaged(format!(
+                "{problem}, but reaper_schema says version {version}"
+            )));
+        }
+    }
+    Ok(Found::Reaper(version))
 }
 
 /// Brings the database to [`SCHEMA_VERSION`] in one immediate transaction. Re-inspects inside the
@@ -60,6 +95,8 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<Found> {
         )?;
     }
     tx.commit()?;
+    #[cfg(feature = "crash-points")]
+    crate::crash::commit_point();
     Ok(Found::Reaper(SCHEMA_VERSION))
 }
 
