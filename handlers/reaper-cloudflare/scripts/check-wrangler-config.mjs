@@ -22,6 +22,11 @@ need((config.migrations ?? []).some((m) => (m.new_sqlite_classes ?? []).includes
 need((config.d1_databases ?? []).some((d) => d.binding === "DB"), "no D1 binding DB");
 need((config.triggers?.crons ?? []).length > 0, "no cron trigger: nothing heals a lost alarm");
 need(Number.isInteger(config.limits?.cpu_ms), "no [limits] cpu_ms");
+need(config.observability?.enabled === true, "[observability] enabled is not true: the sweep's JSON log lines would reach no Workers Logs");
+for (const d1 of config.d1_databases ?? []) {
+  need(!/^0{8}-0{4}-0{4}-0{4}-0{12}$/.test(d1.database_id ?? ""),
+    `D1 binding ${d1.binding}: database_id is the all-zero placeholder; remove it (wrangler deploy binds database_name) or paste the id \`wrangler d1 create\` printed`);
+}
 for (const name of ["REAPER_DETACHED_TTL", "REAPER_SANDBOXD_URL"]) {
   need(typeof config.vars?.[name] === "string", `[vars] ${name} is required`);
 }

@@ -41,3 +41,15 @@ test("a secret in [vars] is refused and a wrongly typed limit fails the schema",
   assert.match(r.stderr, /REAPER_ADMIN_TOKEN is a secret/);
   assert.match(r.stderr, /\/limits\/cpu_ms must be number/);
 });
+
+test("a config without observability enabled is refused", () => {
+  const r = check(original.replace(/\[observability\]\nenabled = true/, "[observability]\nenabled = false"));
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /\[observability\] enabled is not true/);
+});
+
+test("a D1 binding with the all-zero placeholder database_id is refused", () => {
+  const r = check(original.replace('database_name = "reaper"', 'database_name = "reaper"\ndatabase_id = "00000000-0000-0000-0000-000000000000"'));
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /database_id is the all-zero placeholder/);
+});
