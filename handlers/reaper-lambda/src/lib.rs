@@ -10,7 +10,10 @@
 //!   never stack a second sweep on the next tick.
 //! - A bad configuration fails the *init* (one error log line naming every bad variable, then
 //!   the process exits non-zero before taking any event): Lambda reports `Runtime.ExitError`
-//!   for the invocation and re-runs init at the next tick, not in a loop.
+//!   for the invocation and re-runs init at the next tick, not in a loop. So does a budget
+//!   (`REAPER_BUDGET`, which the template sets to the function timeout, or
+//!   `AWS_LAMBDA_FUNCTION_TIMEOUT` where an emulator sets it) that leaves no room for one run
+//!   after the margin: it would deploy green and reap nothing, forever.
 //! - Each invocation logs one JSON summary and one CloudWatch Embedded Metric Format line
 //!   ([`emf`]).
 
@@ -23,8 +26,8 @@ use lambda_runtime::LambdaEvent;
 use reaper_core::Clock;
 use reaper_local::SystemClock;
 use reaper_serverless::{
-    build_deps, plan, run_sweep, ComposeError, ConfigError, ServerlessConfig, ServerlessDeps,
-    ServerlessReport,
+    build_deps, check_budget, plan, run_sweep, BudgetTooShort, ComposeError, ConfigError,
+    ServerlessConfig, ServerlessDeps, ServerlessReport,
 };
 use serde_json::Value;
 
@@ -35,6 +38,9 @@ pub const METRICS_NAMESPACE: &str = "REAPER_METRICS_NAMESPACE";
 /// Used only when the runtime gave no usable deadline (never in Lambda): Lambda's longest
 /// timeout.
 pub const FALLBACK_BUDGET: Duration = Duration::from_secs(900);
+/// The function timeout in whole seconds, where the environment says it (SAM local and the
+/// runtime interface emulator do; the Lambda service does not, hence `REAPER_BUDGET`).
+pub const FUNCTION_TIMEOUT: &str = "AWS_LAMBDA_FUNCTION_TIMEOUT";
 /// A deadline further in the past than this is not a real one (clock skew is far smaller).
 const MAX_CLOCK_SKEW_MS: i64 = 60_000;
 
@@ -58,11 +64,39 @@ pub fn invocation_deadline(runtime_deadline: u64, start: i64, budget: Option<Dur
     }
 }
 
+/// The shortest invocation budget known before the first event, and the setting it comes from
+/// (named as the operator changes it): the smaller of `REAPER_BUDGET` and
+/// `AWS_LAMBDA_FUNCTION_TIMEOUT`; `None` when neither is set (then only the first invocation's
+/// deadline tells).
+pub fn init_budget(
+    config: &ServerlessConfig,
+    get: impl Fn(&str) -> Option<String>,
+) -> Option<(Duration, &'static str)> {
+    let timeout = get(FUNCTION_TIMEOUT)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(|s| {
+            (
+                Duration::from_secs(s),
+                "the function timeout: the template's TimeoutSeconds",
+            )
+        });
+    let configured = config
+        .budget
+        .map(|b| (b, "REAPER_BUDGET: the template sets it to TimeoutSeconds"));
+    match (timeout, configured) {
+        (Some(t), Some(c)) => Some(if c.0 <= t.0 { c } else { t }),
+        (t, c) => t.or(c),
+    }
+}
+
 /// The function could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Budget(#[from] BudgetTooShort),
     #[error(transparent)]
     Compose(#[from] ComposeError),
 }
@@ -76,9 +110,13 @@ pub struct Function {
 }
 
 impl Function {
-    /// Reads the settings through `get` and builds every port (no request is made).
+    /// Reads the settings through `get`, refuses a budget that fits no run, and builds every
+    /// port (no request is made).
     pub async fn init(get: impl Fn(&str) -> Option<String>) -> Result<Function, InitError> {
         let config = ServerlessConfig::from_env(&get)?;
+        if let Some((budget, source)) = init_budget(&config, &get) {
+            check_budget(&config, budget, source)?;
+        }
         let deps = build_deps(&config).await?;
         let namespace = get(METRICS_NAMESPACE)
             .filter(|n| !n.is_empty())
@@ -140,7 +178,73 @@ fn log_summary(report: &ServerlessReport) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = [
+            ("REAPER_TABLE", "reaper-runs"),
+            ("REAPER_SANDBOXD_URL", "http://127.0.0.1:9"),
+            ("REAPER_SANDBOXD_TOKEN", "sandboxd-token-0123456789"),
+            ("REAPER_DETACHED_TTL", "30m"),
+            ("AWS_REGION", "us-east-1"),
+        ]
+        .iter()
+        .chain(pairs)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[tokio::test]
+    async fn a_timeout_that_fits_no_run_fails_the_init_naming_the_values_to_change() {
+        let err = Function::init(env(&[("REAPER_BUDGET", "60s")]))
+            .await
+            .unwrap_err();
+        let InitError::Budget(e) = &err else {
+            panic!("expected the budget refusal, got {err}");
+        };
+        assert_eq!(e.minimum_budget_ms, 61_000);
+        let text = err.to_string();
+        assert!(
+            text.contains("budget of 60s (REAPER_BUDGET: the template sets it to TimeoutSeconds)"),
+            "{text}"
+        );
+        assert!(text.contains("at least 61s"), "{text}");
+        assert!(Function::init(env(&[("REAPER_BUDGET", "61s")]))
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_emulators_function_timeout_is_checked_and_the_shorter_budget_wins() {
+        let err = Function::init(env(&[(FUNCTION_TIMEOUT, "30"), ("REAPER_BUDGET", "300s")]))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("budget of 30s (the function timeout: the template's TimeoutSeconds)"),
+            "{err}"
+        );
+        let config = ServerlessConfig::from_env(env(&[("REAPER_BUDGET", "90s")])).unwrap();
+        let source = |pairs: &[(&str, &str)]| init_budget(&config, env(pairs));
+        assert_eq!(
+            source(&[(FUNCTION_TIMEOUT, "120")]).map(|b| b.0),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            source(&[(FUNCTION_TIMEOUT, "not a number")]).map(|b| b.0),
+            Some(Duration::from_secs(90))
+        );
+        let unset = ServerlessConfig::from_env(env(&[])).unwrap();
+        assert_eq!(
+            init_budget(&unset, env(&[])),
+            None,
+            "nothing to check before the first event"
+        );
+        assert!(Function::init(env(&[])).await.is_ok());
+    }
 
     const NOW: i64 = 1_796_000_000_000;
 

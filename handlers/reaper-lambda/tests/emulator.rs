@@ -135,34 +135,31 @@ async fn of_two_overlapping_invocations_one_sweeps_and_the_other_reports_the_lea
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deadline_close_to_the_invocation_start_defers_runs_instead_of_overrunning() {
+async fn a_budget_that_fits_no_run_fails_the_init_with_one_line_naming_the_values_to_change() {
     let w = World::new().await;
-    let (one, one_sbx) = w.finished_run("one", 1_000).await;
-    let (two, _) = w.finished_run("two", 1_000).await;
-    // A one-second budget inside the default 15 s margin: no run can finish in time.
-    let _f = w.function(&[("REAPER_BUDGET", "1s"), ("REAPER_DEADLINE_MARGIN", "")]);
+    let (run, sbx) = w.finished_run("waiting", 1_000).await;
+    // 30 s minus the default 15 s margin leaves 15 s; one run may take 10 s + 50 ms + 11 s.
+    // Every tick would defer every run: refused before any event is taken.
+    let mut f = w.function(&[("REAPER_BUDGET", "30s"), ("REAPER_DEADLINE_MARGIN", "")]);
 
-    let started = Instant::now();
-    let report = w.emulator.sweep(&scheduled_event()).await;
-    assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(report["sweep"]["state"], "swept", "{report}");
-    assert_eq!(
-        (&report["considered"], &report["deferred"]),
-        (&json!(0), &json!(2)),
-        "{report}"
-    );
-    assert_eq!(report["plan"]["worstCaseRuns"], 0);
-    assert_eq!(report["plan"]["marginMs"], 15_000);
-    assert!(report["durationMs"].as_i64().unwrap() < 1_000);
-    for run in [&one, &two] {
-        let r = w.run(run).await;
-        assert_eq!(
-            (r.status, r.driver_epoch),
-            (RunStatus::Running, None),
-            "{run} was touched"
-        );
+    let status = f.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(1));
+    let lines = f.log_lines();
+    assert_eq!(lines.len(), 1, "{}", f.output());
+    assert_eq!(lines[0]["level"], "ERROR");
+    let error = lines[0]["fields"]["error"].as_str().unwrap();
+    for part in [
+        "no run can ever start",
+        "budget of 30s (REAPER_BUDGET",
+        "leaves 15s, less than the 21.050s one run may take",
+        "Raise the budget to at least 37s",
+        "lower REAPER_RUN_BUDGET, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
+    ] {
+        assert!(error.contains(part), "{part:?} missing from {error}");
     }
-    assert!(w.sandbox_exists(&one_sbx).await);
+    let r = w.run(&run).await;
+    assert_eq!((r.status, r.driver_epoch), (RunStatus::Running, None));
+    assert!(w.sandbox_exists(&sbx).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

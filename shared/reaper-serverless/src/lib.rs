@@ -22,6 +22,6 @@ pub use compose::{
     ServerlessReport,
 };
 pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
-pub use plan::{plan, SweepPlan};
+pub use plan::{check_budget, minimum_budget, plan, BudgetTooShort, SweepPlan};
 /// The wall clock the serverless handlers run on (their deadlines are wall time).
 pub use reaper_local::SystemClock;

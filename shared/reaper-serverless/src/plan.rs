@@ -55,27 +55,24 @@ pub struct SweepPlan {
 /// - `max_runs` stays the configured cap; `worst_case_runs = min(cap, (budget - margin) /
 ///   reserve)` is how many are guaranteed;
 /// - the sweep lease TTL is the budget (at least [`MIN_LEASE_TTL_MS`]).
+///
+/// A budget that fits no run at all is a configuration error: handlers refuse it at start-up
+/// with [`check_budget`].
 pub fn plan(
     config: &ServerlessConfig,
     owner: impl Into<String>,
     start: EpochMs,
     deadline: EpochMs,
 ) -> SweepPlan {
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let invocation_deadline = match config.budget {
         Some(b) => deadline.min(start.saturating_add(ms(b).min(i64::MAX as u64) as i64)),
         None => deadline,
     };
     let budget_ms = u64::try_from(invocation_deadline.saturating_sub(start)).unwrap_or(0);
-    let margin_ms = config
-        .deadline_margin
-        .map(ms)
-        .unwrap_or_else(|| ms(MIN_DEFAULT_MARGIN).max(budget_ms / 10));
+    let margin_ms = margin_ms(config, budget_ms);
     let run_budget_ms = ms(config.run_budget);
     let fence_quiet_ms = ms(config.fence_quiet);
-    let reserve_ms = config.per_run_reserve.map(ms).unwrap_or_else(|| {
-        run_budget_ms + fence_quiet_ms + 1_000 + ms(PROBE_AND_RECLAIM_ALLOWANCE)
-    });
+    let reserve_ms = reserve_ms(config);
     let usable_ms = budget_ms.saturating_sub(margin_ms);
     let sweep_deadline = start.saturating_add(usable_ms as i64);
     let fits = usize::try_from(usable_ms / reserve_ms.max(1)).unwrap_or(usize::MAX);
@@ -98,6 +95,126 @@ pub fn plan(
         max_runs: config.max_runs,
         worst_case_runs: fits.min(config.max_runs),
     }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `REAPER_DEADLINE_MARGIN`, default `max(15 s, budget / 10)`.
+fn margin_ms(config: &ServerlessConfig, budget_ms: u64) -> u64 {
+    config
+        .deadline_margin
+        .map(ms)
+        .unwrap_or_else(|| ms(MIN_DEFAULT_MARGIN).max(budget_ms / 10))
+}
+
+/// `REAPER_PER_RUN_RESERVE`, default run budget + fence quiet + 1 s + the probe and reclaim
+/// allowance.
+fn reserve_ms(config: &ServerlessConfig) -> u64 {
+    config.per_run_reserve.map(ms).unwrap_or_else(|| {
+        ms(config.run_budget) + ms(config.fence_quiet) + 1_000 + ms(PROBE_AND_RECLAIM_ALLOWANCE)
+    })
+}
+
+/// The shortest invocation budget that fits one worst-case run after the margin, in whole
+/// seconds (rounded up, which still fits: the usable time never shrinks as the budget grows).
+pub fn minimum_budget(config: &ServerlessConfig) -> Duration {
+    let reserve = reserve_ms(config);
+    let fits = |budget: u64| budget.saturating_sub(margin_ms(config, budget)) >= reserve;
+    let mut budget = match config.deadline_margin {
+        Some(margin) => reserve.saturating_add(ms(margin)),
+        // The default margin grows with the budget: start from the smaller of the two
+        // closed forms and step up to the first budget that fits.
+        None => reserve
+            .saturating_add(ms(MIN_DEFAULT_MARGIN))
+            .min(reserve.saturating_mul(10).div_ceil(9)),
+    };
+    while !fits(budget) {
+        budget += 1;
+    }
+    Duration::from_secs(budget.div_ceil(1_000))
+}
+
+/// A configuration whose invocation budget cannot fit a single run: every sweep would defer
+/// every run, deploy green and reap nothing, forever. Handlers refuse to start with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetTooShort {
+    pub budget_ms: u64,
+    /// Which setting the budget came from, named as the operator sets it.
+    pub budget_source: &'static str,
+    pub margin_ms: u64,
+    pub margin_configured: bool,
+    pub reserve_ms: u64,
+    pub reserve_configured: bool,
+    pub minimum_budget_ms: u64,
+}
+
+impl std::fmt::Display for BudgetTooShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let margin_source = if self.margin_configured {
+            "REAPER_DEADLINE_MARGIN"
+        } else {
+            "the REAPER_DEADLINE_MARGIN default: 15s or a tenth of the budget"
+        };
+        let (reserve_source, lower) = if self.reserve_configured {
+            (
+                "REAPER_PER_RUN_RESERVE",
+                "REAPER_PER_RUN_RESERVE or REAPER_DEADLINE_MARGIN",
+            )
+        } else {
+            (
+                "REAPER_RUN_BUDGET + REAPER_FENCE_QUIET + 11s",
+                "REAPER_RUN_BUDGET, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
+            )
+        };
+        write!(
+            f,
+            "no run can ever start: the invocation budget of {} ({}) minus the safety margin of \
+             {} ({margin_source}) leaves {}, less than the {} one run may take in the worst case \
+             ({reserve_source}). Raise the budget to at least {}, or lower {lower}",
+            secs(self.budget_ms),
+            self.budget_source,
+            secs(self.margin_ms),
+            secs(self.budget_ms.saturating_sub(self.margin_ms)),
+            secs(self.reserve_ms),
+            secs(self.minimum_budget_ms),
+        )
+    }
+}
+
+impl std::error::Error for BudgetTooShort {}
+
+fn secs(ms: u64) -> String {
+    if ms.is_multiple_of(1_000) {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{:.3}s", ms as f64 / 1_000.0)
+    }
+}
+
+/// Refuses a `budget` (named by `source`, e.g. `"REAPER_BUDGET"`) that leaves no room for one
+/// worst-case run after the margin, with the same arithmetic as [`plan`].
+pub fn check_budget(
+    config: &ServerlessConfig,
+    budget: Duration,
+    source: &'static str,
+) -> Result<(), BudgetTooShort> {
+    let budget_ms = ms(budget);
+    let margin_ms = margin_ms(config, budget_ms);
+    let reserve_ms = reserve_ms(config);
+    if budget_ms.saturating_sub(margin_ms) >= reserve_ms {
+        return Ok(());
+    }
+    Err(BudgetTooShort {
+        budget_ms,
+        budget_source: source,
+        margin_ms,
+        margin_configured: config.deadline_margin.is_some(),
+        reserve_ms,
+        reserve_configured: config.per_run_reserve.is_some(),
+        minimum_budget_ms: ms(minimum_budget(config)),
+    })
 }
 
 #[cfg(test)]
@@ -218,6 +335,96 @@ mod tests {
         let p = plan(&c, "me", START, START + 20_000);
         assert_eq!((p.margin_ms, p.reserve_ms), (2_000, 4_000));
         assert_eq!(p.worst_case_runs, 4);
+    }
+
+    #[test]
+    fn a_sixty_second_budget_is_refused_naming_the_values_to_change_and_the_minimum() {
+        // 60 s - the 15 s margin = 45 s < 30 s + 5 s + 11 s = 46 s: no run could ever start.
+        let e = check_budget(&config(), Duration::from_secs(60), "TimeoutSeconds").unwrap_err();
+        assert_eq!(
+            (e.budget_ms, e.margin_ms, e.reserve_ms, e.minimum_budget_ms),
+            (60_000, 15_000, 46_000, 61_000)
+        );
+        let text = e.to_string();
+        for part in [
+            "invocation budget of 60s (TimeoutSeconds)",
+            "safety margin of 15s",
+            "leaves 45s, less than the 46s one run may take",
+            "REAPER_RUN_BUDGET + REAPER_FENCE_QUIET + 11s",
+            "Raise the budget to at least 61s",
+            "lower REAPER_RUN_BUDGET, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from {text}");
+        }
+        assert!(check_budget(&config(), Duration::from_secs(61), "TimeoutSeconds").is_ok());
+    }
+
+    #[test]
+    fn the_minimum_budget_is_the_first_whole_second_that_plans_at_least_one_worst_case_run() {
+        let cases = [
+            (None, None, Duration::from_secs(30)),
+            (None, None, Duration::from_secs(240)),
+            (None, None, Duration::from_millis(1_234)),
+            (Some(Duration::from_secs(2)), None, Duration::from_secs(30)),
+            (
+                None,
+                Some(Duration::from_secs(400)),
+                Duration::from_secs(30),
+            ),
+            (
+                Some(Duration::ZERO),
+                Some(Duration::from_millis(1)),
+                Duration::from_secs(1),
+            ),
+        ];
+        for (margin, reserve, run_budget) in cases {
+            let mut c = config();
+            c.deadline_margin = margin;
+            c.per_run_reserve = reserve;
+            c.run_budget = run_budget;
+            let minimum = minimum_budget(&c);
+            let at = |budget: Duration| plan(&c, "me", START, START + budget.as_millis() as i64);
+            assert!(at(minimum).worst_case_runs >= 1, "{c:?}: {minimum:?}");
+            assert!(check_budget(&c, minimum, "b").is_ok());
+            let just_under = minimum - Duration::from_secs(1);
+            assert_eq!(at(just_under).worst_case_runs, 0, "{c:?}: {just_under:?}");
+            let e = check_budget(&c, just_under, "b").unwrap_err();
+            assert_eq!(e.minimum_budget_ms, minimum.as_millis() as u64);
+        }
+    }
+
+    #[test]
+    fn a_long_run_budget_needs_a_budget_whose_tenth_margin_still_leaves_one_run() {
+        // 240 s + 5 s + 11 s = 256 s of reserve; at 300 s the margin is 30 s: 270 s fit one run.
+        let mut c = config();
+        c.run_budget = Duration::from_secs(240);
+        assert!(check_budget(&c, Duration::from_secs(300), "b").is_ok());
+        // A 4.5-minute run budget does not: 286 s > 270 s. The minimum is ceil(286 / 0.9) s.
+        c.run_budget = Duration::from_secs(270);
+        let e = check_budget(&c, Duration::from_secs(300), "REAPER_BUDGET").unwrap_err();
+        assert_eq!((e.margin_ms, e.reserve_ms), (30_000, 286_000));
+        assert_eq!(e.minimum_budget_ms, 318_000);
+    }
+
+    #[test]
+    fn configured_margin_and_reserve_are_named_as_the_values_to_change() {
+        let mut c = config();
+        c.deadline_margin = Some(Duration::from_secs(20));
+        c.per_run_reserve = Some(Duration::from_secs(50));
+        let e = check_budget(&c, Duration::from_secs(60), "REAPER_BUDGET").unwrap_err();
+        assert_eq!(e.minimum_budget_ms, 70_000);
+        let text = e.to_string();
+        assert!(
+            text.contains("margin of 20s (REAPER_DEADLINE_MARGIN)"),
+            "{text}"
+        );
+        assert!(text.contains("(REAPER_PER_RUN_RESERVE)"), "{text}");
+        assert!(
+            text.ends_with(
+                "at least 70s, or lower REAPER_PER_RUN_RESERVE or REAPER_DEADLINE_MARGIN"
+            ),
+            "{text}"
+        );
     }
 
     /// Every run takes its whole reserve: the probe advances the manual clock by it.
