@@ -1,8 +1,10 @@
 //! Tidy checks: `infra/aws/template.yaml` agrees with the code and with the DynamoDB layout
 //! contract (`shared/reaper-dynamodb/LAYOUT.md`): table keys, indexes, TTL, IAM actions,
-//! environment variable names, the metric the alarm watches, the schedule's retry settings.
+//! environment variable names, the metrics the alarms watch, the schedule's retry settings, the
+//! failure destination, the logging, and `samconfig.toml`.
 //! cfn-lint checks the CloudFormation side (see `emulator.rs`); it does not schema-check the
-//! resources SAM generates, so the function's own settings are checked here.
+//! resources SAM generates, so the function's own settings are checked here, and `sam.rs`
+//! checks what SAM generates from them (the roles, the schedule).
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,7 @@ use serde_yaml::Value;
 
 const TEMPLATE: &str = include_str!("../../../infra/aws/template.yaml");
 const LAYOUT: &str = include_str!("../../../shared/reaper-dynamodb/LAYOUT.md");
+const SAMCONFIG: &str = include_str!("../../../infra/aws/samconfig.toml");
 
 /// The YAML with CloudFormation's short-form tags (`!Ref`, `!Sub`, `!GetAtt`…) kept as
 /// `{"!Ref": value}` maps, so plain lookups work and intrinsics stay visible.
@@ -299,7 +302,10 @@ fn the_schedule_is_an_exact_scheduler_tick_with_retries_off_and_a_short_event_ag
     let sweep = &p["Events"]["Sweep"];
     assert_eq!(s(&sweep["Type"]), "ScheduleV2");
     let sp = &sweep["Properties"];
-    assert_eq!(s(&sp["ScheduleExpression"]["!Ref"]), "ScheduleRate");
+    let expression = seq(&sp["ScheduleExpression"]["!FindInMap"]);
+    assert_eq!(s(&expression[0]), "Schedule");
+    assert_eq!(s(&expression[1]["!Ref"]), "ScheduleMinutes");
+    assert_eq!(s(&expression[2]), "Expression");
     assert_eq!(s(&sp["FlexibleTimeWindow"]["Mode"]), "OFF");
     assert_eq!(sp["RetryPolicy"]["MaximumRetryAttempts"].as_u64(), Some(0));
     assert_eq!(
@@ -339,4 +345,293 @@ fn the_alarm_watches_the_reclaim_failed_metric_the_function_emits() {
     assert_eq!(a["Threshold"].as_u64(), Some(0));
     let failed = props(&t, "SweepFailedAlarm");
     assert_eq!(s(&failed["MetricName"]), reaper_lambda::emf::SWEEP_FAILED);
+}
+
+/// The alarm resource `name`'s properties, checked to notify the stack's topic on both edges.
+fn alarm<'a>(t: &'a Value, name: &str) -> &'a Value {
+    let r = resource(t, name);
+    assert_eq!(s(&r["Type"]), "AWS::CloudWatch::Alarm", "{name}");
+    let p = &r["Properties"];
+    for actions in ["AlarmActions", "OKActions"] {
+        let targets = seq(&p[actions]);
+        assert_eq!(targets.len(), 1, "{name}.{actions}");
+        assert_eq!(s(&targets[0]["!Ref"]), "AlarmTopic", "{name}.{actions}");
+    }
+    p
+}
+
+fn dimension<'a>(alarm: &'a Value, name: &str) -> &'a Value {
+    let dims = seq(&alarm["Dimensions"]);
+    assert_eq!(dims.len(), 1);
+    assert_eq!(s(&dims[0]["Name"]), name);
+    &dims[0]["Value"]
+}
+
+#[test]
+fn a_second_stack_in_the_same_account_gets_its_own_schedule_because_the_name_is_omitted() {
+    let t = template();
+    let sp = &props(&t, "ReaperFunction")["Events"]["Sweep"]["Properties"];
+    assert_eq!(sp["OmitName"].as_bool(), Some(true));
+    assert!(
+        sp.get("Name").is_none(),
+        "a fixed name collides across stacks"
+    );
+}
+
+#[test]
+fn the_function_keeps_the_platforms_report_records_at_info_in_the_json_log_format() {
+    let t = template();
+    let logging = &props(&t, "ReaperFunction")["LoggingConfig"];
+    assert_eq!(s(&logging["SystemLogLevel"]), "INFO");
+    // SystemLogLevel is only accepted with the JSON format.
+    assert_eq!(s(&logging["LogFormat"]), "JSON");
+    assert_eq!(s(&logging["ApplicationLogLevel"]), "INFO");
+}
+
+#[test]
+fn errors_and_throttles_of_the_function_alarm_from_the_platforms_own_metrics() {
+    let t = template();
+    for (name, metric) in [
+        ("FunctionErrorsAlarm", "Errors"),
+        ("FunctionThrottlesAlarm", "Throttles"),
+    ] {
+        let a = alarm(&t, name);
+        assert_eq!(s(&a["Namespace"]), "AWS/Lambda", "{name}");
+        assert_eq!(s(&a["MetricName"]), metric);
+        assert_eq!(s(&dimension(a, "FunctionName")["!Ref"]), "ReaperFunction");
+        assert_eq!(s(&a["Statistic"]), "Sum");
+        assert_eq!(s(&a["ComparisonOperator"]), "GreaterThanThreshold");
+        assert_eq!(a["Threshold"].as_u64(), Some(0));
+        // No invocation, no datapoint: the heartbeat covers silence, these cover failures.
+        assert_eq!(s(&a["TreatMissingData"]), "notBreaching");
+    }
+}
+
+#[test]
+fn the_heartbeat_alarms_after_k_schedule_intervals_without_a_finished_sweep() {
+    let t = template();
+    let a = alarm(&t, "HeartbeatAlarm");
+    assert_eq!(s(&a["Namespace"]["!Ref"]), "MetricsNamespace");
+    // Every invocation that ends writes `duration` once; one that dies writes nothing.
+    assert_eq!(s(&a["MetricName"]), reaper_lambda::emf::DURATION);
+    assert!(reaper_lambda::emf::metrics()
+        .iter()
+        .any(|(name, _)| *name == reaper_lambda::emf::DURATION));
+    assert_eq!(
+        s(&dimension(a, reaper_lambda::emf::DIMENSION)["!Ref"]),
+        "ReaperFunction"
+    );
+    assert_eq!(s(&a["Statistic"]), "SampleCount");
+    assert_eq!(s(&a["ComparisonOperator"]), "LessThanThreshold");
+    assert_eq!(a["Threshold"].as_u64(), Some(1));
+    assert_eq!(s(&a["TreatMissingData"]), "breaching");
+    assert_eq!(s(&a["EvaluationPeriods"]["!Ref"]), "HeartbeatMissedTicks");
+    assert_eq!(s(&a["DatapointsToAlarm"]["!Ref"]), "HeartbeatMissedTicks");
+    let period = seq(&a["Period"]["!FindInMap"]);
+    assert_eq!(s(&period[0]), "Schedule");
+    assert_eq!(s(&period[1]["!Ref"]), "ScheduleMinutes");
+    assert_eq!(s(&period[2]), "PeriodSeconds");
+
+    // One period is one schedule interval, for every interval the template accepts; and K
+    // periods stay within CloudWatch's one-day evaluation range.
+    let k = &t["Parameters"]["HeartbeatMissedTicks"];
+    assert!(
+        k["MinValue"].as_u64().unwrap() >= 2,
+        "one late metric must not alarm"
+    );
+    let max_k = k["MaxValue"].as_u64().unwrap();
+    let minutes = &t["Parameters"]["ScheduleMinutes"];
+    let allowed: Vec<&str> = seq(&minutes["AllowedValues"]).iter().map(s).collect();
+    assert!(allowed.contains(&s(&minutes["Default"])));
+    let mapping = t["Mappings"]["Schedule"].as_mapping().unwrap();
+    assert_eq!(
+        mapping.keys().map(s).collect::<Vec<_>>(),
+        allowed,
+        "one mapping entry per allowed interval"
+    );
+    for (key, entry) in mapping {
+        let n: u64 = s(key).parse().unwrap();
+        let unit = if n == 1 { "minute" } else { "minutes" };
+        assert_eq!(s(&entry["Expression"]), format!("rate({n} {unit})"));
+        let period = entry["PeriodSeconds"].as_u64().unwrap();
+        assert_eq!(period, n * 60);
+        assert!(
+            period * max_k <= 86_400,
+            "{n} minutes x {max_k} exceeds a day"
+        );
+    }
+}
+
+#[test]
+fn failed_invocations_and_undeliverable_ticks_land_in_one_queue_that_alarms() {
+    let t = template();
+    let p = props(&t, "ReaperFunction");
+    let on_failure = &p["EventInvokeConfig"]["DestinationConfig"]["OnFailure"];
+    assert_eq!(s(&on_failure["Type"]), "SQS");
+    assert_eq!(
+        s(&on_failure["Destination"]["!GetAtt"]),
+        "FailedInvocationsQueue.Arn"
+    );
+    let dlq = &p["Events"]["Sweep"]["Properties"]["DeadLetterConfig"];
+    assert_eq!(s(&dlq["Arn"]["!GetAtt"]), "FailedInvocationsQueue.Arn");
+    assert_eq!(
+        s(&resource(&t, "FailedInvocationsQueue")["Type"]),
+        "AWS::SQS::Queue"
+    );
+    let q = props(&t, "FailedInvocationsQueue");
+    assert_eq!(q["MessageRetentionPeriod"].as_u64(), Some(14 * 24 * 3600));
+    assert_eq!(q["SqsManagedSseEnabled"].as_bool(), Some(true));
+
+    let a = alarm(&t, "FailedInvocationsAlarm");
+    assert_eq!(s(&a["Namespace"]), "AWS/SQS");
+    assert_eq!(s(&a["MetricName"]), "ApproximateNumberOfMessagesVisible");
+    assert_eq!(
+        s(&dimension(a, "QueueName")["!GetAtt"]),
+        "FailedInvocationsQueue.QueueName"
+    );
+    assert_eq!(s(&a["ComparisonOperator"]), "GreaterThanThreshold");
+    assert_eq!(a["Threshold"].as_u64(), Some(0));
+}
+
+#[test]
+fn every_alarm_notifies_the_stacks_topic_and_an_email_subscription_is_optional() {
+    let t = template();
+    let alarms: Vec<&str> = t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| s(&r["Type"]) == "AWS::CloudWatch::Alarm")
+        .map(|(name, _)| s(name))
+        .collect();
+    assert_eq!(
+        alarms,
+        [
+            "ReclaimFailedAlarm",
+            "SweepFailedAlarm",
+            "HeartbeatAlarm",
+            "FunctionErrorsAlarm",
+            "FunctionThrottlesAlarm",
+            "FailedInvocationsAlarm"
+        ]
+    );
+    for name in alarms {
+        alarm(&t, name);
+    }
+    assert_eq!(s(&resource(&t, "AlarmTopic")["Type"]), "AWS::SNS::Topic");
+    let sub = resource(&t, "AlarmEmailSubscription");
+    assert_eq!(s(&sub["Condition"]), "HasAlarmEmail");
+    assert_eq!(s(&sub["Properties"]["Protocol"]), "email");
+    assert_eq!(s(&sub["Properties"]["TopicArn"]["!Ref"]), "AlarmTopic");
+    assert_eq!(s(&t["Parameters"]["AlarmEmail"]["Default"]), "");
+    assert_eq!(
+        s(&t["Outputs"]["AlarmTopic"]["Value"]["!Ref"]),
+        "AlarmTopic"
+    );
+}
+
+#[test]
+fn the_function_is_told_its_timeout_as_its_budget() {
+    let t = template();
+    let p = props(&t, "ReaperFunction");
+    assert_eq!(s(&p["Timeout"]["!Ref"]), "TimeoutSeconds");
+    assert_eq!(
+        s(&p["Environment"]["Variables"][reaper_serverless::config::BUDGET]["!Sub"]),
+        "${TimeoutSeconds}s"
+    );
+}
+
+/// The function's environment as the template's parameter defaults make it.
+fn default_environment(t: &Value) -> impl Fn(&str) -> Option<String> {
+    let default = |name: &str| {
+        let d = &t["Parameters"][name]["Default"];
+        d.as_str()
+            .map(str::to_string)
+            .or_else(|| d.as_u64().map(|n| n.to_string()))
+            .unwrap_or_else(|| panic!("parameter {name} has no default"))
+    };
+    let map: std::collections::HashMap<String, String> = [
+        ("REAPER_TABLE", "reaper-runs".to_string()),
+        (
+            "REAPER_SANDBOXD_URL",
+            "https://sandboxes.example.com".into(),
+        ),
+        ("REAPER_SANDBOXD_TOKEN", "token-0123456789abcdef".into()),
+        ("REAPER_DETACHED_TTL", default("DetachedTtl")),
+        ("REAPER_RUN_BUDGET", default("RunBudget")),
+        ("REAPER_MAX_RUNS", default("MaxRuns")),
+        ("REAPER_BUDGET", format!("{}s", default("TimeoutSeconds"))),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    move |k| map.get(k).cloned()
+}
+
+#[test]
+fn the_default_timeout_fits_at_least_one_run_with_the_shipped_defaults() {
+    let t = template();
+    let env = default_environment(&t);
+    let config = reaper_serverless::ServerlessConfig::from_env(&env).unwrap();
+    let (budget, source) = reaper_lambda::init_budget(&config, &env).expect("a budget");
+    assert_eq!(
+        budget.as_secs(),
+        t["Parameters"]["TimeoutSeconds"]["Default"]
+            .as_u64()
+            .unwrap()
+    );
+    reaper_serverless::check_budget(&config, budget, source).unwrap();
+    let minimum = reaper_serverless::minimum_budget(&config);
+    // The parameter's description tells the operator the same number.
+    let described = s(&t["Parameters"]["TimeoutSeconds"]["Description"]);
+    assert!(
+        described.contains(&format!("at least {} s", minimum.as_secs())),
+        "TimeoutSeconds' description does not state the minimum {minimum:?}: {described}"
+    );
+}
+
+fn samconfig() -> toml_edit::DocumentMut {
+    SAMCONFIG.parse().expect("samconfig.toml is TOML")
+}
+
+#[test]
+fn the_committed_samconfig_deploys_two_stacks_with_iam_capability_and_known_parameters() {
+    let t = template();
+    let doc = samconfig();
+    assert_eq!(doc["version"].as_float(), Some(0.1));
+    let mut stacks = Vec::new();
+    for (env, _) in doc.iter().filter(|(k, _)| *k != "version") {
+        let stack = doc[env]["global"]["parameters"]["stack_name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("[{env}] has no stack_name"));
+        stacks.push(stack.to_string());
+        let deploy = &doc[env]["deploy"]["parameters"];
+        assert_eq!(
+            deploy["capabilities"].as_str(),
+            Some("CAPABILITY_IAM"),
+            "[{env}]"
+        );
+        assert_eq!(deploy["confirm_changeset"].as_bool(), Some(true), "[{env}]");
+        if let Some(overrides) = deploy.get("parameter_overrides") {
+            for pair in overrides.as_str().unwrap().split_whitespace() {
+                let (name, value) = pair.split_once('=').unwrap();
+                let param = t["Parameters"]
+                    .get(name)
+                    .unwrap_or_else(|| panic!("[{env}] overrides unknown parameter {name}"));
+                if let Some(allowed) = param.get("AllowedValues") {
+                    assert!(
+                        seq(allowed)
+                            .iter()
+                            .any(|v| format!("{v:?}").contains(value)),
+                        "[{env}] {name}={value} is not allowed"
+                    );
+                }
+            }
+        }
+    }
+    stacks.sort();
+    stacks.dedup();
+    assert!(
+        stacks.len() >= 2,
+        "two stacks show the names do not collide: {stacks:?}"
+    );
 }
