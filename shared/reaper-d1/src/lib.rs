@@ -18,6 +18,7 @@
 mod client;
 mod instances;
 mod leases;
+mod ledger;
 mod log;
 mod row;
 mod runs;

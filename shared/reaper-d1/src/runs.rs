@@ -15,10 +15,17 @@ pub(crate) fn parse_status(raw: &str, run_id: &str) -> Result<RunStatus, StoreEr
     RunStatus::parse(raw).ok_or_else(|| corrupt(run_id, sql::unknown_status(raw)))
 }
 
-/// Decodes one row selected with [`sql::COLUMNS`]; anything that does not parse is corrupt.
-fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
-    let run_id = row.text("run_id", "<unreadable run_id>")?;
+/// Decodes one row selected with [`sql::COLUMNS`], column by column with typed checks;
+/// anything that does not parse is corrupt, named by its run (`unreadable` when the run id
+/// itself is what does not parse).
+fn decode_run(row: &Row, unreadable: &str) -> Result<RunRecord, StoreError> {
+    let run_id = row.text("run_id", unreadable)?;
     let id = run_id.as_str();
+    let instant = |column: &str| -> Result<Option<i64>, StoreError> {
+        row.opt_int(column, id)?
+            .map(|v| sql::instant(column, v).map_err(|reason| corrupt(id, reason)))
+            .transpose()
+    };
     let status = parse_status(&row.text("status", id)?, id)?;
     let error = sql::error(
         row.opt_text("error_message", id)?,
@@ -38,12 +45,13 @@ fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
     Ok(RunRecord {
         thread_id: row.text("thread_id", id)?,
         status,
-        started_at: row.int("started_at", id)?,
-        finished_at: row.opt_int("finished_at", id)?,
+        started_at: sql::instant("started_at", row.int("started_at", id)?)
+            .map_err(|reason| corrupt(id, reason))?,
+        finished_at: instant("finished_at")?,
         error,
         usage,
         sandbox_key: row.opt_text("sandbox_key", id)?,
-        detached_since: row.opt_int("detached_since", id)?,
+        detached_since: instant("detached_since")?,
         cancel_requested,
         driver_epoch,
         run_id,
@@ -51,7 +59,9 @@ fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
 }
 
 fn decode_all(rows: &[Row]) -> Result<Vec<RunRecord>, StoreError> {
-    rows.iter().map(decode_run).collect()
+    rows.iter()
+        .map(|row| decode_run(row, "<unreadable run_id>"))
+        .collect()
 }
 
 fn select_run(run_id: &str) -> Statement {
@@ -228,7 +238,8 @@ impl RunStore for D1Store {
             corrupt: Vec::new(),
         };
         for row in self.reclaimable_rows(now, ttl_ms).await? {
-            match decode_run(&row) {
+            let rowid = row.opt_int("rowid", "runs").ok().flatten();
+            match decode_run(&row, &sql::row_key(rowid)) {
                 Ok(record) => listing.runs.push(record),
                 Err(e @ StoreError::Corrupt { .. }) => listing.corrupt.push(e),
                 Err(e) => return Err(e),
