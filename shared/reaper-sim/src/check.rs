@@ -238,7 +238,16 @@ fn check_run(
     // Same outcome as without the crash: a finalized status says exactly what the journal says.
     let finalized = match record.status {
         RunStatus::Completed => {
-            if want.ending != Some(Ending::Exit(0)) || !complete || last.is_some_and(Chunk::is_run_error) {
+            if last.is_some_and(Chunk::is_run_error) {
+                trace.violate(
+                    "completed-log-ends-in-run-error",
+                    format!(
+                        "{id} is completed but its delivery log ends with {:?}: a reader is told \
+                         the run failed",
+                        last
+                    ),
+                );
+            } else if want.ending != Some(Ending::Exit(0)) || !complete {
                 trace.violate(
                     "wrong-outcome",
                     format!(

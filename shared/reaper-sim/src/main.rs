@@ -50,7 +50,7 @@ fn print_failure(report: &SeedReport, trace_lines: usize) {
     for extra in &report.violations[1..] {
         println!("  also: {extra}");
     }
-    let tail = &report.trace_tail[report.trace_tail.len().saturating_sub(trace_lines)..];
+    let tail = &report.trace[report.trace.len().saturating_sub(trace_lines)..];
     for line in tail {
         println!("    {line}");
     }
@@ -73,7 +73,7 @@ fn main() -> ExitCode {
                 println!("seed {seed}: no violation ({:?})", report.stats);
                 ExitCode::SUCCESS
             } else {
-                print_failure(&report, 40);
+                print_failure(&report, usize::MAX);
                 ExitCode::FAILURE
             }
         }

@@ -35,8 +35,8 @@ const CLEAN_SWEEPS: usize = 4;
 pub struct SeedReport {
     pub seed: u64,
     pub violations: Vec<Violation>,
-    /// The last lines of the trace, for the repro.
-    pub trace_tail: Vec<String>,
+    /// The whole event trace (the binary prints its tail with a repro).
+    pub trace: Vec<String>,
     pub stats: Stats,
 }
 
@@ -178,7 +178,7 @@ pub fn run_seed(seed: u64) -> SeedReport {
     SeedReport {
         seed,
         violations: trace.violations(),
-        trace_tail: trace.tail(40),
+        trace: trace.tail(usize::MAX),
         stats,
     }
 }
@@ -302,8 +302,9 @@ async fn viewer_returns(s: &Shared, run_id: &str, hold_ms: u64) {
             }
         }
     };
-    if claim.record.cancel_requested == Some(true) {
-        s.trace.event(format!("{who} finds a recorded cancel; leaves"));
+    if claim.record.cancel_requested == Some(true) || claim.signal().is_cancelled() {
+        s.trace
+            .event(format!("{who} finds a recorded cancel or a lost claim; leaves"));
         claim.release(&chaos).await;
         return;
     }
@@ -313,12 +314,26 @@ async fn viewer_returns(s: &Shared, run_id: &str, hold_ms: u64) {
         ..RunPatch::default()
     };
     if chaos.update(run_id, attach).await.is_ok() {
-        s.trace.event(format!("{who} is attached"));
+        let live = s.trace.holds_claim(run_id, &who);
+        s.trace.event(format!("{who} is attached (claim current: {live})"));
         let stay = s.time.sleep(hold_ms);
         let keep = claim.keep_alive(&chaos, &s.time, &s.time, ttl);
         futures::pin_mut!(stay, keep);
         if let Either::Right((never, _)) = select(stay, keep).await {
             match never {}
+        }
+        // A viewer who came back must not be poisoned: a cancel recorded while it was attached
+        // means a sweep's expiry re-check and its cancel were not atomic with respect to it.
+        let record = RunStore::get(&s.store, run_id).await.expect("memory store");
+        if let Some(r) = record.filter(|r| r.cancel_requested == Some(true)) {
+            s.trace.violate(
+                "viewer-poisoned",
+                format!(
+                    "{who} came back to {run_id} (its claim current when it attached: {live}) \
+                     and a sweep recorded a cancel while it was attached (status {})",
+                    r.status
+                ),
+            );
         }
     }
     drop(guard);

@@ -26,14 +26,11 @@ impl std::fmt::Display for Violation {
 struct State {
     events: Vec<String>,
     violations: Vec<Violation>,
-    seq: u64,
-    /// Drivers of each run right now: (who, when it started, as an event sequence number).
-    drivers: BTreeMap<String, Vec<(u64, String, u64)>>,
+    /// Drivers of each run right now: (id, who, the claim lease grant it held when it started).
+    drivers: BTreeMap<String, Vec<(u64, String, Option<String>)>>,
     next_driver: u64,
-    /// The grant each lease key was last given and not released: (owner, token).
+    /// The grant each lease key was last given, unless released: (owner, token).
     leases: BTreeMap<String, (String, String)>,
-    /// The last time (sequence number) a lease key was taken over after expiring unreleased.
-    takeovers: BTreeMap<String, u64>,
     /// The greatest epoch whose fenced write landed, per run.
     landed_epoch: BTreeMap<String, u64>,
     /// How many faults were injected.
@@ -79,10 +76,8 @@ impl Trace {
     /// Appends a line to the trace, stamped with the virtual time.
     pub fn event(&self, line: impl AsRef<str>) {
         let now = self.time.now();
-        let mut s = self.lock();
-        s.seq += 1;
         let line = format!("t={now} {}", line.as_ref());
-        s.events.push(line);
+        self.lock().events.push(line);
     }
 
     pub fn violate(&self, invariant: &'static str, detail: impl Into<String>) {
@@ -111,34 +106,40 @@ impl Trace {
     }
 
     /// Records that `who` starts driving `run_id`. Two drivers of one run at once break "two
-    /// sweeps never both drive a run" — unless the run's claim lease was taken over (it expired
-    /// unreleased) after the earlier driver started: then the earlier one has lost its claim and
-    /// its writes are fenced out, which [`Trace::landed`] checks.
+    /// sweeps never both drive a run" when the earlier one still holds the run's current claim
+    /// lease grant: then the newcomer drives without the claim. A driver whose grant was taken
+    /// over (it expired unreleased, or was dead on arrival) is not a clash — its claim is lost
+    /// and its writes are fenced out, which [`Trace::landed`] checks.
     pub fn start_driving(&self, run_id: &str, who: &str) -> DriverGuard {
         let key = reaper_core::claim::run_driver_lock_key(run_id);
         let mut s = self.lock();
-        let takeover = s.takeovers.get(&key).copied().unwrap_or(0);
+        let current = s.leases.get(&key).cloned();
+        let mine = current
+            .as_ref()
+            .filter(|(owner, _)| owner == who)
+            .map(|(_, token)| token.clone());
         let clash: Vec<String> = s
             .drivers
             .get(run_id)
             .into_iter()
             .flatten()
-            .filter(|(_, _, since)| *since >= takeover)
+            .filter(|(_, _, token)| {
+                token.is_some() && token.as_ref() == current.as_ref().map(|(_, t)| t)
+            })
             .map(|(_, other, _)| other.clone())
             .collect();
         s.next_driver += 1;
         let id = s.next_driver;
-        let since = s.seq;
         s.drivers
             .entry(run_id.to_string())
             .or_default()
-            .push((id, who.to_string(), since));
+            .push((id, who.to_string(), mine));
         drop(s);
         self.event(format!("{who} drives {run_id}"));
         for other in clash {
             self.violate(
                 "two-drivers",
-                format!("{who} started driving {run_id} while {other} was driving it under an unexpired claim"),
+                format!("{who} started driving {run_id} while {other} was driving it under the run's live claim"),
             );
         }
         DriverGuard {
@@ -148,18 +149,17 @@ impl Trace {
         }
     }
 
+    /// Whether `who` holds the current grant of `run_id`'s claim lease.
+    pub fn holds_claim(&self, run_id: &str, who: &str) -> bool {
+        let key = reaper_core::claim::run_driver_lock_key(run_id);
+        self.lock().leases.get(&key).is_some_and(|(owner, _)| owner == who)
+    }
+
     /// A lease grant landed in the store.
     pub fn lease_granted(&self, key: &str, owner: &str, token: &str) {
-        let mut s = self.lock();
-        s.seq += 1;
-        let seq = s.seq;
-        let previous = s
+        self.lock()
             .leases
             .insert(key.to_string(), (owner.to_string(), token.to_string()));
-        if previous.is_some() {
-            // Granted while an earlier grant was never released: that one expired.
-            s.takeovers.insert(key.to_string(), seq);
-        }
     }
 
     /// A lease release landed in the store.
@@ -197,9 +197,14 @@ mod tests {
         Trace::new(VirtualTime::new(0))
     }
 
+    fn grant(t: &Trace, run: &str, owner: &str, token: &str) {
+        t.lease_granted(&reaper_core::claim::run_driver_lock_key(run), owner, token);
+    }
+
     #[test]
-    fn two_drivers_of_one_run_under_a_live_claim_are_a_violation() {
+    fn driving_a_run_whose_live_claim_another_driver_holds_is_a_violation() {
         let t = trace();
+        grant(&t, "r1", "sweeper-a", "1");
         let _a = t.start_driving("r1", "sweeper-a");
         let _b = t.start_driving("r1", "sweeper-b");
         assert_eq!(t.violations().len(), 1);
@@ -209,8 +214,11 @@ mod tests {
     #[test]
     fn a_finished_drive_or_another_run_is_no_clash() {
         let t = trace();
+        grant(&t, "r1", "a", "1");
         drop(t.start_driving("r1", "a"));
+        grant(&t, "r1", "b", "2");
         let _b = t.start_driving("r1", "b");
+        grant(&t, "r2", "c", "3");
         let _c = t.start_driving("r2", "c");
         assert!(t.violations().is_empty());
     }
@@ -218,24 +226,11 @@ mod tests {
     #[test]
     fn a_takeover_after_an_expired_lease_excuses_the_overlap() {
         let t = trace();
-        let key = reaper_core::claim::run_driver_lock_key("r1");
-        t.lease_granted(&key, "a", "1");
+        grant(&t, "r1", "a", "1");
         let _a = t.start_driving("r1", "a");
-        t.lease_granted(&key, "b", "2"); // a's lease expired unreleased
+        grant(&t, "r1", "b", "2"); // a's lease expired unreleased
         let _b = t.start_driving("r1", "b");
         assert!(t.violations().is_empty(), "{:?}", t.violations());
-    }
-
-    #[test]
-    fn a_released_lease_granted_again_is_no_takeover() {
-        let t = trace();
-        let key = reaper_core::claim::run_driver_lock_key("r1");
-        t.lease_granted(&key, "a", "1");
-        let _a = t.start_driving("r1", "a");
-        t.lease_released(&key, "1");
-        t.lease_granted(&key, "b", "2");
-        let _b = t.start_driving("r1", "b");
-        assert_eq!(t.violations().len(), 1);
     }
 
     #[test]
