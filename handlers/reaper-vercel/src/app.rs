@@ -8,8 +8,8 @@ use std::time::Duration;
 use http::Response;
 use reaper_core::{Clock, EpochMs};
 use reaper_serverless::{
-    build_deps, plan, run_sweep, ComposeError, ConfigError, ServerlessConfig, ServerlessDeps,
-    ServerlessReport,
+    build_deps, check_budget, plan, run_sweep, BudgetTooShort, ComposeError, ConfigError,
+    ServerlessConfig, ServerlessDeps, ServerlessReport,
 };
 
 use crate::auth::{CronSecret, SecretError, CRON_SECRET_ENV};
@@ -74,7 +74,17 @@ pub enum StartupError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
+    Budget(#[from] BudgetTooShort),
+    #[error(transparent)]
     Compose(#[from] ComposeError),
+}
+
+/// Where the budget came from, as the deployer changes it.
+fn budget_source(configured: Option<Duration>) -> &'static str {
+    match configured {
+        Some(_) => "REAPER_BUDGET: keep it equal to maxDuration in vercel.json",
+        None => "REAPER_BUDGET unset: vercel.json's maxDuration",
+    }
 }
 
 /// The function: its secret, its budget, its sweep and a clock.
@@ -99,7 +109,8 @@ impl std::fmt::Debug for App {
 impl App {
     /// Reads `CRON_SECRET` and the shared settings through `get`, and builds the stores and the
     /// sandboxd client (no request is made). An unset secret starts a function that refuses
-    /// every request; a padded one, or any bad setting, does not start.
+    /// every request; a padded one, any bad setting, or a budget that fits no run after the
+    /// margin (every cron would answer 200 and reap nothing) does not start.
     pub async fn from_env(
         get: impl Fn(&str) -> Option<String>,
         clock: Arc<dyn Clock>,
@@ -107,10 +118,12 @@ impl App {
         let secret = get(CRON_SECRET_ENV);
         let secret = CronSecret::from_env_value(secret.as_deref().map(std::ffi::OsStr::new))?;
         let config = ServerlessConfig::from_env(get)?;
+        let budget = budget(config.budget);
+        check_budget(&config, budget, budget_source(config.budget))?;
         let deps = build_deps(&config).await?;
         Ok(App {
             secret,
-            budget: budget(config.budget),
+            budget,
             sweeper: Arc::new(ServerlessSweeper::new(config, deps)),
             clock,
         })
@@ -314,6 +327,38 @@ pub(crate) mod tests {
         pairs.push(("REAPER_BUDGET", "90s"));
         let app = App::from_env(env(&pairs), clock).await.unwrap();
         assert_eq!(app.budget, Duration::from_secs(90));
+    }
+
+    #[tokio::test]
+    async fn start_up_refuses_a_budget_that_fits_no_run_naming_the_values_to_change() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let mut pairs = SETTINGS.to_vec();
+        pairs.push((CRON_SECRET_ENV, SECRET));
+        // A 4.5-minute run budget at the default 300 s: 270 s usable, 286 s per run.
+        pairs.push(("REAPER_RUN_BUDGET", "270s"));
+        let err = App::from_env(env(&pairs), clock.clone()).await.unwrap_err();
+        let StartupError::Budget(e) = &err else {
+            panic!("expected the budget refusal, got {err}");
+        };
+        assert_eq!(e.minimum_budget_ms, 318_000);
+        let text = err.to_string();
+        assert!(
+            text.contains("budget of 300s (REAPER_BUDGET unset: vercel.json's maxDuration)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("at least 318s, or lower REAPER_RUN_BUDGET"),
+            "{text}"
+        );
+
+        pairs.push(("REAPER_BUDGET", "20s"));
+        pairs.retain(|(k, _)| *k != "REAPER_RUN_BUDGET");
+        let err = App::from_env(env(&pairs), clock).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("budget of 20s (REAPER_BUDGET: keep it equal to maxDuration"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -184,6 +184,19 @@ async fn a_missing_setting_stops_the_function_at_start_up_naming_it() {
 }
 
 #[tokio::test]
+async fn a_budget_that_fits_no_run_stops_the_function_at_start_up_saying_what_to_change() {
+    let world = World::new().await;
+    let mut env = world.env(Some(&world.secret));
+    env.push(("REAPER_BUDGET".into(), "30s".into()));
+    let (status, output) = run_to_exit(&env, world.tmp.path()).await;
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("no run can ever start"), "{output}");
+    assert!(output.contains("budget of 30s (REAPER_BUDGET"), "{output}");
+    assert!(output.contains("Raise the budget to at least"), "{output}");
+    assert!(!output.contains("Dev server listening"), "{output}");
+}
+
+#[tokio::test]
 async fn a_lease_store_that_cannot_be_used_is_503_with_the_report_saying_why() {
     let world = World::new().await;
     let env: Vec<(String, String)> = world

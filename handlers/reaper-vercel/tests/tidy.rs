@@ -61,6 +61,23 @@ fn max_duration_equals_the_budget_the_handler_assumes() {
 }
 
 #[test]
+fn max_duration_fits_at_least_one_run_with_the_shipped_defaults() {
+    let json = vercel_json();
+    let max = json["functions"][FUNCTION]["maxDuration"].as_u64().unwrap();
+    // The settings a deployer must give, and nothing else: every other one at its default.
+    let required = |k: &str| match k {
+        "REAPER_TABLE" => Some("reaper-runs".to_string()),
+        "REAPER_SANDBOXD_URL" => Some("https://sandboxes.example.com".into()),
+        "REAPER_SANDBOXD_TOKEN" => Some("token-0123456789abcdef".into()),
+        "REAPER_DETACHED_TTL" => Some("30m".into()),
+        _ => None,
+    };
+    let config = reaper_serverless::ServerlessConfig::from_env(required).unwrap();
+    reaper_serverless::check_budget(&config, std::time::Duration::from_secs(max), "maxDuration")
+        .unwrap();
+}
+
+#[test]
 fn the_output_directory_holds_no_source_so_none_is_published() {
     let json = vercel_json();
     let dir = json["outputDirectory"]
