@@ -21,6 +21,9 @@ pub use reaper_e2e::util::{client, eventually, free_port, unique};
 
 pub const CARGO_LAMBDA_VERSION: &str = "1.9.2";
 pub const CFN_LINT_VERSION: &str = "1.58.0";
+/// cfn-lint 1.58 no longer pulls it in; with it, cfn-lint also lints what SAM generates, and
+/// `sam.rs` reads the generated resources.
+pub const SAM_TRANSLATOR_VERSION: &str = "1.110.0";
 /// The function name the emulator serves in `--only-lambda-apis` mode.
 const EMULATED_FUNCTION: &str = "_";
 
@@ -28,8 +31,9 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A virtualenv holding cargo-lambda and cfn-lint from PyPI: `REAPER_LAMBDA_VENV`, default
-/// `target/venv-lambda`; created and filled on first use.
+/// A virtualenv holding cargo-lambda, cfn-lint and the SAM translator from PyPI:
+/// `REAPER_LAMBDA_VENV`, default `target/venv-lambda`; created and filled on first use (and
+/// topped up when a pinned version changes: the marker names them all).
 pub fn tools() -> PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
     static INSTALL: Mutex<()> = Mutex::new(());
@@ -39,22 +43,31 @@ pub fn tools() -> PathBuf {
             .map(PathBuf::from)
             .unwrap_or_else(|| workspace_root().join("target/venv-lambda"));
         let bin = venv.join("bin");
-        if !bin.join("cargo-lambda").exists() || !bin.join("cfn-lint").exists() {
-            let ok = std::process::Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .expect("run python3 -m venv")
-                .success();
-            assert!(ok, "python3 -m venv {} failed", venv.display());
+        let pins = [
+            format!("cargo-lambda=={CARGO_LAMBDA_VERSION}"),
+            format!("cfn-lint=={CFN_LINT_VERSION}"),
+            format!("aws-sam-translator=={SAM_TRANSLATOR_VERSION}"),
+        ];
+        let marker = venv.join("reaper-tools.txt");
+        let installed = std::fs::read_to_string(&marker).unwrap_or_default();
+        if installed != pins.join("\n") {
+            if !bin.join("pip").exists() {
+                let ok = std::process::Command::new("python3")
+                    .args(["-m", "venv"])
+                    .arg(&venv)
+                    .status()
+                    .expect("run python3 -m venv")
+                    .success();
+                assert!(ok, "python3 -m venv {} failed", venv.display());
+            }
             let ok = std::process::Command::new(bin.join("pip"))
                 .args(["install", "--quiet"])
-                .arg(format!("cargo-lambda=={CARGO_LAMBDA_VERSION}"))
-                .arg(format!("cfn-lint=={CFN_LINT_VERSION}"))
+                .args(&pins)
                 .status()
                 .expect("run pip install")
                 .success();
-            assert!(ok, "pip install cargo-lambda and cfn-lint failed");
+            assert!(ok, "pip install {pins:?} failed");
+            std::fs::write(&marker, pins.join("\n")).expect("write the venv marker");
         }
         bin
     })
