@@ -147,8 +147,20 @@ impl App {
         };
         let deadline = started_at.saturating_add(self.budget.as_millis() as i64);
         let report = self.sweeper.sweep(started_at, deadline).await;
+        let outcomes = &report.sweep.report.outcomes;
+        // The one outcome that costs money while nobody looks: a sandbox left running. Its own
+        // ERROR line is what a log drain or a log alert matches on.
+        if outcomes.reclaim_failed > 0 {
+            tracing::error!(
+                reclaim_failed = outcomes.reclaim_failed,
+                "sandboxes of terminal runs could not be destroyed and may still be running; \
+                 the report's runs[] names them"
+            );
+        }
         tracing::info!(
             state = report.state(),
+            reclaim_failed = outcomes.reclaim_failed,
+            failed = outcomes.failed,
             considered = report.sweep.report.considered,
             probed = report.sweep.report.probed,
             deferred = report.sweep.report.deferred,
@@ -205,6 +217,67 @@ pub(crate) mod tests {
             plan: plan(&config, "owner", started_at, started_at + 300_000),
             dynamodb: Default::default(),
         }
+    }
+
+    /// A log buffer for the tracing subscriber a test installs.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct ReclaimFailing;
+
+    #[async_trait::async_trait]
+    impl Sweeper for ReclaimFailing {
+        async fn sweep(&self, started_at: EpochMs, _: EpochMs) -> ServerlessReport {
+            let mut r = report(SweepStatus::Swept, started_at);
+            r.sweep.report.outcomes.reclaim_failed = 2;
+            r
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_sweep_that_could_not_destroy_sandboxes_says_so_in_the_body_and_an_error_line() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let (mut app, _) = recording_app(Some(SECRET), SweepStatus::Swept);
+        app.sweeper = Arc::new(ReclaimFailing);
+
+        let response = app
+            .handle(&cron("GET", Some(&format!("Bearer {SECRET}"))))
+            .await;
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
+        assert_eq!(body["outcomes"]["reclaim-failed"], 2);
+
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let error = lines
+            .iter()
+            .find(|l| l["level"] == "ERROR")
+            .unwrap_or_else(|| panic!("no ERROR line: {log}"));
+        assert_eq!(error["fields"]["reclaim_failed"], 2);
+        let summary = lines
+            .iter()
+            .find(|l| l["fields"]["message"] == "cron request answered")
+            .unwrap();
+        assert_eq!(summary["fields"]["reclaim_failed"], 2);
     }
 
     /// Records each call's `(started_at, deadline)` and answers with `status`.

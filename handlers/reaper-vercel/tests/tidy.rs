@@ -78,6 +78,25 @@ fn max_duration_fits_at_least_one_run_with_the_shipped_defaults() {
 }
 
 #[test]
+fn the_function_runs_in_one_region_the_readme_pairs_with_the_tables() {
+    let json = vercel_json();
+    let regions: Vec<&str> = json["regions"]
+        .as_array()
+        .expect("regions is a list")
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    // One region: every DynamoDB round trip of a sweep crosses the distance to the table.
+    assert_eq!(regions.len(), 1, "{regions:?}");
+    let readme = std::fs::read_to_string(crate_dir().join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("`{}` | `us-east-1`", regions[0])),
+        "the README's region table pairs {} with the table's AWS region",
+        regions[0]
+    );
+}
+
+#[test]
 fn the_output_directory_holds_no_source_so_none_is_published() {
     let json = vercel_json();
     let dir = json["outputDirectory"]
@@ -102,7 +121,10 @@ fn vercel_json_uses_only_keys_vercels_schema_knows() {
     let json = vercel_json();
     let mut keys: Vec<&String> = json.as_object().unwrap().keys().collect();
     keys.sort();
-    assert_eq!(keys, ["$schema", "crons", "functions", "outputDirectory"]);
+    assert_eq!(
+        keys,
+        ["$schema", "crons", "functions", "outputDirectory", "regions"]
+    );
     let function: Vec<&String> = json["functions"][FUNCTION]
         .as_object()
         .unwrap()
