@@ -60,8 +60,10 @@ fn run(conn: &mut Connection, statements: Vec<Statement>) -> rusqlite::Result<Ve
                     ValueRef::Null => Value::Null,
                     ValueRef::Integer(n) => Value::from(n),
                     ValueRef::Real(f) => Value::from(f),
+                    // As a Worker sees them: text through a JS string (invalid UTF-8 already
+                    // replaced), a blob as an array of byte values.
                     ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Blob(_) => Value::Null,
+                    ValueRef::Blob(b) => Value::from(b.to_vec()),
                 };
                 map.insert(name.clone(), v);
             }
