@@ -94,7 +94,12 @@ impl Chaos {
         Ok(())
     }
 
-    async fn after<T>(&self, op: &str, key: &str, result: Result<T, StoreError>) -> Result<T, StoreError> {
+    async fn after<T>(
+        &self,
+        op: &str,
+        key: &str,
+        result: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         self.faults.jitter().await;
         if result.is_ok() && self.faults.strike() {
             return Err(self.error(op, key, "after"));
@@ -139,7 +144,11 @@ impl RunStore for Chaos {
         self.after("list_by_thread", thread_id, r).await
     }
 
-    async fn list_reclaimable(&self, now: EpochMs, ttl_ms: u64) -> Result<Vec<RunRecord>, StoreError> {
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         self.before("list_reclaimable", "*").await?;
         let r = self.store.list_reclaimable(now, ttl_ms).await;
         self.after("list_reclaimable", "*", r).await
@@ -222,7 +231,12 @@ impl DeliveryLog for Chaos {
         self.after("snapshot", run_id, r).await
     }
 
-    async fn read(&self, run_id: &str, from: u64, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
+    async fn read(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, StoreError> {
         self.before("read", run_id).await?;
         let r = self.store.read(run_id, from, limit).await;
         self.after("read", run_id, r).await
@@ -250,7 +264,12 @@ impl LeaseStore for Chaos {
         self.after("acquire", key, r).await
     }
 
-    async fn renew(&self, lease: &Lease, now: EpochMs, ttl_ms: u64) -> Result<Option<Lease>, StoreError> {
+    async fn renew(
+        &self,
+        lease: &Lease,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Option<Lease>, StoreError> {
         self.before("renew", &lease.key).await?;
         let r = self.store.renew(lease, now, ttl_ms).await;
         if let Ok(None) = &r {
@@ -345,7 +364,11 @@ impl ReclaimLedger for Chaos {
         self.after("get_intent", run_id, r).await
     }
 
-    async fn due_intents(&self, now: EpochMs, limit: usize) -> Result<Vec<ReclaimIntent>, StoreError> {
+    async fn due_intents(
+        &self,
+        now: EpochMs,
+        limit: usize,
+    ) -> Result<Vec<ReclaimIntent>, StoreError> {
         self.before("due_intents", "*").await?;
         let r = self.store.due_intents(now, limit).await;
         self.after("due_intents", "*", r).await

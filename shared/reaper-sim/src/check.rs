@@ -91,9 +91,11 @@ pub fn no_orphaned_sandbox(store: &MemoryStore, world: &World, trace: &Trace) {
         if records.is_empty() || !records.iter().all(|r| r.status.is_terminal()) {
             continue;
         }
-        let pending = users
-            .iter()
-            .any(|u| block_on(store.get_intent(u)).expect("memory store").is_some());
+        let pending = users.iter().any(|u| {
+            block_on(store.get_intent(u))
+                .expect("memory store")
+                .is_some()
+        });
         if !pending {
             trace.violate(
                 "orphaned-sandbox",
@@ -109,9 +111,12 @@ pub fn no_orphaned_sandbox(store: &MemoryStore, world: &World, trace: &Trace) {
 /// Every invariant on the state the clean sweeps left.
 pub fn after_quiescence(plan: &Plan, store: &MemoryStore, world: &World, trace: &Trace) {
     no_orphaned_sandbox(store, world, trace);
-    let chaos = trace.faults() > 0 || !plan.jumps.is_empty() || plan.sweepers.iter().any(|s| {
-        s.skew_ms != 0 || s.sweeps.iter().any(|w| w.crash_after_ms.is_some())
-    });
+    let chaos = trace.faults() > 0
+        || !plan.jumps.is_empty()
+        || plan
+            .sweepers
+            .iter()
+            .any(|s| s.skew_ms != 0 || s.sweeps.iter().any(|w| w.crash_after_ms.is_some()));
     for run in &plan.runs {
         let Some(record) = status(store, &run.run_id) else {
             trace.violate("run-vanished", format!("{} has no record", run.run_id));
@@ -180,7 +185,10 @@ fn check_run(
     if !record.status.is_terminal() {
         trace.violate(
             "run-never-settled",
-            format!("{id} is still {} after the clean sweeps: {record:?}", record.status),
+            format!(
+                "{id} is still {} after the clean sweeps: {record:?}",
+                record.status
+            ),
         );
         return;
     }
@@ -223,7 +231,10 @@ fn check_run(
             None => {
                 trace.violate(
                     "chunk-after-run-error",
-                    format!("{id}: log entry {i} ({chunk:?}) is not the last of {} entries", log.len()),
+                    format!(
+                        "{id}: log entry {i} ({chunk:?}) is not the last of {} entries",
+                        log.len()
+                    ),
                 );
                 return;
             }
@@ -265,7 +276,10 @@ fn check_run(
             if want.ending != Some(Ending::Exit(code)) || !complete {
                 trace.violate(
                     "wrong-outcome",
-                    format!("{id} failed with exit {code} but its journal ends {:?}", want.ending),
+                    format!(
+                        "{id} failed with exit {code} but its journal ends {:?}",
+                        want.ending
+                    ),
                 );
             }
             true
@@ -318,10 +332,15 @@ fn check_run(
         let saved = transcript.as_ref().filter(|t| {
             t.messages.iter().any(|m| m.role == "assistant") || want.assistant.is_empty()
         });
-        let Some(t) = saved.filter(|t| t.exit_code.is_some() || want.ending == Some(Ending::AgentError)) else {
+        let Some(t) =
+            saved.filter(|t| t.exit_code.is_some() || want.ending == Some(Ending::AgentError))
+        else {
             trace.violate(
                 "missing-transcript",
-                format!("{id} is finalized ({}) without a saved transcript", record.status),
+                format!(
+                    "{id} is finalized ({}) without a saved transcript",
+                    record.status
+                ),
             );
             return;
         };

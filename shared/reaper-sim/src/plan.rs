@@ -105,11 +105,21 @@ impl Plan {
                 let run_id = format!("{thread_id}-r{turn}");
                 // The older turn of a shared sandbox finished before the newer one started.
                 let end = if turn + 1 < turns || rng.chance(0.75) {
-                    AgentEnd::Exit(if rng.chance(0.8) { 0 } else { rng.range(1, 3) as i64 })
+                    AgentEnd::Exit(if rng.chance(0.8) {
+                        0
+                    } else {
+                        rng.range(1, 3) as i64
+                    })
                 } else {
                     AgentEnd::Hangs
                 };
-                runs.push(RunPlan::draw(rng, run_id, thread_id.clone(), sandbox.clone(), end));
+                runs.push(RunPlan::draw(
+                    rng,
+                    run_id,
+                    thread_id.clone(),
+                    sandbox.clone(),
+                    end,
+                ));
             }
         }
         let sweepers = (0..rng.range(2, 3))

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use futures::future::{select, Either};
 use reaper_core::claim::{Claim, ClaimError};
-use reaper_core::error::{ClaimRefusal, ReapError};
 use reaper_core::domain::{
     Patch, RunPatch, RunRecord, SandboxInstanceRecord, Transcript, TranscriptMessage,
 };
+use reaper_core::error::{ClaimRefusal, ReapError};
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{MessageStore, RunStore, SandboxInstanceStore};
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
@@ -109,7 +109,10 @@ pub fn run_seed(seed: u64) -> SeedReport {
     }
     for sweeper in &plan.sweepers {
         let (s, p) = (shared.clone(), sweeper.clone());
-        executor.spawn(sweeper.name.clone(), async move { sweeper_actor(s, p).await });
+        executor.spawn(
+            sweeper.name.clone(),
+            async move { sweeper_actor(s, p).await },
+        );
     }
     for (i, &(delay, jump)) in plan.jumps.iter().enumerate() {
         let s = shared.clone();
@@ -185,7 +188,11 @@ pub fn run_seed(seed: u64) -> SeedReport {
 
 /// The rows the chat application wrote before the schedule starts.
 fn seed_world(shared: &Shared, plan: &Plan) {
-    for id in plan.runs.iter().filter_map(|r| r.sandbox.as_ref().map(|s| &s.0)) {
+    for id in plan
+        .runs
+        .iter()
+        .filter_map(|r| r.sandbox.as_ref().map(|s| &s.0))
+    {
         if !shared.world.sandbox_ids().contains(id) {
             shared.world.add_sandbox(id, plan.stuck.contains(id));
         }
@@ -222,8 +229,7 @@ fn seed_world(shared: &Shared, plan: &Plan) {
                 exit_code: None,
                 saved_at: T0,
             };
-            crate::ready(shared.store.save_transcript(&transcript))
-                .expect("memory store");
+            crate::ready(shared.store.save_transcript(&transcript)).expect("memory store");
         }
     }
 }
@@ -303,8 +309,9 @@ async fn viewer_returns(s: &Shared, run_id: &str, hold_ms: u64) {
         }
     };
     if claim.record.cancel_requested == Some(true) || claim.signal().is_cancelled() {
-        s.trace
-            .event(format!("{who} finds a recorded cancel or a lost claim; leaves"));
+        s.trace.event(format!(
+            "{who} finds a recorded cancel or a lost claim; leaves"
+        ));
         claim.release(&chaos).await;
         return;
     }
@@ -315,7 +322,8 @@ async fn viewer_returns(s: &Shared, run_id: &str, hold_ms: u64) {
     };
     if chaos.update(run_id, attach).await.is_ok() {
         let live = s.trace.holds_claim(run_id, &who);
-        s.trace.event(format!("{who} is attached (claim current: {live})"));
+        s.trace
+            .event(format!("{who} is attached (claim current: {live})"));
         let stay = s.time.sleep(hold_ms);
         let keep = claim.keep_alive(&chaos, &s.time, &s.time, ttl);
         futures::pin_mut!(stay, keep);

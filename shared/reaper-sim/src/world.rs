@@ -118,7 +118,10 @@ impl World {
     }
 
     pub fn refuses_destroy(&self, id: &str) -> bool {
-        self.lock().sandboxes.get(id).is_some_and(|s| s.refuses_destroy)
+        self.lock()
+            .sandboxes
+            .get(id)
+            .is_some_and(|s| s.refuses_destroy)
     }
 
     pub fn users(&self, id: &str) -> Vec<String> {
@@ -233,7 +236,13 @@ fn interpret(command: &str, paths: &JournalPaths, journal: &[u8]) -> Option<Vec<
     } else {
         // The replay's page: from byte k-1, at most `head -c` bytes.
         let from = n.checked_sub(1)?;
-        let max: u64 = command.rsplit("head -c ").next()?.split(' ').next()?.parse().ok()?;
+        let max: u64 = command
+            .rsplit("head -c ")
+            .next()?
+            .split(' ')
+            .next()?
+            .parse()
+            .ok()?;
         (journal_read_page_command(paths, from, max).ok()? == command).then(|| {
             let start = (from as usize).min(journal.len());
             let end = start.saturating_add(max as usize).min(journal.len());
@@ -353,7 +362,11 @@ impl std::fmt::Debug for TrackedDrive {
 }
 
 impl Drive for TrackedDrive {
-    fn drive(&self, request: DriveRequest, signal: CancellationToken) -> Result<ChunkStream, DriveError> {
+    fn drive(
+        &self,
+        request: DriveRequest,
+        signal: CancellationToken,
+    ) -> Result<ChunkStream, DriveError> {
         let guard = self.trace.start_driving(&request.run_id, &self.actor);
         let inner = self.inner.drive(request, signal)?;
         Ok(Box::pin(Tracked {
@@ -398,7 +411,9 @@ mod tests {
     #[test]
     fn the_probe_command_reads_the_journal_tail() {
         let (world, paths) = world();
-        let out = world.exec("sbx", &exit_probe_command(&paths, 9).unwrap()).unwrap();
+        let out = world
+            .exec("sbx", &exit_probe_command(&paths, 9).unwrap())
+            .unwrap();
         assert_eq!(decode(out), b"line two\n");
     }
 
@@ -426,8 +441,14 @@ mod tests {
             .store
             .put_run(reaper_core::domain::RunRecord::new("run-1", "t", 0));
         world.destroy("sbx", "test").unwrap();
-        assert_eq!(world.trace.violations()[0].invariant, "live-sandbox-destroyed");
+        assert_eq!(
+            world.trace.violations()[0].invariant,
+            "live-sandbox-destroyed"
+        );
         assert!(!world.is_alive("sbx"));
-        assert!(world.exec("sbx", "anything").is_err(), "a destroyed sandbox runs nothing");
+        assert!(
+            world.exec("sbx", "anything").is_err(),
+            "a destroyed sandbox runs nothing"
+        );
     }
 }
