@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use reaper_core::{
-    EpochMs, RunError, RunRecord, RunStatus, SandboxInstanceRecord, StoreError, Transcript,
-    TranscriptMessage,
+    EpochMs, ReclaimIntent, RunError, RunRecord, RunStatus, SandboxInstanceRecord, StoreError,
+    Transcript, TranscriptMessage,
 };
 
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -17,14 +17,19 @@ pub const PK: &str = "pk";
 /// Sort key (S) of every item.
 pub const SK: &str = "sk";
 
-/// The sparse index of detached `running` runs: `gsi1pk` (S) = [`DETACHED`], `gsi1sk` (N) =
-/// `detachedSince`. Projection ALL, so a listing needs no per-run read.
+/// The sparse index of detached `running` runs, `gsi1pk` (S) = [`DETACHED`], `gsi1sk` (N) =
+/// `detachedSince`, and of reclaim-ledger entries, `gsi1pk` = [`RECLAIM`], `gsi1sk` =
+/// `nextAttemptAt`. Projection ALL, so a listing needs no per-item read.
 pub const RECLAIMABLE_INDEX: &str = "reclaimable";
 pub const GSI1_PK: &str = "gsi1pk";
 pub const GSI1_SK: &str = "gsi1sk";
 /// The only `gsi1pk` value. One index partition serves well past any realistic number of
 /// detached runs; sharding (`DETACHED#n`) would be a compatible extension.
 pub const DETACHED: &str = "DETACHED";
+/// The `gsi1pk` of every reclaim-ledger entry: the due listing and the counts are Queries of
+/// this one index partition. The ledger is small (entries are resolved as soon as a sweep
+/// confirms a run's aftermath), so one partition is ample.
+pub const RECLAIM: &str = "RECLAIM";
 
 /// Runs by thread: `gsi2pk` (S) = `THREAD#<threadId>`, `gsi2sk` (N) = `startedAt`. Projection
 /// ALL. Only run items carry these attributes.
@@ -43,6 +48,7 @@ pub const LOG_SK: &str = "LOG";
 pub const TRANSCRIPT_SK: &str = "TRANSCRIPT";
 pub const LEASE_SK: &str = "LEASE";
 pub const SANDBOX_SK: &str = "SANDBOX";
+pub const RECLAIM_SK: &str = "RECLAIM";
 
 /// Run item attributes (the reference's JSON field names).
 pub mod run {
@@ -76,6 +82,18 @@ pub mod lease {
     pub const EXPIRES_AT: &str = "expiresAt";
 }
 
+/// Reclaim-ledger entry attributes (the port's JSON field names).
+pub mod intent {
+    pub const RUN_ID: &str = "runId";
+    pub const SANDBOX_KEY: &str = "sandboxKey";
+    pub const PROVIDER: &str = "provider";
+    pub const PROVIDER_SANDBOX_ID: &str = "providerSandboxId";
+    pub const FIRST_SEEN: &str = "firstSeen";
+    pub const ATTEMPTS: &str = "attempts";
+    pub const NEXT_ATTEMPT_AT: &str = "nextAttemptAt";
+    pub const LAST_ERROR: &str = "lastError";
+}
+
 /// Ids longer than this (bytes) are keyed by their hash: DynamoDB caps a partition key at
 /// 2,048 bytes. The item still carries the full id in its own attribute.
 pub const MAX_RAW_KEY_ID_BYTES: usize = 1024;
@@ -101,6 +119,12 @@ pub fn lease_pk(key: &str) -> String {
 
 pub fn sandbox_pk(key: &str) -> String {
     format!("SANDBOX#{}", key_id(key))
+}
+
+/// The partition of a run's reclaim-ledger entry: its own, not the run's, so deleting a run's
+/// items never drops the record that its sandbox may still be running.
+pub fn reclaim_pk(run_id: &str) -> String {
+    format!("RECLAIM#{}", key_id(run_id))
 }
 
 pub fn thread_gsi_pk(thread_id: &str) -> String {
@@ -183,10 +207,12 @@ impl<'a> Reader<'a> {
     pub fn opt_num<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, StoreError> {
         match self.present(name) {
             None => Ok(None),
-            Some(AttributeValue::N(v)) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| self.corrupt(format!("attribute {name} is out of range: {v}"))),
+            Some(AttributeValue::N(v)) => v.parse().map(Some).map_err(|_| {
+                self.corrupt(format!(
+                    "attribute {name} is {v}: not a whole number in the range of {}",
+                    std::any::type_name::<T>()
+                ))
+            }),
             Some(other) => {
                 Err(self.corrupt(format!("attribute {name} is not a number: {other:?}")))
             }
@@ -211,6 +237,18 @@ impl<'a> Reader<'a> {
         self.present(name)
             .map(|v| attr_to_json(v).map_err(|e| self.corrupt(format!("attribute {name}: {e}"))))
             .transpose()
+    }
+
+    /// Checks that the item sits under the key its id maps to (when the item carries its key:
+    /// always, except in hand-built test items). A mismatch means every keyed operation on the
+    /// id would reach another item, so the item is corrupt rather than read as that id.
+    fn owns_key(&self, expected_pk: &str, id_attr: &str) -> Result<(), StoreError> {
+        match self.item.get(PK) {
+            Some(AttributeValue::S(pk)) if pk != expected_pk => Err(self.corrupt(format!(
+                "attribute {id_attr} does not match the item's key {pk:?} (expected {expected_pk:?})"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the item's TTL has passed: DynamoDB deletes expired items lazily (within days),
@@ -302,8 +340,10 @@ pub fn run_from_item(item: &Item) -> Result<RunRecord, StoreError> {
         }
         Some(other) => return Err(r.corrupt(format!("attribute error is not a map: {other:?}"))),
     };
+    let run_id = r.str(run::RUN_ID)?;
+    r.owns_key(&run_pk(&run_id), run::RUN_ID)?;
     Ok(RunRecord {
-        run_id: r.str(run::RUN_ID)?,
+        run_id,
         thread_id: r.str(run::THREAD_ID)?,
         status,
         started_at: r.num(run::STARTED_AT)?,
@@ -398,6 +438,72 @@ pub fn transcript_from_item(item: &Item, run_id: &str) -> Result<Transcript, Sto
         messages,
         exit_code: r.opt_num("exitCode")?,
         saved_at: r.num("savedAt")?,
+    })
+}
+
+/// The item of a reclaim-ledger entry, in the sparse index under [`RECLAIM`] by
+/// `nextAttemptAt`. A whole item, so a `PutItem` of it replaces every attribute (clearing
+/// optional ones the intent no longer has).
+pub fn intent_item(i: &ReclaimIntent) -> Item {
+    let mut item = key(reclaim_pk(&i.run_id), RECLAIM_SK);
+    item.insert(ENTITY.into(), s("reclaim"));
+    item.insert(intent::RUN_ID.into(), s(&i.run_id));
+    item.insert(intent::FIRST_SEEN.into(), n(i.first_seen));
+    item.insert(intent::ATTEMPTS.into(), n(i.attempts));
+    item.insert(intent::NEXT_ATTEMPT_AT.into(), n(i.next_attempt_at));
+    for (name, value) in [
+        (intent::SANDBOX_KEY, &i.sandbox_key),
+        (intent::PROVIDER, &i.provider),
+        (intent::PROVIDER_SANDBOX_ID, &i.provider_sandbox_id),
+        (intent::LAST_ERROR, &i.last_error),
+    ] {
+        if let Some(v) = value {
+            item.insert(name.into(), s(v));
+        }
+    }
+    item.insert(GSI1_PK.into(), s(RECLAIM));
+    item.insert(GSI1_SK.into(), n(i.next_attempt_at));
+    item
+}
+
+/// How a reclaim-ledger entry is named in errors: by its run id, or by its key when the run
+/// id itself is unreadable.
+pub fn intent_key_of(item: &Item) -> String {
+    let id = match (item.get(intent::RUN_ID), item.get(PK)) {
+        (Some(AttributeValue::S(id)), _) => id.clone(),
+        (_, Some(AttributeValue::S(pk))) => pk.strip_prefix("RECLAIM#").unwrap_or(pk).to_string(),
+        _ => "<no key>".to_string(),
+    };
+    format!("reclaim intent {id}")
+}
+
+/// Parses a reclaim-ledger entry strictly: a missing or wrongly typed attribute, a number that
+/// is fractional or out of range (a negative attempt count), an id that does not match its key,
+/// or index attributes that disagree with `nextAttemptAt` (the entry would never, or wrongly,
+/// be listed as due) are [`StoreError::Corrupt`] naming the entry.
+pub fn intent_from_item(item: &Item) -> Result<ReclaimIntent, StoreError> {
+    let r = Reader::new(item, intent_key_of(item));
+    let run_id = r.str(intent::RUN_ID)?;
+    r.owns_key(&reclaim_pk(&run_id), intent::RUN_ID)?;
+    let next_attempt_at: EpochMs = r.num(intent::NEXT_ATTEMPT_AT)?;
+    let indexed_under = r.opt_str(GSI1_PK)?;
+    let indexed_at = r.opt_num::<EpochMs>(GSI1_SK)?;
+    if indexed_under.as_deref() != Some(RECLAIM) || indexed_at != Some(next_attempt_at) {
+        return Err(r.corrupt(format!(
+            "index attributes {GSI1_PK}={indexed_under:?}, {GSI1_SK}={indexed_at:?} disagree with \
+             nextAttemptAt {next_attempt_at} (expected {RECLAIM:?}, the same instant): no sweep \
+             would retry it when due"
+        )));
+    }
+    Ok(ReclaimIntent {
+        sandbox_key: r.opt_str(intent::SANDBOX_KEY)?,
+        provider: r.opt_str(intent::PROVIDER)?,
+        provider_sandbox_id: r.opt_str(intent::PROVIDER_SANDBOX_ID)?,
+        first_seen: r.num(intent::FIRST_SEEN)?,
+        attempts: r.num(intent::ATTEMPTS)?,
+        next_attempt_at,
+        last_error: r.opt_str(intent::LAST_ERROR)?,
+        run_id,
     })
 }
 

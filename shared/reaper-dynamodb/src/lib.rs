@@ -1,9 +1,11 @@
 //! Every reaper store port on **one DynamoDB table**: runs, claims (the atomic epoch bump),
-//! leases (the sweep lease and per-run claims), per-run delivery logs, sandbox instances and
-//! transcripts. [`DynamoStore`] implements [`RunStore`](reaper_core::RunStore),
-//! [`LeaseStore`](reaper_core::LeaseStore), [`DeliveryLog`](reaper_core::DeliveryLog),
-//! [`SandboxInstanceStore`](reaper_core::SandboxInstanceStore) and
-//! [`MessageStore`](reaper_core::MessageStore).
+//! leases (the sweep lease and per-run claims), per-run delivery logs, sandbox instances,
+//! transcripts and the reclaim ledger. [`DynamoStore`] implements
+//! [`RunStore`](reaper_core::RunStore), [`LeaseStore`](reaper_core::LeaseStore),
+//! [`DeliveryLog`](reaper_core::DeliveryLog),
+//! [`SandboxInstanceStore`](reaper_core::SandboxInstanceStore),
+//! [`MessageStore`](reaper_core::MessageStore) and
+//! [`ReclaimLedger`](reaper_core::ReclaimLedger).
 //!
 //! # Table layout (a contract shared with the SAM template; see `LAYOUT.md`)
 //!
@@ -17,9 +19,10 @@
 //! | transcript | `RUN#<runId>` | `TRANSCRIPT` | `runId`, `threadId`, `messages` (L of M: `role`, `content`), `exitCode?`, `savedAt` (no TTL) |
 //! | lease | `LEASE#<key>` | `LEASE` | `leaseKey`, `owner`, `token`, `expiresAt`, `ttl` |
 //! | sandbox instance | `SANDBOX#<key>` | `SANDBOX` | `key`, `provider`, `providerSandboxId`, `latestSnapshotId?`, `threadId`, `latestRunId?`, `updatedAt` |
+//! | reclaim-ledger entry | `RECLAIM#<runId>` | `RECLAIM` | `runId`, `sandboxKey?`, `provider?`, `providerSandboxId?`, `firstSeen`, `attempts`, `nextAttemptAt`, `lastError?`, `gsi1pk`/`gsi1sk` |
 //!
 //! Every item may also carry `entity` (`run`, `log`, `entry`, `transcript`, `lease`,
-//! `sandbox`); reads never require it. Instants are epoch milliseconds (N) except `ttl`.
+//! `sandbox`, `reclaim`); reads never require it. Instants are epoch milliseconds (N) except `ttl`.
 //!
 //! Indexes (both projection ALL):
 //! - `reclaimable`: `gsi1pk` (S) = `"DETACHED"`, `gsi1sk` (N) = `detachedSince`. **Sparse**:
@@ -27,6 +30,10 @@
 //!   it; the terminal write and a re-attach (clearing `detachedSince`) remove it in the same
 //!   `UpdateItem`. It is never keyed on `detachedSince` alone, which the sweep never clears.
 //!   `list_reclaimable` is one paginated Query `gsi1pk = DETACHED AND gsi1sk <= now - ttl`.
+//!   Reclaim-ledger entries live in the same index under `gsi1pk` = `"RECLAIM"`, `gsi1sk` =
+//!   `nextAttemptAt` (on every entry): `due_intents` is one Query `gsi1sk <= now` with the
+//!   limit pushed down, paged only until the limit is reached; `ledger_counts` reads that
+//!   small partition whole (the oldest `firstSeen` can be anywhere in `nextAttemptAt` order).
 //! - `by-thread`: `gsi2pk` (S) = `THREAD#<threadId>`, `gsi2sk` (N) = `startedAt`, on every run
 //!   item: `find_active_run` and `list_by_thread`. GSI reads are eventually consistent.
 //!
@@ -61,9 +68,12 @@
 //! `error.rs` maps every SDK error: a lost condition that has no semantic answer is
 //! `Conflict`; throttling, transaction conflicts, 5xx, timeouts and connection failures are
 //! `Unavailable` (after the SDK's own retries with backoff); anything else is `Backend` with
-//! the source's message. An item that does not parse is `Corrupt` naming the run;
-//! `list_reclaimable` skips such items (error log, counted in [`RequestStats`]) so a sweep
-//! never stops for one bad row; [`DynamoStore::list_reclaimable_report`] returns them.
+//! the source's message. An item that does not parse (a missing or wrongly typed attribute, a
+//! fractional or out-of-range number, an unknown status, an id that is not its key's; the full
+//! list is in `LAYOUT.md`) is `Corrupt` naming it: `get` and `get_intent` return that error;
+//! `list_reclaimable_listing` returns such runs apart in `corrupt` and lists every other run;
+//! `due_intents` skips such entries (error log, counted in [`RequestStats`]) and
+//! `ledger_counts` counts them as leaked: one bad item neither stops a sweep nor goes unseen.
 
 //!
 //! # Tests
@@ -80,6 +90,7 @@
 mod error;
 pub mod layout;
 mod leases;
+mod ledger;
 mod log;
 mod records;
 mod runs;

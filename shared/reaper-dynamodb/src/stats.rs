@@ -43,8 +43,9 @@ pub struct RequestStats {
     /// Keyed by store operation (`list_reclaimable`, `bump_epoch`, `append`, …).
     pub by_operation: BTreeMap<String, OpStats>,
     pub total: OpStats,
-    /// Items `list_reclaimable` skipped because they did not parse (each was logged at error
-    /// level naming its run).
+    /// Items a listing skipped because they did not parse: runs in `list_reclaimable` (each
+    /// also returned in the listing's `corrupt`) and reclaim-ledger entries in `due_intents`.
+    /// Each was logged at error level naming it.
     pub corrupt_items_skipped: u64,
 }
 

@@ -61,6 +61,7 @@ async fn child(table: String, sweeper: u8) {
         runs: Arc::new(store.clone()),
         logs: Arc::new(store.clone()),
         leases: Arc::new(store.clone()),
+        ledger: Arc::new(store.clone()),
         probe: Arc::new(Finished),
         drive: Arc::new(TaggedDrive(sweeper)),
         reclaim: None,
