@@ -16,8 +16,15 @@
 //! Invariants:
 //! - A sandbox id is validated (`[A-Za-z0-9-]`, 1–64 characters) before it is joined to the
 //!   root, so a hostile id is refused and never becomes a path.
-//! - Every command and agent leads its own process group; `destroy` signals groups, never single
-//!   pids, so nothing an agent forked survives its sandbox.
+//! - Every command and agent leads its own process group and carries the sandbox's marker
+//!   variable (`REAPER_SANDBOX_DIR`); `destroy` signals every recorded group (agents, and execs
+//!   still running or with something left in their group) and every process that carries the
+//!   marker or works inside the sandbox's directory, so what an agent or an exec backgrounded
+//!   (`&`, `nohup`, `setsid`) does not survive its sandbox.
+//! - The `.destroy-fails` fault-injection file is honoured only by a provider built to honour it
+//!   (demos, tests): an agent can write it, so production providers ignore it.
+//! - `exec` output is bounded while it is read: past the limit the command is killed and the
+//!   call fails, having held at most the limit in memory.
 //! - A recorded group is only signalled while it is still the one recorded (its leader's start
 //!   time matches), so a reused pid is never killed.
 

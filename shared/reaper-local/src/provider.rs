@@ -1,6 +1,6 @@
 //! The provider: creates, finds and destroys sandbox directories under one root.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,7 +10,7 @@ use reaper_core::{Clock, SandboxError, SandboxHandle, SandboxProvider};
 use crate::meta::{
     generate_sandbox_id, read_metadata, validate_sandbox_id, write_metadata, SandboxMetadata,
 };
-use crate::process::{group_is_ours, terminate_groups};
+use crate::process::{group_alive, group_is_ours, SandboxProcesses};
 use crate::sandbox::LocalSandbox;
 use crate::time::SystemClock;
 
@@ -25,10 +25,12 @@ pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
 /// How long `destroy` waits after SIGTERM before SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 
-/// **Fault-injection switch for demos and tests.** While a file with this name exists in a
-/// sandbox's directory, `destroy` refuses with [`SandboxError::Refused`] and leaves the sandbox
-/// and its processes alone, exactly as a provider whose teardown API failed. Nothing in the
-/// provider creates it; `touch <root>/<id>/.destroy-fails` arms it.
+/// **Fault-injection switch for demos and tests**, honoured only by a provider built with
+/// [`LocalProviderOptions::destroy_fails_flag`] (off by default). While a file with this name
+/// exists in a sandbox's directory, `destroy` refuses with [`SandboxError::Refused`] and leaves
+/// the sandbox and its processes alone, exactly as a provider whose teardown API failed. Nothing
+/// in the provider creates it; `touch <root>/<id>/.destroy-fails` arms it. Off by default because
+/// an agent can write that file: it must never be able to make its own sandbox indestructible.
 pub const DESTROY_FAILS_FLAG: &str = ".destroy-fails";
 
 /// How a [`LocalSandboxProvider`] is set up.
@@ -41,6 +43,9 @@ pub struct LocalProviderOptions {
     pub path: String,
     pub output_limit: usize,
     pub kill_grace: Duration,
+    /// Honour [`DESTROY_FAILS_FLAG`] (demos and tests only). Default `false`: production
+    /// providers ignore the file, so an agent cannot make its own destroy fail.
+    pub destroy_fails_flag: bool,
 }
 
 impl LocalProviderOptions {
@@ -51,6 +56,7 @@ impl LocalProviderOptions {
             path: DEFAULT_SANDBOX_PATH.into(),
             output_limit: DEFAULT_OUTPUT_LIMIT,
             kill_grace: DEFAULT_KILL_GRACE,
+            destroy_fails_flag: false,
         }
     }
 }
@@ -72,9 +78,15 @@ pub(crate) struct Shared {
     /// Serialises `start_agent` against `destroy` per sandbox, so an agent is either recorded
     /// before the kill or started after the directory is gone, never leaked in between.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Process groups of `exec` commands still running, per sandbox: `destroy` kills them too.
-    in_flight: Mutex<HashMap<String, HashSet<i32>>>,
+    /// Process groups of `exec` commands, per sandbox, with their leader's start time: still
+    /// running, or finished but with something left in the group (`sleep 1000 &`). `destroy`
+    /// kills them too.
+    exec_groups: Mutex<HashMap<String, HashMap<i32, Option<u64>>>>,
 }
+
+/// Past this many exec groups recorded for one sandbox, recording another first forgets the
+/// groups that have emptied, so a long-lived sandbox does not accumulate them.
+const EXEC_GROUPS_PRUNE_AT: usize = 32;
 
 impl Shared {
     pub(crate) fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -89,28 +101,46 @@ impl Shared {
         locks.remove(id);
     }
 
-    pub(crate) fn track_exec(&self, id: &str, pgid: i32) {
-        let mut map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(id.to_string()).or_default().insert(pgid);
+    pub(crate) fn track_exec(&self, id: &str, pgid: i32, leader_start: Option<u64>) {
+        let mut map = self.exec_groups.lock().unwrap_or_else(|e| e.into_inner());
+        let groups = map.entry(id.to_string()).or_default();
+        if groups.len() >= EXEC_GROUPS_PRUNE_AT {
+            groups.retain(|&g, _| group_alive(g).unwrap_or(true));
+        }
+        groups.insert(pgid, leader_start);
     }
 
     pub(crate) fn untrack_exec(&self, id: &str, pgid: i32) {
-        let mut map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(set) = map.get_mut(id) {
-            set.remove(&pgid);
-            if set.is_empty() {
+        let mut map = self.exec_groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(groups) = map.get_mut(id) {
+            groups.remove(&pgid);
+            if groups.is_empty() {
                 map.remove(id);
             }
         }
     }
 
-    fn in_flight_groups(&self, id: &str) -> Vec<i32> {
-        let map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+    /// The recorded exec groups of sandbox `id` that are still the ones recorded.
+    fn exec_groups(&self, id: &str) -> Vec<i32> {
+        let map = self.exec_groups.lock().unwrap_or_else(|e| e.into_inner());
         map.get(id)
-            .map(|s| s.iter().copied().collect())
+            .map(|groups| {
+                groups
+                    .iter()
+                    .filter(|&(&pgid, &start)| group_is_ours(pgid, start))
+                    .map(|(&pgid, _)| pgid)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
+    fn forget_exec_groups(&self, id: &str) {
+        let mut map = self.exec_groups.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(id);
+    }
+
+    /// `<root>/<id>`, absolute (the root was made absolute when the provider was built), so the
+    /// marker every process carries names the same directory whoever resolves it.
     pub(crate) fn sandbox_dir(&self, id: &str) -> Result<PathBuf, SandboxError> {
         validate_sandbox_id(id)?;
         Ok(self.options.root.join(id))
@@ -126,14 +156,31 @@ pub struct LocalSandboxProvider {
 }
 
 impl LocalSandboxProvider {
-    pub fn new(options: LocalProviderOptions) -> Self {
+    pub fn new(mut options: LocalProviderOptions) -> Self {
+        // Resolved once: a relative root would name another directory after a `chdir`, and
+        // `destroy` compares the marker of every process with the absolute directory.
+        if let Ok(root) = std::path::absolute(&options.root) {
+            options.root = root;
+        }
         LocalSandboxProvider {
             shared: Arc::new(Shared {
                 options,
                 locks: Mutex::default(),
-                in_flight: Mutex::default(),
+                exec_groups: Mutex::default(),
             }),
         }
+    }
+
+    /// This provider, honouring the [`DESTROY_FAILS_FLAG`] fault-injection file (demos and
+    /// tests). Call it before creating sandboxes: the result shares no state with `self`.
+    pub fn honoring_destroy_fails_flag(self) -> Self {
+        let mut options = self.shared.options.clone();
+        options.destroy_fails_flag = true;
+        Self::new(options)
+    }
+
+    pub fn options(&self) -> &LocalProviderOptions {
+        &self.shared.options
     }
 
     /// A provider with every default under `root`.
@@ -221,8 +268,11 @@ impl SandboxProvider for LocalSandboxProvider {
             .map(|s| Arc::new(s) as Arc<dyn SandboxHandle>))
     }
 
-    /// Kills the process group of every agent and running command of the sandbox (SIGTERM, then
-    /// SIGKILL after the grace period) and removes its directory. A missing sandbox is `Ok`.
+    /// Kills every process of the sandbox (SIGTERM, then SIGKILL after the grace period) and
+    /// removes its directory. A missing sandbox is `Ok`. "Every process" is the process group of
+    /// every agent and every `exec` (running, or finished with something left in the group),
+    /// plus any process that left its group (`setsid`, double forks) but still carries the
+    /// sandbox's marker variable or works inside its directory.
     async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
         let dir = self.shared.sandbox_dir(id)?;
         let lock = self.shared.lock_for(id);
@@ -230,9 +280,10 @@ impl SandboxProvider for LocalSandboxProvider {
         if !tokio::fs::try_exists(&dir).await.unwrap_or(true) {
             return Ok(());
         }
-        if tokio::fs::try_exists(dir.join(DESTROY_FAILS_FLAG))
-            .await
-            .unwrap_or(false)
+        if self.shared.options.destroy_fails_flag
+            && tokio::fs::try_exists(dir.join(DESTROY_FAILS_FLAG))
+                .await
+                .unwrap_or(false)
         {
             return Err(SandboxError::Refused(format!(
                 "destroy of sandbox {id} refused: the fault-injection flag {} is set; remove it \
@@ -240,7 +291,7 @@ impl SandboxProvider for LocalSandboxProvider {
                 dir.join(DESTROY_FAILS_FLAG).display()
             )));
         }
-        let mut groups: Vec<i32> = self.shared.in_flight_groups(id);
+        let mut groups: Vec<i32> = self.shared.exec_groups(id);
         if let Some(meta) = read_metadata(&dir).await? {
             groups.extend(
                 meta.agents
@@ -249,9 +300,9 @@ impl SandboxProvider for LocalSandboxProvider {
                     .map(|a| a.pgid),
             );
         }
-        groups.sort_unstable();
-        groups.dedup();
-        terminate_groups(&groups, self.shared.options.kill_grace)
+        let processes = SandboxProcesses::new(&dir, groups);
+        processes
+            .terminate(self.shared.options.kill_grace)
             .await
             .map_err(|(pgid, e)| {
                 SandboxError::Other(format!(
@@ -265,7 +316,8 @@ impl SandboxProvider for LocalSandboxProvider {
             ))
         })?;
         self.shared.forget_lock(id);
-        tracing::debug!(sandbox = %id, groups = groups.len(), "sandbox destroyed");
+        self.shared.forget_exec_groups(id);
+        tracing::debug!(sandbox = %id, groups = processes.groups.len(), "sandbox destroyed");
         Ok(())
     }
 }

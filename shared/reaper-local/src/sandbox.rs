@@ -13,7 +13,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use crate::meta::{read_metadata, write_metadata, AgentRecord, SandboxMetadata};
-use crate::process::{signal_group, start_time};
+use crate::process::{group_alive, signal_group, start_time, SANDBOX_MARKER_ENV};
 use crate::provider::Shared;
 
 /// A handle to one live sandbox. Cheap to clone.
@@ -81,6 +81,8 @@ impl LocalSandbox {
             .env("TMPDIR", &self.dir)
             // Byte-wise, locale-independent output from ls, sort and friends.
             .env("LC_ALL", "C")
+            // Inherited by everything it starts: how `destroy` finds a process that left the group.
+            .env(SANDBOX_MARKER_ENV, &self.dir)
             .stdin(Stdio::null())
             // Its own group, so a timeout or destroy reaches everything it forked.
             .process_group(0);
@@ -173,7 +175,8 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 /// Kills a command's process group unless it finished: on a timeout, an output overflow, or the
-/// `exec` future being dropped.
+/// `exec` future being dropped. A finished command's group stays recorded while something it
+/// backgrounded is still in it, so `destroy` kills that too.
 struct GroupGuard<'a> {
     shared: &'a Shared,
     id: &'a str,
@@ -185,31 +188,55 @@ impl Drop for GroupGuard<'_> {
     fn drop(&mut self) {
         if !self.finished {
             let _ = signal_group(self.pgid, Signal::SIGKILL);
+        } else if group_alive(self.pgid).unwrap_or(true) {
+            return;
         }
         self.shared.untrack_exec(self.id, self.pgid);
     }
 }
 
+/// How much of a stream is read at a time. The buffer grows by at most this past what was
+/// read, so a stream is never held beyond `limit` plus one chunk, whatever the command prints.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Reads a whole stream, failing as soon as it passes `limit` bytes: the overflow is detected
+/// while reading (the rest is never read, and the caller kills the command), so memory stays
+/// bounded by the limit however much, and however long a line, the command prints.
 async fn read_capped<R: AsyncRead + Unpin>(
     reader: Option<R>,
     limit: usize,
     which: &str,
 ) -> Result<Vec<u8>, SandboxError> {
     let mut buf = Vec::new();
-    if let Some(reader) = reader {
-        reader
-            .take(limit as u64 + 1)
-            .read_to_end(&mut buf)
+    let Some(mut reader) = reader else {
+        return Ok(buf);
+    };
+    // The one byte past the limit proves it was crossed.
+    let cap = limit.saturating_add(1);
+    loop {
+        let start = buf.len();
+        let room = (cap - start).min(READ_CHUNK);
+        if buf.capacity() - start < room {
+            // Doubling, but never past `cap`: a 4 MiB limit never allocates 8 MiB.
+            let target = (buf.capacity() * 2).max(start + room).min(cap);
+            buf.reserve_exact(target - start);
+        }
+        buf.resize(start + room, 0);
+        let n = reader
+            .read(&mut buf[start..])
             .await
             .map_err(|e| SandboxError::Other(format!("cannot read command {which}: {e}")))?;
+        buf.truncate(start + n);
+        if n == 0 {
+            return Ok(buf);
+        }
+        if buf.len() > limit {
+            return Err(SandboxError::OutputLimit {
+                stream: which.to_string(),
+                limit: limit as u64,
+            });
+        }
     }
-    if buf.len() > limit {
-        return Err(SandboxError::OutputLimit {
-            stream: which.to_string(),
-            limit: limit as u64,
-        });
-    }
-    Ok(buf)
 }
 
 #[async_trait::async_trait]
@@ -221,7 +248,8 @@ impl SandboxHandle for LocalSandbox {
     /// Runs `/bin/sh -c command` in the work directory with only `PATH`, `HOME`, `TMPDIR` and
     /// `LC_ALL=C` set. Past `timeout_ms` the command's whole process group is killed and the call
     /// is [`SandboxError::Timeout`]. Background processes a finished command left behind keep
-    /// running, as on a remote sandbox; use `start_agent` for anything meant to outlive a call.
+    /// running, as on a remote sandbox, until the sandbox is destroyed; use `start_agent` for
+    /// anything meant to outlive a call.
     async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError> {
         let mut child = self
             .command(command)
@@ -233,7 +261,7 @@ impl SandboxHandle for LocalSandbox {
             .id()
             .ok_or_else(|| SandboxError::Other("command exited before its pid was read".into()))?
             as i32;
-        self.shared.track_exec(&self.id, pgid);
+        self.shared.track_exec(&self.id, pgid, start_time(pgid));
         let mut guard = GroupGuard {
             shared: &self.shared,
             id: &self.id,

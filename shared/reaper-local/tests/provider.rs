@@ -316,6 +316,7 @@ async fn destroying_a_missing_sandbox_is_ok_and_idempotent() {
 #[tokio::test]
 async fn destroy_fails_flag_makes_destroy_refuse_and_leaves_everything_running() {
     let (_root, provider) = provider();
+    let provider = provider.honoring_destroy_fails_flag();
     let sbx = sandbox(&provider).await;
     let agent = sbx.start_agent("run-f", "sleep 60", None).await.unwrap();
     std::fs::write(sbx.dir().join(DESTROY_FAILS_FLAG), "").unwrap();
@@ -410,4 +411,131 @@ fn a_started_agent_outlives_the_runtime_that_started_it() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert!(text.starts_with("after\n{\"__exit\":0,"), "{text:?}");
+}
+
+#[tokio::test]
+async fn an_agent_cannot_make_its_own_destroy_fail_by_writing_the_fault_flag() {
+    let (_root, provider) = provider();
+    assert!(!provider.options().destroy_fails_flag, "off by default");
+    let sbx = sandbox(&provider).await;
+    // What a hostile agent would do from its working directory.
+    let agent = sbx
+        .start_agent("run-hostile", "touch ../.destroy-fails; sleep 60", None)
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || sbx
+            .dir()
+            .join(DESTROY_FAILS_FLAG)
+            .exists())
+        .await
+    );
+    provider.destroy(sbx.id()).await.unwrap();
+    assert!(!sbx.dir().exists());
+    assert!(eventually(Duration::from_secs(10), || process_dead(agent.pid)).await);
+}
+
+/// Runs `script` (which must print the pid to kill as its only stdout) through `exec`, checks
+/// the process outlives the exec, destroys the sandbox and checks the process is gone.
+async fn destroy_kills_what_an_exec_left_behind(script: &str) {
+    let (_root, provider) = provider();
+    let sbx = sandbox(&provider).await;
+    let out = sbx
+        .exec(script, ExecOptions { timeout_ms: 10_000 })
+        .await
+        .unwrap();
+    let pid: u32 = out
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{script}: printed {:?}", out.stdout));
+    assert!(!process_dead(pid), "{script}: nothing was left behind");
+    provider.destroy(sbx.id()).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || process_dead(pid)).await,
+        "{script}: pid {pid} survived destroy"
+    );
+}
+
+#[tokio::test]
+async fn destroy_kills_a_process_an_exec_backgrounded() {
+    destroy_kills_what_an_exec_left_behind("sleep 1000 >/dev/null 2>&1 & echo $!").await;
+}
+
+#[tokio::test]
+async fn destroy_kills_a_nohup_process_an_exec_backgrounded() {
+    destroy_kills_what_an_exec_left_behind("nohup sleep 1000 >/dev/null 2>&1 & echo $!").await;
+}
+
+#[tokio::test]
+async fn destroy_kills_a_setsid_process_that_left_the_exec_group() {
+    // A new session and group: only the sandbox's marker variable (and its cwd) still tie it to
+    // the sandbox.
+    destroy_kills_what_an_exec_left_behind(
+        "setsid sh -c 'echo $$ > setsid.pid; exec sleep 1000' >/dev/null 2>&1 < /dev/null & \
+         while [ ! -s setsid.pid ]; do sleep 0.01; done; cat setsid.pid",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn destroy_kills_a_daemon_that_cleared_its_environment_but_works_in_the_sandbox() {
+    destroy_kills_what_an_exec_left_behind(
+        "setsid env -i /bin/sh -c 'echo $$ > d.pid; exec sleep 1000' >/dev/null 2>&1 < /dev/null & \
+         while [ ! -s d.pid ]; do sleep 0.01; done; cat d.pid",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn destroy_leaves_processes_of_other_sandboxes_alone() {
+    let (_root, provider) = provider();
+    let doomed = sandbox(&provider).await;
+    let other = sandbox(&provider).await;
+    let out = other
+        .exec(
+            "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo $!",
+            ExecOptions::default(),
+        )
+        .await
+        .unwrap();
+    let bystander: u32 = out.stdout.trim().parse().unwrap();
+    doomed
+        .exec(
+            "sleep 1000 >/dev/null 2>&1 & echo $!",
+            ExecOptions::default(),
+        )
+        .await
+        .unwrap();
+    provider.destroy(doomed.id()).await.unwrap();
+    assert!(
+        !process_dead(bystander),
+        "another sandbox's process was killed"
+    );
+    provider.destroy(other.id()).await.unwrap();
+    assert!(eventually(Duration::from_secs(10), || process_dead(bystander)).await);
+}
+
+#[tokio::test]
+async fn a_huge_output_fails_at_the_limit_without_reading_it_all() {
+    let root = tempfile::tempdir().unwrap();
+    let mut options = LocalProviderOptions::new(root.path());
+    options.output_limit = 1024 * 1024;
+    let provider = LocalSandboxProvider::new(options);
+    let sbx = sandbox(&provider).await;
+    // One 100 MB line, with a marker written only if the whole of it was consumed.
+    let result = sbx
+        .exec(
+            "head -c 100000000 /dev/zero | tr '\\0' a && touch all-written",
+            ExecOptions { timeout_ms: 60_000 },
+        )
+        .await;
+    assert!(
+        matches!(&result, Err(SandboxError::OutputLimit { stream, limit }) if stream == "stdout" && *limit == 1024 * 1024),
+        "{result:?}"
+    );
+    assert!(
+        !sbx.work_dir().join("all-written").exists(),
+        "the command was left to print everything"
+    );
 }
