@@ -1,5 +1,5 @@
 //! `pipe_to_run_log` (spec C): drains a drive's chunks into the run's delivery log, then writes a
-//! terminal status and closes the log — on every path, never failing.
+//! terminal status and closes the log — on every path except a terminal write the store refused, never failing.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,9 +28,8 @@ pub fn delivered_run_error(run_error: &Chunk) -> Chunk {
 
 /// The error a [`DELIVERED_RUN_ERROR`] chunk carries, if `chunk` is one.
 fn delivered_error(chunk: &Chunk) -> Option<RunError> {
-    (chunk.kind() == Some(DELIVERED_RUN_ERROR)).then(|| {
-        RunError::from_json(chunk.get("error").unwrap_or(&serde_json::Value::Null))
-    })
+    (chunk.kind() == Some(DELIVERED_RUN_ERROR))
+        .then(|| RunError::from_json(chunk.get("error").unwrap_or(&serde_json::Value::Null)))
 }
 
 /// What a pipe needs besides the stream.
@@ -185,7 +184,8 @@ async fn flush(cx: &PipeContext<'_>, batch: &mut Vec<Chunk>) -> Result<(), RunEr
     result.map_err(|e| RunError::new(e.to_string()))
 }
 
-/// `finish`: total, every step guarded; `close` runs on every path, even after a lost claim.
+/// `finish`: total, every step guarded; `close` runs after the terminal write landed or was suppressed
+/// by a lost claim, never after a write the store refused (the run is still `running`).
 async fn finish(
     cx: &PipeContext<'_>,
     started_at: i64,
@@ -203,15 +203,17 @@ async fn finish(
     let recorded = match cx.writer.write_terminal(cx.run_id, &write).await {
         Ok(TerminalResult::Written | TerminalResult::Suppressed) => true,
         Err(error) => {
-            tracing::error!(target: "reaper", run_id = cx.run_id, %error, "recording the terminal run record failed");
+            tracing::error!(target: "reaper", run_id = cx.run_id, %error, "recording the terminal run record failed; the log stays open for the next sweep");
             false
         }
     };
+    if !recorded {
+        // The run is still `running` in the store: a closed log would refuse the next sweep's
+        // drive and turn a retryable write failure into a failed run.
+        return local;
+    }
     if let Err(error) = cx.writer.log.close(cx.run_id, cx.clock.now_ms()).await {
         tracing::error!(target: "reaper", run_id = cx.run_id, %error, "closing the run event log failed");
-    }
-    if !recorded {
-        return local;
     }
     match cx.writer.runs.get(cx.run_id).await {
         Ok(Some(record)) => record,

@@ -77,8 +77,8 @@ use serde_json::Value;
 use crate::domain::{Chunk, Transcript, TranscriptMessage};
 use crate::error::DriveError;
 use crate::journal::{
-    decode_base64_frame, find_exit_sentinel, journal_paths, journal_read_page_command,
-    JournalLine, JournalLines, JournalPaths,
+    decode_base64_frame, find_exit_sentinel, journal_paths, journal_read_page_command, JournalLine,
+    JournalLines, JournalPaths,
 };
 use crate::pipe::{delivered_run_error, DELIVERED_RUN_ERROR};
 use crate::ports::{
@@ -200,9 +200,7 @@ pub fn line_chunk(line: &str, end: u64) -> Option<Chunk> {
     let chunk = match serde_json::from_str::<Value>(line) {
         // The pipe's own marker type is not an event an agent can send: it would end the run
         // without its error reaching the log.
-        Ok(Value::Object(map))
-            if matches!(map.get("type"), Some(Value::String(t)) if t != DELIVERED_RUN_ERROR) =>
-        {
+        Ok(Value::Object(map)) if matches!(map.get("type"), Some(Value::String(t)) if t != DELIVERED_RUN_ERROR) => {
             Chunk(map)
         }
         Ok(Value::Object(map)) => match map.get("delta") {

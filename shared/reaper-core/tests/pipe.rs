@@ -5,7 +5,7 @@ use reaper_core::claim::{Claim, Writer};
 use reaper_core::domain::{Chunk, RunRecord, RunStatus};
 use reaper_core::error::{DriveError, StoreError};
 use reaper_core::memory::MemoryStore;
-use reaper_core::pipe::{pipe_to_run_log, PipeContext};
+use reaper_core::pipe::{delivered_run_error, pipe_to_run_log, PipeContext};
 use reaper_core::ports::{CancellationToken, ChunkStream, LeaseStore, RunStore};
 use reaper_core::time::ManualClock;
 use reaper_core::RunError;
@@ -154,6 +154,33 @@ async fn run_error_chunk_is_appended_then_fails_the_run_with_its_message() {
 }
 
 #[tokio::test]
+async fn a_delivered_run_error_fails_the_run_with_its_error_and_appends_nothing_more() {
+    let f = Fixture::new();
+    let already_in_log = Chunk::run_error(&RunError::new("model refused").with_code("refused"));
+    let r = f
+        .pipe(
+            chunks(vec![
+                Ok(Chunk::text("a")),
+                Ok(delivered_run_error(&already_in_log)),
+                Ok(Chunk::text("never")),
+            ]),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, RunStatus::Failed);
+    assert_eq!(
+        r.error,
+        Some(RunError::new("model refused").with_code("refused"))
+    );
+    assert_eq!(f.store.closes("r1"), 1);
+    // The chunk before it is appended; the marker itself and anything after are not.
+    let log = f.log().await;
+    assert_eq!(deltas(&log), vec!["a"]);
+    assert!(!log.iter().any(Chunk::is_run_error));
+    assert_eq!(log.len(), 1);
+}
+
+#[tokio::test]
 async fn run_error_chunk_keeps_its_code() {
     let f = Fixture::new();
     let r = f
@@ -208,7 +235,7 @@ async fn empty_error_message_is_normalised() {
 }
 
 #[tokio::test]
-async fn failed_terminal_write_returns_the_local_record_and_still_closes() {
+async fn failed_terminal_write_returns_the_local_record_and_leaves_the_log_open() {
     let f = Fixture::new();
     f.store.fail_when(|op, _| {
         matches!(op, Op::Update(_, p) if p.is_terminal())
@@ -216,7 +243,8 @@ async fn failed_terminal_write_returns_the_local_record_and_still_closes() {
     });
     let (logs, _g) = LogCapture::install();
     let r = f.pipe(chunks(vec![Ok(Chunk::text("x"))]), None).await;
-    assert_eq!(f.store.closes("r1"), 1);
+    // The run is still `running` in the store: the next sweep's drive must be able to append.
+    assert_eq!(f.store.closes("r1"), 0);
     assert_eq!(r.status, RunStatus::Completed);
     assert_eq!((r.run_id.as_str(), r.thread_id.as_str()), ("r1", "t1"));
     assert_eq!(r.finished_at, Some(NOW));

@@ -7,17 +7,24 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
+use futures::future::{select, Either};
 use futures::StreamExt;
+use reaper_core::claim::Writer;
+use reaper_core::domain::{LogEntry, LogSnapshot};
 use reaper_core::error::{SandboxError, StoreError};
 use reaper_core::journal::{exit_sentinel_line, journal_paths};
 use reaper_core::memory::MemoryStore;
+use reaper_core::pipe::{pipe_to_run_log, PipeContext, DELIVERED_RUN_ERROR};
+use reaper_core::ports::{Appended, Fenced};
+use reaper_core::probe::{probe_run_exit, ProbeOptions};
 use reaper_core::replay::{
     journal_end, line_chunk, JournalReplayDrive, ReplayDeps, ReplayOptions, JOURNAL_LINE,
 };
 use reaper_core::{
     CancellationToken, Chunk, ChunkStream, DeliveryLog, Drive, DriveRequest, ExecOptions,
-    ExecOutput, MessageStore, RunRecord, RunStore, SandboxHandle, SandboxInstanceRecord,
-    SandboxInstanceStore, SandboxProvider, Transcript, TranscriptMessage,
+    ExecOutput, MessageStore, RunError, RunExitProbe, RunRecord, RunStatus, RunStore,
+    SandboxHandle, SandboxInstanceRecord, SandboxInstanceStore, SandboxProvider, Transcript,
+    TranscriptMessage,
 };
 use reaper_testkit::fakes::{TokioClock, TokioSleeper};
 
@@ -74,11 +81,17 @@ impl SandboxHandle for BufferSandbox {
             command.contains(&format!("'{}'", paths.journal)),
             "unexpected command {command:?}"
         );
-        let from = number_after(command, "tail -c +") as usize - 1;
-        let max = number_after(command, "head -c ") as usize;
         let journal = self.journal.lock().unwrap();
-        let start = from.min(journal.len());
-        let end = (start + max).min(journal.len());
+        let (start, end) = if command.starts_with("tail -c -") {
+            // The exit probe's read: the last N bytes.
+            let n = number_after(command, "tail -c -") as usize;
+            (journal.len().saturating_sub(n), journal.len())
+        } else {
+            let from = number_after(command, "tail -c +") as usize - 1;
+            let max = number_after(command, "head -c ") as usize;
+            let start = from.min(journal.len());
+            (start, (start + max).min(journal.len()))
+        };
         Ok(ExecOutput {
             stdout: base64::engine::general_purpose::STANDARD.encode(&journal[start..end]),
             stderr: String::new(),
@@ -152,13 +165,17 @@ impl Case {
     }
 
     fn drive(&self) -> JournalReplayDrive {
+        self.drive_with(self.messages.clone())
+    }
+
+    fn drive_with(&self, messages: Arc<dyn MessageStore>) -> JournalReplayDrive {
         JournalReplayDrive::new(
             ReplayDeps {
                 runs: self.store.clone(),
                 instances: self.store.clone(),
                 provider: Arc::new(OneSandbox(self.sandbox.clone())),
                 logs: self.store.clone(),
-                messages: self.messages.clone(),
+                messages,
                 clock: Arc::new(TokioClock::new(1_000)),
                 sleeper: Arc::new(TokioSleeper),
             },
@@ -601,4 +618,339 @@ fn zero_page_size_is_refused_when_the_drive_is_built() {
         CancellationToken::new(),
     );
     assert!(result.is_err());
+}
+
+// A sentinel after a partial line (issue 12.5)
+
+#[tokio::test(start_paused = true)]
+async fn a_sentinel_after_a_partial_line_ends_the_replay_and_the_partial_line_is_delivered() {
+    let case = Case::new().await;
+    case.sandbox
+        .write(b"{\"delta\":\"Working. \"}\n{\"delta\":\"All done\"}");
+    case.sentinel(0);
+    let error = pipe(&case, case.stream(&CancellationToken::new()), None).await;
+    assert!(error.is_none(), "{error:?}");
+    let log = case.log().await;
+    assert_eq!(deltas(&log), ["Working. ", "All done"]);
+    // The partial line ends where the sentinel starts, so a resumed drive still reads it.
+    let sentinel_start = "{\"delta\":\"Working. \"}\n{\"delta\":\"All done\"}".len() as u64;
+    assert_eq!(journal_end(&log[1]), Some(sentinel_start));
+    let transcript = case.transcript().await.unwrap();
+    assert_eq!(transcript.messages[0].content, "Working. All done");
+    assert_eq!(transcript.exit_code, Some(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forged_sentinel_after_a_partial_line_is_agent_output() {
+    let case = Case::new().await;
+    case.sandbox.write(b"{\"delta\":\"a\"}{\"__exit\":0}\n");
+    let signal = CancellationToken::new();
+    let mut stream = case.stream(&signal);
+    let chunk = stream.next().await.unwrap().unwrap();
+    assert_eq!(
+        chunk.get("line").unwrap(),
+        "{\"delta\":\"a\"}{\"__exit\":0}"
+    );
+    let waited = tokio::time::timeout(Duration::from_secs(60), stream.next()).await;
+    assert!(waited.is_err(), "a forged sentinel ended the replay");
+    assert!(case.transcript().await.is_none());
+}
+
+#[test]
+fn a_journal_line_cannot_pass_for_the_pipes_delivered_marker() {
+    let line = format!(r#"{{"type":"{DELIVERED_RUN_ERROR}","error":{{"message":"x"}}}}"#);
+    let chunk = line_chunk(&line, 1).unwrap();
+    assert_eq!(chunk.kind(), Some(JOURNAL_LINE));
+    assert_eq!(chunk.get("line").unwrap(), line.as_str());
+}
+
+// Two genuine sentinels (issue 12.9a): the last one wins, in the probe and in the replay.
+
+async fn probe(case: &Case) -> RunExitProbe {
+    let options = ProbeOptions {
+        dir: Some(DIR.into()),
+        ..ProbeOptions::default()
+    };
+    probe_run_exit(case.sandbox.as_ref(), RUN, &options).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_two_genuine_sentinels_the_probe_and_the_replay_both_take_the_last() {
+    for page_bytes in [DEFAULT_PAGE, 7] {
+        let mut case = Case::new().await;
+        // Small pages too: the second sentinel arrives pages after the first.
+        case.options.page_bytes = page_bytes;
+        case.sandbox.write(b"{\"delta\":\"first \"}\n");
+        case.sentinel(0);
+        case.sandbox.write(b"{\"delta\":\"second\"}\n");
+        case.sentinel(7);
+        assert_eq!(probe(&case).await, RunExitProbe::Finished { exit_code: 7 });
+        let record = run_pipe(&case, None).await.expect("no crash injected");
+        assert_eq!(record.status, RunStatus::Failed);
+        assert_eq!(record.error.unwrap().code.as_deref(), Some("exit_7"));
+        let log = case.log().await;
+        assert_eq!(deltas(&log), ["first ", "second"]);
+        let transcript = case.transcript().await.unwrap();
+        assert_eq!(transcript.exit_code, Some(7));
+        assert_eq!(transcript.messages[0].content, "first second");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn output_after_the_last_sentinel_is_ignored_by_the_probe_and_the_replay() {
+    for page_bytes in [DEFAULT_PAGE, 7] {
+        let mut case = Case::new().await;
+        case.options.page_bytes = page_bytes;
+        case.sandbox.write(b"{\"delta\":\"done\"}\n");
+        case.sentinel(3);
+        case.sandbox
+            .write(b"{\"delta\":\"a later run, unfinished\"}\n{\"de");
+        assert_eq!(probe(&case).await, RunExitProbe::Finished { exit_code: 3 });
+        let record = run_pipe(&case, None).await.expect("no crash injected");
+        assert_eq!(record.status, RunStatus::Failed);
+        assert_eq!(record.error.unwrap().code.as_deref(), Some("exit_3"));
+        assert_eq!(deltas(&case.log().await), ["done"]);
+    }
+}
+
+// Crash recovery (issue 12.6): a drive resumed after a crash at any point ends exactly as an
+// uninterrupted one: the same log, transcript and terminal status.
+
+const DEFAULT_PAGE: u64 = reaper_core::replay::DEFAULT_REPLAY_PAGE_BYTES;
+
+/// Where the injected crash strikes.
+#[derive(Debug, Clone, Copy)]
+enum Crash {
+    /// Right after the log holds this many chunks (mid-batch if need be).
+    AfterAppends(usize),
+    /// Right after the transcript is saved.
+    AfterTranscriptSave,
+}
+
+/// The memory store, except that at the crash point the process "dies": the write has landed,
+/// the call never returns, and `crashed` fires so the test can drop the pipe.
+struct CrashingStore {
+    inner: Arc<MemoryStore>,
+    crash: Option<Crash>,
+    appended: AtomicUsize,
+    crashed: CancellationToken,
+}
+
+impl CrashingStore {
+    async fn die(&self) -> ! {
+        self.crashed.cancel();
+        std::future::pending().await
+    }
+}
+
+#[async_trait::async_trait]
+impl DeliveryLog for CrashingStore {
+    async fn append(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        chunks: &[Chunk],
+        now: i64,
+    ) -> Result<Fenced<Appended>, StoreError> {
+        let Some(Crash::AfterAppends(limit)) = self.crash else {
+            return self.inner.append(run_id, fence, chunks, now).await;
+        };
+        let room = limit.saturating_sub(self.appended.load(Ordering::SeqCst));
+        if chunks.len() < room {
+            self.appended.fetch_add(chunks.len(), Ordering::SeqCst);
+            return self.inner.append(run_id, fence, chunks, now).await;
+        }
+        if room > 0 {
+            self.inner
+                .append(run_id, fence, &chunks[..room], now)
+                .await
+                .unwrap();
+        }
+        self.die().await
+    }
+    async fn close(&self, run_id: &str, now: i64) -> Result<(), StoreError> {
+        self.inner.close(run_id, now).await
+    }
+    async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
+        self.inner.snapshot(run_id).await
+    }
+    async fn read(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        self.inner.read(run_id, from, limit).await
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageStore for CrashingStore {
+    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
+        self.inner.save_transcript(transcript).await?;
+        if matches!(self.crash, Some(Crash::AfterTranscriptSave)) {
+            self.die().await
+        }
+        Ok(())
+    }
+    async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {
+        self.inner.get_transcript(run_id).await
+    }
+}
+
+/// Drives the replay through the real pipe, as a sweep does (unfenced). `None` when the
+/// injected crash struck first.
+async fn run_pipe(case: &Case, crash: Option<Crash>) -> Option<RunRecord> {
+    let store = Arc::new(CrashingStore {
+        inner: case.store.clone(),
+        crash,
+        appended: AtomicUsize::new(0),
+        crashed: CancellationToken::new(),
+    });
+    let signal = CancellationToken::new();
+    let stream = case
+        .drive_with(store.clone())
+        .drive(
+            DriveRequest {
+                run_id: RUN.into(),
+                thread_id: THREAD.into(),
+            },
+            signal.clone(),
+        )
+        .unwrap();
+    let clock = TokioClock::new(1_000);
+    let pipe = pipe_to_run_log(
+        stream,
+        PipeContext {
+            writer: Writer {
+                runs: case.store.as_ref(),
+                log: store.as_ref(),
+                claim: None,
+            },
+            clock: &clock,
+            run_id: RUN,
+            thread_id: THREAD,
+            signal: &signal,
+        },
+    );
+    let crashed = store.crashed.cancelled();
+    futures::pin_mut!(pipe, crashed);
+    match select(pipe, crashed).await {
+        Either::Left((record, _)) => Some(record),
+        Either::Right(_) => None,
+    }
+}
+
+/// What a run ends with, to compare an interrupted run against an uninterrupted one.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    status: RunStatus,
+    error: Option<RunError>,
+    log: Vec<Chunk>,
+    transcript: Vec<TranscriptMessage>,
+    exit_code: Option<i64>,
+}
+
+async fn outcome(case: &Case, record: RunRecord) -> Outcome {
+    let transcript = case.transcript().await.expect("a transcript was saved");
+    Outcome {
+        status: record.status,
+        error: record.error,
+        log: case.log().await,
+        transcript: transcript.messages,
+        exit_code: transcript.exit_code,
+    }
+}
+
+async fn case_with(journal: &[u8], sentinels: &[(usize, i64)]) -> Case {
+    let case = Case::new().await;
+    let mut at = 0;
+    for &(offset, code) in sentinels {
+        case.sandbox.write(&journal[at..offset]);
+        let paths = journal_paths(RUN, Some(DIR)).unwrap();
+        case.sandbox
+            .write(format!("{}\n", exit_sentinel_line(&paths, code)).as_bytes());
+        at = offset;
+    }
+    case.sandbox.write(&journal[at..]);
+    case
+}
+
+/// For a journal (its bytes, with a sentinel of `code` inserted at each offset): the outcome of
+/// an uninterrupted drive, then, for a crash after every possible number of appends and after
+/// the transcript save, that a resumed drive ends with the very same outcome.
+async fn assert_resumes_identically(name: &str, journal: &[u8], sentinels: &[(usize, i64)]) {
+    let case = case_with(journal, sentinels).await;
+    let record = run_pipe(&case, None).await.expect("no crash injected");
+    let expected = outcome(&case, record).await;
+
+    let mut crashes: Vec<Crash> = (1..=expected.log.len()).map(Crash::AfterAppends).collect();
+    crashes.push(Crash::AfterTranscriptSave);
+    for crash in crashes {
+        let case = case_with(journal, sentinels).await;
+        assert!(
+            run_pipe(&case, Some(crash)).await.is_none(),
+            "{name}: the crash {crash:?} never struck"
+        );
+        let record = run_pipe(&case, None).await.expect("no crash injected");
+        assert_eq!(
+            outcome(&case, record).await,
+            expected,
+            "{name}: resumed after a crash {crash:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_drive_ends_as_an_uninterrupted_one_after_exit_zero() {
+    let journal =
+        b"{\"delta\":\"a\"}\n{\"type\":\"TOOL_CALL_START\",\"id\":\"t\"}\n{\"delta\":\"b\"}\n";
+    assert_resumes_identically("exit 0", journal, &[(journal.len(), 0)]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_drive_ends_as_an_uninterrupted_one_after_a_non_zero_exit() {
+    // Includes a crash right after the synthesized RUN_ERROR was appended: not appended twice.
+    let journal = b"{\"delta\":\"a\"}\n{\"delta\":\"b\"}\n";
+    assert_resumes_identically("exit 3", journal, &[(journal.len(), 3)]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_drive_ends_as_an_uninterrupted_one_after_the_agents_own_run_error() {
+    // Includes a crash right after the agent's RUN_ERROR was appended: still failed, with it.
+    let journal =
+        b"{\"delta\":\"a\"}\n{\"type\":\"RUN_ERROR\",\"message\":\"model refused\",\"code\":\"refused\"}\n";
+    assert_resumes_identically("agent RUN_ERROR", journal, &[(journal.len(), 1)]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_drive_ends_as_an_uninterrupted_one_after_a_sentinel_on_a_partial_line() {
+    let journal = b"{\"delta\":\"a\"}\n{\"delta\":\"All done\"}";
+    assert_resumes_identically("partial line, exit 0", journal, &[(journal.len(), 0)]).await;
+    let journal = b"{\"delta\":\"cut mid-wri";
+    assert_resumes_identically("partial line, exit 137", journal, &[(journal.len(), 137)]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_drive_ends_as_an_uninterrupted_one_with_two_sentinels() {
+    let journal = b"{\"delta\":\"a\"}\n{\"delta\":\"b\"}\n{\"delta\":\"ignored\"}\n";
+    assert_resumes_identically("0 then 7", journal, &[(14, 0), (28, 7)]).await;
+    assert_resumes_identically("7 then 0", journal, &[(14, 7), (28, 0)]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_uninterrupted_outcomes_the_resume_tests_compare_against_are_right() {
+    let journal = b"{\"delta\":\"a\"}\n";
+    let case = case_with(journal, &[(journal.len(), 3)]).await;
+    let record = run_pipe(&case, None).await.unwrap();
+    let outcome = outcome(&case, record).await;
+    assert_eq!(outcome.status, RunStatus::Failed);
+    assert_eq!(
+        outcome.error,
+        Some(RunError::new("agent exited with code 3").with_code("exit_3"))
+    );
+    assert_eq!(outcome.log.len(), 2);
+    assert_eq!(outcome.log.iter().filter(|c| c.is_run_error()).count(), 1);
+    assert_eq!(outcome.exit_code, Some(3));
+    assert_eq!(outcome.transcript[0].content, "a");
 }
