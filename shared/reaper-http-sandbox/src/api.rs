@@ -130,6 +130,9 @@ pub mod codes {
     pub const OUTPUT_LIMIT_EXCEEDED: &str = "output-limit-exceeded";
     /// 409: the sandbox refused teardown; it may still be running.
     pub const DESTROY_REFUSED: &str = "destroy-refused";
+    /// 503 with `Retry-After`: the daemon is running as many execs as it allows; nothing was
+    /// run. Retryable.
+    pub const TOO_MANY_EXECS: &str = "too-many-execs";
     /// 500: the daemon failed; the message says how.
     pub const INTERNAL: &str = "internal";
 }

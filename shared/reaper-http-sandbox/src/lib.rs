@@ -15,12 +15,15 @@
 //!   probe reports `unknown` and never `finished`.
 //! - `destroy` is `Ok` only when the daemon answered 204; a failed teardown is never swallowed.
 //! - The token goes only into the `Authorization` header: it is in no `Debug`, log or error.
+//!   Credentials in the base URL (`https://user:pass@host`) are masked in every `Debug`, log
+//!   and error ([`redact_url`]).
 //! - Sandbox ids are validated before they are put in a URL.
 
 pub mod api;
 #[cfg(feature = "native")]
 mod native;
 mod provider;
+mod redact;
 mod transport;
 
 #[cfg(feature = "native")]
@@ -30,4 +33,5 @@ pub use provider::{
     DEFAULT_EXEC_MARGIN_MS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_PROVIDER_NAME, DEFAULT_REQUEST_TIMEOUT_MS,
 };
+pub use redact::redact_url;
 pub use transport::{HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::redact::redact_url;
 use crate::transport::{HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};
 
 /// [`HttpTransport`] for native code (tokio).
@@ -33,14 +34,17 @@ impl ReqwestTransport {
 }
 
 fn map_error(url: &str, timeout_ms: u64, e: reqwest::Error) -> TransportError {
+    // reqwest's messages quote the URL, credentials included; `url` below is the caller's to
+    // redact, and the message must not carry a second copy.
+    let e = e.without_url();
     if e.is_timeout() {
         TransportError::TimedOut {
-            url: url.to_string(),
+            url: redact_url(url),
             timeout_ms,
         }
     } else if e.is_builder() {
         TransportError::Invalid {
-            url: url.to_string(),
+            url: redact_url(url),
             message: e.to_string(),
         }
     } else {
@@ -53,7 +57,7 @@ fn map_error(url: &str, timeout_ms: u64, e: reqwest::Error) -> TransportError {
             source = s.source();
         }
         TransportError::Unreachable {
-            url: url.to_string(),
+            url: redact_url(url),
             message,
         }
     }
@@ -92,7 +96,7 @@ impl HttpTransport for ReqwestTransport {
             .await
             .map_err(|e| map_error(&url, timeout_ms, e))?;
         let too_large = || TransportError::ResponseTooLarge {
-            url: url.clone(),
+            url: redact_url(&url),
             limit: max_response_bytes,
         };
         if response

@@ -11,6 +11,7 @@ use crate::api::{
     codes, AgentStarted, CreateSandboxRequest, ErrorBody, ExecRequest, ExecResult, Health,
     SandboxInfo, StartAgentRequest, API_PREFIX,
 };
+use crate::redact::{redact_url, Redactor};
 use crate::transport::{HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};
 
 /// The provider name recorded in instance records of sandboxes created through sandboxd.
@@ -36,6 +37,8 @@ const MAX_SANDBOX_ID_LEN: usize = 64;
 #[derive(Clone)]
 pub struct HttpProviderConfig {
     /// `http://127.0.0.1:7878` or `https://sandboxes.example.com/prefix`; `/v1/...` is appended.
+    /// It may carry credentials for a proxy in front of the daemon (`https://user:pass@host`):
+    /// they are shown nowhere ([`redact_url`] in every `Debug`, log and error).
     pub base_url: String,
     /// The daemon's bearer token. Never logged, never in `Debug`.
     pub token: String,
@@ -65,7 +68,7 @@ impl HttpProviderConfig {
 impl std::fmt::Debug for HttpProviderConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpProviderConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("token", &"<redacted>")
             .field("name", &self.name)
             .field("request_timeout_ms", &self.request_timeout_ms)
@@ -80,7 +83,11 @@ impl std::fmt::Debug for HttpProviderConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    #[error("invalid sandboxd base URL {0:?}: it must start with http:// or https://")]
+    /// The URL is shown redacted ([`redact_url`]).
+    #[error(
+        "invalid sandboxd base URL {0:?}: it must start with http:// or https:// and have no \
+         query or fragment"
+    )]
     BaseUrl(String),
     #[error(
         "invalid sandboxd token: it must be non-empty printable ASCII without spaces (the \
@@ -97,14 +104,19 @@ struct Inner {
     config: HttpProviderConfig,
     /// `base_url` without its trailing `/`, plus `/v1`.
     api_base: String,
+    /// `base_url` as it may be shown: credentials masked.
+    shown_base: String,
+    /// Masks the URL's credentials in text a transport produced.
+    redactor: Redactor,
     transport: Arc<dyn HttpTransport>,
 }
 
 /// A [`SandboxProvider`] whose sandboxes live behind a `reaper-sandboxd`.
 ///
 /// Error mapping, which the probe and reclaim rely on:
-/// - no answer (connection refused, reset, timeout, a 502/503/504 from a proxy) is
-///   [`SandboxError::Unreachable`]: the probe reports `unknown`, never `finished`;
+/// - no answer (connection refused, reset, timeout, a 502/503/504 from a proxy), or a "not now"
+///   (429, the daemon's 503 `too-many-execs`) is [`SandboxError::Unreachable`]: the probe
+///   reports `unknown`, never `finished`;
 /// - 401 is [`SandboxError::Refused`] saying the token is wrong;
 /// - `resume` of a sandbox the daemon does not have (404) is `Ok(None)`;
 /// - `destroy` succeeds only on 204: anything else is an `Err`, so a failed teardown is reported.
@@ -136,8 +148,11 @@ impl HttpSandboxProvider {
         transport: Arc<dyn HttpTransport>,
     ) -> Result<Self, ConfigError> {
         let base = config.base_url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ConfigError::BaseUrl(config.base_url.clone()));
+        // A query or fragment would end up in the middle of every request's URL.
+        if !(base.starts_with("http://") || base.starts_with("https://"))
+            || base.contains(['?', '#'])
+        {
+            return Err(ConfigError::BaseUrl(redact_url(&config.base_url)));
         }
         if config.token.is_empty() || !config.token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(ConfigError::Token);
@@ -146,10 +161,14 @@ impl HttpSandboxProvider {
             return Err(ConfigError::Name);
         }
         let api_base = format!("{base}{API_PREFIX}");
+        let shown_base = redact_url(&config.base_url);
+        let redactor = Redactor::for_url(base);
         Ok(HttpSandboxProvider {
             inner: Arc::new(Inner {
                 config,
                 api_base,
+                shown_base,
+                redactor,
                 transport,
             }),
         })
@@ -277,7 +296,7 @@ impl std::fmt::Debug for HttpSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpSandbox")
             .field("id", &self.id)
-            .field("base_url", &self.inner.config.base_url)
+            .field("base_url", &self.inner.shown_base)
             .finish()
     }
 }
@@ -388,15 +407,22 @@ impl Inner {
             timeout_ms: timeout_ms.unwrap_or(self.config.request_timeout_ms),
             max_response_bytes: self.config.max_response_bytes,
         };
-        tracing::debug!(method = method.as_str(), url = %request.url, "sandboxd request");
+        tracing::debug!(
+            method = method.as_str(),
+            url = %format_args!("{}{API_PREFIX}{path}", self.shown_base),
+            "sandboxd request"
+        );
+        // A transport's error quotes the URL it was given: masked before it goes anywhere.
+        let shown = |e: &TransportError| self.redactor.scrub(&e.to_string());
         let response = self.transport.send(request).await.map_err(|e| match e {
             TransportError::Unreachable { .. } | TransportError::TimedOut { .. } => {
-                SandboxError::Unreachable(e.to_string())
+                SandboxError::Unreachable(shown(&e))
             }
             TransportError::ResponseTooLarge { .. } => SandboxError::Other(format!(
-                "{e}; raise max_response_bytes or read less per exec"
+                "{}; raise max_response_bytes or read less per exec",
+                shown(&e)
             )),
-            other => SandboxError::Other(other.to_string()),
+            other => SandboxError::Other(shown(&other)),
         })?;
         // A transport that does not stream may have read more than allowed: refuse it the same.
         if response.body.len() > self.config.max_response_bytes {
@@ -447,7 +473,7 @@ impl Inner {
             (401, _) => SandboxError::Refused(format!(
                 "sandboxd at {} rejected the bearer token (HTTP 401) for {what}: the token is \
                  wrong or missing; use the daemon's REAPER_SANDBOXD_TOKEN",
-                self.config.base_url
+                self.shown_base
             )),
             (404, Some(codes::SANDBOX_NOT_FOUND)) => {
                 SandboxError::NotFound(id.unwrap_or_default().to_string())
@@ -455,7 +481,7 @@ impl Inner {
             (404, _) => SandboxError::Refused(format!(
                 "{} does not serve the sandboxd v1 API (HTTP 404 for {what}): check the base \
                  URL and the daemon's version",
-                self.config.base_url
+                self.shown_base
             )),
             (422, Some(codes::EXEC_TIMEOUT)) => {
                 SandboxError::Timeout(parse_timeout(&message).unwrap_or_default())
@@ -464,9 +490,12 @@ impl Inner {
                 stream: format!("{what}{sandbox}"),
                 limit: parse_limit(&message).unwrap_or_default(),
             },
-            (502..=504, _) => SandboxError::Unreachable(format!(
-                "{what}{sandbox}: HTTP {status} from {}: {message}",
-                self.config.base_url
+            // 429 and 503 (the daemon's `too-many-execs`, or a proxy) say "not now": retryable,
+            // so a probe answers `unknown`, never `finished`.
+            (429 | 502..=504, _) => SandboxError::Unreachable(format!(
+                "{what}{sandbox}: HTTP {status}{} from {}: {message}",
+                code.map(|c| format!(", {c}")).unwrap_or_default(),
+                self.shown_base
             )),
             (400..=499, _) => SandboxError::Refused(format!(
                 "sandboxd refused {what}{sandbox} (HTTP {status}{}): {message}",

@@ -24,7 +24,8 @@ impl HttpMethod {
     }
 }
 
-/// One request. `headers` carries the bearer token: its `Debug` never shows header values.
+/// One request. `headers` carries the bearer token: its `Debug` never shows header values, nor
+/// credentials in the URL.
 #[derive(Clone)]
 pub struct HttpRequest {
     pub method: HttpMethod,
@@ -44,7 +45,7 @@ impl std::fmt::Debug for HttpRequest {
         let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("HttpRequest")
             .field("method", &self.method)
-            .field("url", &self.url)
+            .field("url", &crate::redact::redact_url(&self.url))
             .field("headers", &names)
             .field("body_len", &self.body.as_ref().map(Vec::len))
             .field("timeout_ms", &self.timeout_ms)

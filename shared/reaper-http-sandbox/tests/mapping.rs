@@ -275,7 +275,45 @@ fn a_bad_base_url_or_token_is_refused_at_construction() {
         t()
     )
     .is_err());
+    // A query or fragment would land in the middle of every request's URL.
+    for base in ["http://h/?token=x", "http://h/#f"] {
+        assert!(
+            HttpSandboxProvider::with_transport(HttpProviderConfig::new(base, TOKEN), t()).is_err(),
+            "{base}"
+        );
+    }
     let ok = HttpSandboxProvider::with_transport(HttpProviderConfig::new("http://h", TOKEN), t())
         .unwrap();
     assert_eq!(ok.name(), "sandboxd");
+}
+
+#[tokio::test]
+async fn a_busy_daemon_or_a_429_is_retryable_and_the_probe_answers_unknown() {
+    let busy = || {
+        reply(
+            503,
+            &error_body(
+                "too-many-execs",
+                "64 commands are already running on this daemon",
+            ),
+        )
+    };
+    let transport = Scripted::answering(vec![busy(), reply(429, "slow down"), busy()]);
+    let provider = provider(transport);
+    let handle = provider.handle("sbx-1").unwrap();
+    let exec = handle.exec("true", ExecOptions::default()).await;
+    assert!(
+        matches!(&exec, Err(SandboxError::Unreachable(m)) if m.contains("too-many-execs")),
+        "{exec:?}"
+    );
+    let limited = handle.exec("true", ExecOptions::default()).await;
+    assert!(
+        matches!(&limited, Err(SandboxError::Unreachable(m)) if m.contains("429")),
+        "{limited:?}"
+    );
+    let probe = probe_run_exit(&handle, "run-1", &ProbeOptions::default()).await;
+    assert!(
+        matches!(&probe, RunExitProbe::Unknown { error: Some(e) } if e.contains("too-many-execs")),
+        "{probe:?}"
+    );
 }
