@@ -10,6 +10,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds for a `Retry-After` header (503 answers the client should retry).
+    pub retry_after_secs: Option<u32>,
 }
 
 impl ApiError {
@@ -18,6 +20,15 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// 503 with `Retry-After`: the daemon is at a capacity bound; nothing was done.
+    pub fn busy(code: &'static str, message: impl Into<String>, retry_after_secs: u32) -> Self {
+        ApiError {
+            retry_after_secs: Some(retry_after_secs),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
         }
     }
 
@@ -49,9 +60,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        if self.retry_after_secs.is_some() {
+            // A capacity bound doing its job, not a failure of the daemon.
+            tracing::warn!(code = self.code, message = %self.message, "request shed");
+        } else if self.status.is_server_error() {
             tracing::error!(code = self.code, message = %self.message, "request failed");
         }
+        let retry_after = self.retry_after_secs;
         let unauthorized = self.status == StatusCode::UNAUTHORIZED;
         let body = ErrorBody {
             error: ErrorDetail {
@@ -60,6 +75,11 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if unauthorized {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -6,14 +6,16 @@
 //! - Every route but `GET /v1/healthz` requires `Authorization: Bearer <token>`, checked in
 //!   constant time before any handler or body read runs; the daemon does not start without a
 //!   token, and never logs one.
-//! - Request bodies are bounded (413), `exec` output is bounded (422, never truncated), and the
-//!   exec timeout is bounded.
+//! - Request bodies are bounded (413), `exec` output is bounded while it is read (422, never
+//!   truncated), the exec timeout is bounded, and so are concurrent execs (503 with
+//!   `Retry-After`), open connections and the time a client may take to send its headers.
 //! - A command runs only in a live sandbox: the id is validated before it is joined to the root,
 //!   and an unknown or destroyed sandbox is a 404.
 //! - The router is built from one route list, which the OpenAPI test compares with
 //!   `openapi.json`.
 
 mod error;
+pub mod serve;
 pub mod server;
 pub mod token;
 

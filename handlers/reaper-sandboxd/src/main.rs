@@ -9,8 +9,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use reaper_local::{LocalProviderOptions, LocalSandboxProvider};
+use reaper_sandboxd::serve::{serve, ConnectionLimits, DEFAULT_MAX_CONNECTIONS};
 use reaper_sandboxd::server::{
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_EXECS, DEFAULT_MAX_EXEC_TIMEOUT_MS,
+    DEFAULT_MAX_OUTPUT_BYTES,
 };
 use reaper_sandboxd::{router, AppState, Limits, Token, TOKEN_ENV};
 
@@ -38,6 +40,17 @@ struct Cli {
     /// Longest exec timeout a request may ask for.
     #[arg(long, default_value_t = DEFAULT_MAX_EXEC_TIMEOUT_MS)]
     max_exec_timeout_ms: u64,
+    /// Execs running at once; one more is answered 503 (too-many-execs) with Retry-After.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_EXECS, value_parser = at_least_one)]
+    max_concurrent_execs: usize,
+    /// Open connections at once. Beyond it, a new connection closes the oldest one that is not
+    /// serving a request (slow or idle clients); it is refused only when all are busy.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
+    max_connections: usize,
+    /// A connection that has not sent a complete request head this long after it opened (or
+    /// after its previous answer) is closed: slow and silent clients cannot hold connections.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    header_read_timeout_ms: u64,
     /// PATH inside the sandboxes (default /usr/local/bin:/usr/bin:/bin).
     #[arg(long)]
     sandbox_path: Option<String>,
@@ -47,6 +60,19 @@ struct Cli {
     /// Log JSON lines instead of text (stderr either way; filter with RUST_LOG).
     #[arg(long)]
     log_json: bool,
+    /// TESTS AND DEMOS ONLY: honour the `.destroy-fails` file in a sandbox's directory (DELETE
+    /// then answers 409). Never in production: an agent can write that file and make its own
+    /// sandbox indestructible.
+    #[arg(long)]
+    honor_destroy_fails_flag: bool,
+}
+
+/// A count of at least one: zero would refuse every request.
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{value:?} is not a whole number of at least 1")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -94,15 +120,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(path) = cli.sandbox_path {
         options.path = path;
     }
-    let state = Arc::new(AppState {
-        provider: LocalSandboxProvider::new(options),
+    options.destroy_fails_flag = cli.honor_destroy_fails_flag;
+    if cli.honor_destroy_fails_flag {
+        tracing::warn!("--honor-destroy-fails-flag: a .destroy-fails file makes DELETE fail; for tests and demos only");
+    }
+    let state = Arc::new(AppState::new(
+        LocalSandboxProvider::new(options),
         token,
-        limits: Limits {
+        Limits {
             max_body_bytes: cli.max_body_bytes,
             max_output_bytes: cli.max_output_bytes,
             max_exec_timeout_ms: cli.max_exec_timeout_ms,
+            max_concurrent_execs: cli.max_concurrent_execs,
         },
-    });
+    ));
+    let connection_limits = ConnectionLimits {
+        max_connections: cli.max_connections,
+        header_read_timeout: Duration::from_millis(cli.header_read_timeout_ms),
+    };
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cli.listen))?;
@@ -116,12 +151,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut stopped = stop_rx.clone();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+    let server = serve(listener, router(state), connection_limits, async move {
         let _ = stopped.wait_for(|s| *s).await;
     });
     let grace = Duration::from_millis(cli.shutdown_grace_ms);
     tokio::select! {
-        result = server => result.context("the server failed")?,
+        () = server => {},
         () = async {
             shutdown_signal().await;
             tracing::info!("shutting down: no new connections, waiting for requests in flight");

@@ -20,6 +20,7 @@ use reaper_http_sandbox::api::{
 };
 use reaper_local::{validate_sandbox_id, CreateOptions, LocalSandbox, LocalSandboxProvider};
 use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
 use crate::token::Token;
@@ -33,8 +34,14 @@ pub struct Limits {
     /// local provider, which enforces it while reading.
     pub max_output_bytes: usize,
     pub max_exec_timeout_ms: u64,
+    /// Execs running at once; one more is answered 503 `too-many-execs` with `Retry-After`
+    /// instead of failing for want of processes or file descriptors.
+    pub max_concurrent_execs: usize,
 }
 
+pub const DEFAULT_MAX_CONCURRENT_EXECS: usize = 64;
+/// The `Retry-After` of a `too-many-execs` answer, in seconds.
+const EXEC_RETRY_AFTER_SECS: u32 = 1;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_MAX_EXEC_TIMEOUT_MS: u64 = 600_000;
@@ -47,6 +54,7 @@ impl Default for Limits {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_exec_timeout_ms: DEFAULT_MAX_EXEC_TIMEOUT_MS,
+            max_concurrent_execs: DEFAULT_MAX_CONCURRENT_EXECS,
         }
     }
 }
@@ -57,6 +65,19 @@ pub struct AppState {
     pub provider: LocalSandboxProvider,
     pub token: Token,
     pub limits: Limits,
+    /// One permit per exec allowed to run at once (`limits.max_concurrent_execs`).
+    exec_slots: Semaphore,
+}
+
+impl AppState {
+    pub fn new(provider: LocalSandboxProvider, token: Token, limits: Limits) -> Self {
+        AppState {
+            provider,
+            token,
+            limits,
+            exec_slots: Semaphore::new(limits.max_concurrent_execs),
+        }
+    }
 }
 
 type Shared = Arc<AppState>;
@@ -453,6 +474,19 @@ async fn exec(
         )));
     }
     let sandbox = open(&state, &id).await?;
+    // Refused at once rather than queued: the caller's own timeout keeps running, and a probe
+    // that is told "busy" reports `unknown` and tries again on the next sweep.
+    let _slot = state.exec_slots.try_acquire().map_err(|_| {
+        let max = state.limits.max_concurrent_execs;
+        ApiError::busy(
+            codes::TOO_MANY_EXECS,
+            format!(
+                "{max} commands are already running on this daemon (--max-concurrent-execs); \
+                 nothing was run: retry after a moment"
+            ),
+            EXEC_RETRY_AFTER_SECS,
+        )
+    })?;
     let output = sandbox
         .exec(&request.command, ExecOptions { timeout_ms })
         .await

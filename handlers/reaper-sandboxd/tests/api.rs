@@ -592,7 +592,8 @@ async fn sigterm_stops_the_daemon_cleanly_and_its_agents_keep_running() {
 #[tokio::test]
 async fn a_destroy_the_sandbox_refuses_is_a_reported_error_and_the_sandbox_stays() {
     let tmp = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(tmp.path(), &[]).await;
+    // The fault-injection file is honoured only by a daemon told to (tests and demos).
+    let daemon = Daemon::start(tmp.path(), &["--honor-destroy-fails-flag"]).await;
     let provider = daemon.provider();
     let sbx = provider.create(&Default::default()).await.unwrap();
     let flag = daemon

@@ -200,7 +200,11 @@ fn every_route_the_router_serves_is_documented_and_nothing_else_is() {
 #[tokio::test]
 async fn real_answers_of_every_operation_match_the_documented_status_and_schema() {
     let tmp = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(tmp.path(), &["--max-output-bytes", "100"]).await;
+    let daemon = Daemon::start(
+        tmp.path(),
+        &["--max-output-bytes", "100", "--honor-destroy-fails-flag"],
+    )
+    .await;
     let doc = document();
     let d = &daemon;
     let (get, post, delete) = ("GET", "POST", "DELETE");
@@ -445,4 +449,73 @@ async fn real_answers_of_every_operation_match_the_documented_status_and_schema(
         validate(&doc, error, &value, "body").unwrap();
         assert_eq!(value["error"]["code"], code);
     }
+}
+
+#[tokio::test]
+async fn an_exec_beyond_the_concurrency_cap_is_the_documented_503_with_retry_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(tmp.path(), &["--max-concurrent-execs", "1"]).await;
+    let doc = document();
+    let exec = "/v1/sandboxes/{id}/exec";
+    let created = check(
+        &daemon,
+        &doc,
+        "POST",
+        "/v1/sandboxes",
+        "/v1/sandboxes",
+        true,
+        None,
+        201,
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_string();
+    let exec_path = format!("/v1/sandboxes/{id}/exec");
+    let blocking = {
+        let (client, url, token) = (daemon.raw(), daemon.url.clone(), daemon.token.clone());
+        let exec_path = exec_path.clone();
+        tokio::spawn(async move {
+            client
+                .post(format!("{url}{exec_path}"))
+                .bearer_auth(token)
+                .json(&json!({"command": "touch started; exec sleep 60", "timeoutMs": 60000}))
+                .send()
+                .await
+        })
+    };
+    let started = daemon.root.join(&id).join("work").join("started");
+    assert!(
+        common::eventually(std::time::Duration::from_secs(20), || async {
+            started.exists()
+        })
+        .await
+    );
+    let busy = check(
+        &daemon,
+        &doc,
+        "POST",
+        exec,
+        &exec_path,
+        true,
+        Some(json!({"command": "true"})),
+        503,
+    )
+    .await;
+    assert_eq!(busy["error"]["code"], "too-many-execs");
+    let documented = resolve(&doc, &doc["paths"][exec]["post"]["responses"]["503"]);
+    assert!(
+        documented.pointer("/headers/Retry-After").is_some(),
+        "the 503 documents its Retry-After header"
+    );
+    check(
+        &daemon,
+        &doc,
+        "DELETE",
+        "/v1/sandboxes/{id}",
+        &format!("/v1/sandboxes/{id}"),
+        true,
+        None,
+        204,
+    )
+    .await;
+    let _ = blocking.await.unwrap();
 }
