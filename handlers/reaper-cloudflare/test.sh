@@ -75,6 +75,8 @@ step "worker-build $WORKER_BUILD_VERSION" worker_build
 step "wasm-bindgen-cli at the Cargo.lock version" wasm_bindgen
 step "npm ci" npm ci --no-audit --no-fund
 step "native unit tests (config, plan)" cargo test --quiet
+# rustup cannot download the wasm32 std here: build with Debian's toolchain (scripts/build.sh).
+export REAPER_WASM_TOOLCHAIN=debian
 if [[ "${SKIP_DEPLOY_BUILD:-}" != 1 ]]; then
   step "deploy build" scripts/build.sh
 fi
