@@ -1,6 +1,7 @@
 //! The reaper on Cloudflare: a Durable Object (`RunReaper`) whose alarm runs one sweep of the
 //! detached runs in D1 and re-arms on every path, a Cron Trigger watchdog that re-arms a missing
-//! or stale alarm, and an authenticated admin route that bootstraps the first alarm.
+//! or stale alarm (which also arms the first one after a deploy), and optional authenticated admin
+//! routes.
 //!
 //! [`config`] and [`plan`] are plain Rust (tested natively); everything that touches JS is in
 //! the wasm32-only modules.

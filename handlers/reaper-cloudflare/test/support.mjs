@@ -27,6 +27,9 @@ export async function startWorker({ vars = {}, secrets = {}, persist, database }
   const doBinding = wrangler.durable_objects.bindings[0];
   const sqlite = wrangler.migrations.some((m) => (m.new_sqlite_classes ?? []).includes(doBinding.class_name));
   const d1 = wrangler.d1_databases[0];
+  // What the Worker writes to the console, one entry per call, as workerd reports it: `level` is
+  // the console method (log, warn, error), `message` the line.
+  const logs = [];
   const mf = new Miniflare({
     modules: true,
     scriptPath: join(here, "build/index.js"),
@@ -38,6 +41,9 @@ export async function startWorker({ vars = {}, secrets = {}, persist, database }
     // so a second Miniflare on it is the same deployment after its isolate was replaced.
     ...(persist ? { durableObjectsPersist: join(persist, "do"), d1Persist: join(persist, "d1") } : {}),
     bindings: { ...wrangler.vars, ...vars, ...secrets },
+    handleStructuredLogs: (entry) => {
+      logs.push(entry);
+    },
   });
   await mf.ready;
   const call = async (method, path, { auth, body } = {}) => {
@@ -61,6 +67,17 @@ export async function startWorker({ vars = {}, secrets = {}, persist, database }
   return {
     mf,
     call,
+    logs,
+    /** The console lines that are JSON objects, parsed, each with `console` (the method). */
+    jsonLogs: () =>
+      logs.flatMap(({ level, message }) => {
+        try {
+          const line = JSON.parse(message);
+          return line && typeof line === "object" ? [{ console: level, ...line }] : [];
+        } catch {
+          return [];
+        }
+      }),
     db: () => mf.getD1Database(d1.binding),
     scheduled: async () => (await mf.getWorker()).scheduled({ cron: wrangler.triggers.crons[0] }),
     dispose: () => mf.dispose(),
