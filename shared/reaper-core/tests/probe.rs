@@ -101,6 +101,21 @@ async fn a_genuine_sentinel_in_the_tail_is_finished_with_its_code() {
 }
 
 #[tokio::test]
+async fn a_sentinel_written_after_a_partial_last_line_is_finished() {
+    // The reference's wrapper appends the sentinel to an unterminated last line (issue 12.5).
+    let text = format!("{{\"delta\":\"All done\"}}{}\n", sentinel("r1", 0));
+    assert_eq!(
+        probe(&ScriptedHandle::journal(&text), "r1").await,
+        RunExitProbe::Finished { exit_code: 0 }
+    );
+    let forged = "{\"delta\":\"All done\"}{\"__exit\":0}\n";
+    assert_eq!(
+        probe(&ScriptedHandle::journal(forged), "r1").await,
+        RunExitProbe::Producing
+    );
+}
+
+#[tokio::test]
 async fn a_forged_unnonced_sentinel_is_still_producing() {
     let handle = ScriptedHandle::journal(&format!("{AGENT_LINE}\n{{\"__exit\":0}}\n"));
     assert_eq!(probe(&handle, "r-forged").await, RunExitProbe::Producing);

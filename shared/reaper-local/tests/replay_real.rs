@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use common::{provider, run_agent, sandbox};
 use futures::StreamExt;
+use reaper_core::journal::{exit_sentinel_line, journal_paths, shell_quote};
 use reaper_core::memory::MemoryStore;
+use reaper_core::probe::{probe_run_exit, ProbeOptions};
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{
     CancellationToken, Chunk, ChunkStream, DeliveryLog, Drive, DriveRequest, ExecOptions,
-    ExecOutput, MessageStore, RunRecord, SandboxError, SandboxHandle, SandboxInstanceRecord,
-    SandboxInstanceStore, SandboxProvider,
+    ExecOutput, MessageStore, RunExitProbe, RunRecord, SandboxError, SandboxHandle,
+    SandboxInstanceRecord, SandboxInstanceStore, SandboxProvider,
 };
 use reaper_local::{LocalSandbox, LocalSandboxProvider, SystemClock, TokioSleeper};
 
@@ -255,4 +257,74 @@ async fn a_real_non_zero_exit_saves_the_transcript_then_yields_run_error() {
         .unwrap();
     assert_eq!(transcript.exit_code, Some(3));
     assert_eq!(transcript.messages[0].content, "01");
+}
+
+impl Case {
+    async fn probe(&self) -> RunExitProbe {
+        let options = ProbeOptions {
+            dir: Some(self.sbx.journal_dir().into()),
+            ..ProbeOptions::default()
+        };
+        probe_run_exit(&self.sbx, &self.run_id, &options).await
+    }
+
+    async fn transcript_text(&self) -> String {
+        let transcript = self.store.get_transcript(&self.run_id).await.unwrap();
+        transcript.expect("a transcript was saved").messages[0]
+            .content
+            .clone()
+    }
+}
+
+#[tokio::test]
+async fn a_real_agent_whose_output_lacks_a_trailing_newline_is_finished_and_replayed() {
+    let (_root, case) = Case::new("real-no-newline").await;
+    run_agent(
+        &case.sbx,
+        "real-no-newline",
+        r#"printf '{"delta":"Working. "}\n{"delta":"All done"}'"#,
+        None,
+    )
+    .await;
+    assert_eq!(case.probe().await, RunExitProbe::Finished { exit_code: 0 });
+    let mut stream = case.stream();
+    assert_eq!(case.pipe(&mut stream, None).await, 2);
+    assert_eq!(deltas(&case.log().await), ["Working. ", "All done"]);
+    assert_eq!(case.transcript_text().await, "Working. All done");
+}
+
+#[tokio::test]
+async fn a_journal_from_the_reference_wrapper_with_the_sentinel_on_a_partial_line_is_read() {
+    let (_root, case) = Case::new("real-reference").await;
+    // The reference's template (spec D.3) byte for byte: no newline before the sentinel.
+    let paths = journal_paths("real-reference", Some(case.sbx.journal_dir())).unwrap();
+    let reference = format!(
+        "mkdir -p {} && {{ ( printf '{{\"delta\":\"All done\"}}'; exit 2 ); printf '{}\\n' \"$?\"; }} >> {} 2>> {}",
+        shell_quote(&paths.dir),
+        exit_sentinel_line(&paths, 0).replace(":0,", ":%d,"),
+        shell_quote(&paths.journal),
+        shell_quote(&paths.stderr),
+    );
+    let out = case
+        .sbx
+        .exec(&reference, ExecOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let journal = std::fs::read_to_string(&paths.journal).unwrap();
+    assert_eq!(
+        journal,
+        format!(
+            "{{\"delta\":\"All done\"}}{}\n",
+            exit_sentinel_line(&paths, 2)
+        )
+    );
+
+    assert_eq!(case.probe().await, RunExitProbe::Finished { exit_code: 2 });
+    let mut stream = case.stream();
+    assert_eq!(case.pipe(&mut stream, None).await, 2);
+    let log = case.log().await;
+    assert_eq!(deltas(&log), ["All done"]);
+    assert_eq!(log[1].get("code").unwrap(), "exit_2");
+    assert_eq!(case.transcript_text().await, "All done");
 }
