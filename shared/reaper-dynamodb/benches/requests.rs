@@ -3,9 +3,10 @@
 //!
 //! Scenario (issue 5): 1,000 detached runs, of which 800 are still producing (left alone),
 //! 100 finished and 100 expired (claimed, driven, finalized, reclaimed). The store calls for a
-//! driven run are the ones the sweep makes per the spec: claim lease, epoch bump, quiet-check
-//! snapshot, fenced append, close, fenced terminal write, lease release, instance delete (plus
-//! the cancel write for an expired run).
+//! driven run are the ones the sweep makes per the spec: claim lease, epoch bump, reclaim-ledger
+//! intent, quiet-check snapshot, fenced append, close, fenced terminal write, lease release,
+//! instance delete, intent resolved (plus the cancel write for an expired run); once per sweep,
+//! the due-intents listing (empty here) and the ledger counts.
 //!
 //! Run: `cargo bench -p reaper-dynamodb --bench requests` (release build), or in debug, which
 //! counts the same: `cargo test -p reaper-dynamodb --bench requests`.
@@ -17,8 +18,8 @@
 mod common;
 
 use reaper_core::{
-    Chunk, DeliveryLog, EpochBump, LeaseGrant, LeaseStore, NewRun, RunPatch, RunStore,
-    SandboxInstanceRecord, SandboxInstanceStore, TerminalStatus, TerminalWrite,
+    Chunk, DeliveryLog, EpochBump, LeaseGrant, LeaseStore, NewRun, ReclaimIntent, ReclaimLedger,
+    RunPatch, RunStore, SandboxInstanceRecord, SandboxInstanceStore, TerminalStatus, TerminalWrite,
 };
 use reaper_dynamodb::{OpStats, RequestStats};
 
@@ -103,6 +104,7 @@ async fn main() {
         LeaseGrant::Acquired(l) => l,
         held => panic!("sweep lease {held:?}"),
     };
+    assert!(store.due_intents(NOW, 25).await.unwrap().is_empty());
     let listed = store.list_reclaimable(NOW, 0).await.unwrap();
     assert_eq!(listed.len(), RUNS);
     let listing = store.request_stats().op("list_reclaimable");
@@ -125,9 +127,14 @@ async fn main() {
             LeaseGrant::Acquired(l) => l,
             held => panic!("claim lease {held:?}"),
         };
-        let EpochBump::Claimed { epoch, .. } = store.bump_epoch(&run.run_id).await.unwrap() else {
+        let EpochBump::Claimed { epoch, record } = store.bump_epoch(&run.run_id).await.unwrap()
+        else {
             panic!("claim refused for {}", run.run_id);
         };
+        assert!(store
+            .record_intent(&ReclaimIntent::new(&record, NOW))
+            .await
+            .unwrap());
         store.snapshot(&run.run_id).await.unwrap();
         let chunks: Vec<Chunk> = (0..CHUNKS_PER_DRIVE)
             .map(|k| Chunk::text(&format!("chunk {k} of run {i}")))
@@ -154,7 +161,9 @@ async fn main() {
         if let Some(key) = &run.sandbox_key {
             SandboxInstanceStore::delete(&*store, key).await.unwrap();
         }
+        store.resolve_intent(&run.run_id).await.unwrap();
     }
+    assert_eq!(store.ledger_counts().await.unwrap().pending, 0);
     store.release(&sweep_lease).await.unwrap();
     let sweep = store.take_request_stats();
     table(
@@ -183,6 +192,19 @@ async fn main() {
     let append23 = fresh.take_request_stats().total;
     fresh.append("u", Some(1), &batch[..1], NOW).await.unwrap();
     let append1 = fresh.take_request_stats().total;
+    for i in 0..200 {
+        let mut intent = ReclaimIntent::new(
+            &reaper_core::RunRecord::new(format!("r-{i:03}"), "t", NOW),
+            NOW - 1_000 + i,
+        );
+        intent.sandbox_key = Some(format!("sbx-{i:03}"));
+        fresh.record_intent(&intent).await.unwrap();
+    }
+    fresh.take_request_stats();
+    fresh.due_intents(NOW, 25).await.unwrap();
+    let due25 = fresh.take_request_stats().total;
+    fresh.ledger_counts().await.unwrap();
+    let counts200 = fresh.take_request_stats().total;
 
     println!("\nunit figures");
     println!(
@@ -197,6 +219,8 @@ async fn main() {
     line("bump_epoch (one claim)", &claim);
     line("fenced append, 23 chunks (one transaction)", &append23);
     line("fenced append, 1 chunk", &append1);
+    line("due_intents, 25 of 200 due entries", &due25);
+    line("ledger_counts, 200 entries", &counts200);
     println!(
         "\nrequests per leave-alone run beyond its share of the listing: 0 \
          (listing share: {:.4} requests/run; whole sweep {} requests)",
