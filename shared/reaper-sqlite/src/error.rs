@@ -73,8 +73,18 @@ impl OpenError {
         let path = path.to_path_buf();
         let reason = e.to_string();
         match e.sqlite_error_code() {
-            Some(ErrorCode::NotADatabase) => OpenError::NotSqlite { path },
-            Some(ErrorCode::DatabaseCorrupt) => OpenError::Corrupt { path, reason },
+            // The header check already saw SQLite's header: the rest of the file is damaged.
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+                OpenError::Corrupt { path, reason }
+            }
+            Some(ErrorCode::CannotOpen) => OpenError::Sqlite {
+                reason: format!(
+                    "{reason} (SQLite needs to read the file and, for a database in WAL mode, \
+                     to create its -wal and -shm files beside it even to read: check the file \
+                     and its directory are readable, and the directory writable)"
+                ),
+                path,
+            },
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
                 OpenError::Busy { path, reason }
             }

@@ -139,8 +139,8 @@ fn a_file_with_a_sqlite_header_and_garbage_after_it_is_refused_and_left_untouche
 
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(
-        matches!(err, OpenError::NotSqlite { .. } | OpenError::Corrupt { .. }),
-        "expected NotSqlite or Corrupt, got {err:?}"
+        matches!(err, OpenError::Corrupt { .. }) && err.to_string().contains("is damaged"),
+        "expected a damaged database, got {err:?}"
     );
     assert_eq!(fingerprint(&path), before);
 }
@@ -293,4 +293,73 @@ fn an_in_memory_store_has_no_path() {
     let store = SqliteStore::open_in_memory().unwrap();
     assert_eq!(store.path(), None);
     assert!(!store.is_read_only());
+}
+
+/// A file exactly as version 1 left it (its statements and version row), holding one run.
+fn version_one_file(path: &Path) {
+    let conn = Connection::open(path).unwrap();
+    let v1 = &reaper_sql::MIGRATIONS[0];
+    assert_eq!(v1.version, 1);
+    for sql in v1.statements {
+        conn.execute(sql, []).unwrap();
+    }
+    conn.execute_batch(
+        "INSERT INTO reaper_schema (version, description) VALUES (1, 'initial schema'); \
+         INSERT INTO runs (run_id, thread_id, started_at, detached_since) \
+         VALUES ('from-v1', 't', 1, 5);",
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_version_one_database_is_migrated_to_the_reclaim_ledger_in_place_keeping_its_runs() {
+    use reaper_core::{ReclaimIntent, ReclaimLedger};
+
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    version_one_file(&path);
+
+    let store = SqliteStore::open(&path).unwrap();
+    let run = RunStore::get(&store, "from-v1").await.unwrap().unwrap();
+    let intent = ReclaimIntent::new(&run, 10);
+    assert!(store.record_intent(&intent).await.unwrap());
+    assert_eq!(store.get_intent("from-v1").await.unwrap(), Some(intent));
+    drop(store);
+
+    let conn = Connection::open(&path).unwrap();
+    let versions: Vec<(i64, String)> = conn
+        .prepare("SELECT version, description FROM reaper_schema ORDER BY version")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        versions,
+        [(1, "initial schema".into()), (2, "reclaim ledger".into())]
+    );
+    assert_eq!(SCHEMA_VERSION, 2);
+}
+
+#[test]
+fn a_read_only_open_of_a_version_one_database_says_it_needs_a_migration_and_writes_nothing() {
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    version_one_file(&path);
+    let before = fingerprint(&path);
+
+    let err = SqliteStore::open_read_only(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            OpenError::NeedsMigration {
+                found: 1,
+                supported: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("open it once read-write"), "{err}");
+    assert_eq!(fingerprint(&path), before);
 }
