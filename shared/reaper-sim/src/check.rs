@@ -19,7 +19,8 @@ use crate::world::World;
 /// What a run's journal says its finalized output is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expected {
-    /// One chunk per complete non-blank line, in order, up to the end.
+    /// One chunk per complete non-blank line, in order, up to the end; for a non-zero exit, the
+    /// `RUN_ERROR` the replay ends with.
     pub chunks: Vec<Chunk>,
     /// Every text delta of those chunks, concatenated.
     pub assistant: String,
@@ -54,6 +55,17 @@ pub fn expected(journal: &[u8], run: &RunPlan) -> Expected {
         if let Some((line, code)) = &sentinel {
             if text == *line {
                 out.ending = Some(Ending::Exit(*code));
+                if *code != 0 {
+                    // The documented failure event, stamped with the sentinel's end so a
+                    // resumed drive finds it delivered instead of appending it twice.
+                    out.chunks.push(
+                        Chunk::new(Chunk::RUN_ERROR)
+                            .with("message", format!("agent exited with code {code}"))
+                            .with("code", format!("exit_{code}"))
+                            .with("exitCode", *code)
+                            .with("journalEnd", end as u64),
+                    );
+                }
                 break;
             }
         }
@@ -243,7 +255,7 @@ fn check_run(
     let complete = journal_chunks == want.chunks.len();
     let last = log.last();
     let exit_error = last
-        .filter(|c| c.is_run_error() && journal_end(c).is_none())
+        .filter(|c| c.is_run_error())
         .and_then(|c| c.get("exitCode").and_then(|v| v.as_i64()));
 
     // Same outcome as without the crash: a finalized status says exactly what the journal says.
@@ -395,7 +407,8 @@ mod tests {
         );
         let want = expected(journal.as_bytes(), &plan);
         assert_eq!(want.ending, Some(Ending::Exit(3)));
-        assert_eq!(want.chunks.len(), 2, "{:?}", want.chunks);
+        assert_eq!(want.chunks.len(), 3, "{:?}", want.chunks);
+        assert_eq!(want.chunks[2].get("exitCode"), Some(&serde_json::json!(3)));
         assert_eq!(want.assistant, "a");
     }
 
