@@ -5,6 +5,11 @@ use std::time::Duration;
 use crate::redact::redact_url;
 use crate::transport::{HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};
 
+/// How long an idle pooled connection is reused: under the daemon's default
+/// `--header-read-timeout-ms` (10 s), which closes idle connections, so a request is not sent on
+/// a connection the daemon is closing.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// [`HttpTransport`] for native code (tokio).
 #[derive(Debug, Clone)]
 pub struct ReqwestTransport {
@@ -18,6 +23,7 @@ impl ReqwestTransport {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()
             .map_err(|e| TransportError::Invalid {
                 url: String::new(),
