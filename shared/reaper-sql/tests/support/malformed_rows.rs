@@ -34,26 +34,70 @@ const fn bad(name: &'static str, set: &'static str, column: &'static str) -> Mal
 pub const MALFORMED: &[Malformed] = &[
     bad("fractional started_at", "started_at = 1.5", "started_at"),
     bad("negative started_at", "started_at = -1", "started_at"),
-    bad("started_at past 2^53", "started_at = 9007199254740993", "started_at"),
-    bad("started_at as a huge real", "started_at = 1e300", "started_at"),
-    bad("text in started_at", "started_at = 'yesterday'", "started_at"),
-    bad("negative detached_since", "detached_since = -5", "detached_since"),
-    bad("fractional detached_since", "detached_since = 4.5", "detached_since"),
+    bad(
+        "started_at past 2^53",
+        "started_at = 9007199254740993",
+        "started_at",
+    ),
+    bad(
+        "started_at as a huge real",
+        "started_at = 1e300",
+        "started_at",
+    ),
+    bad(
+        "text in started_at",
+        "started_at = 'yesterday'",
+        "started_at",
+    ),
+    bad(
+        "negative detached_since",
+        "detached_since = -5",
+        "detached_since",
+    ),
+    bad(
+        "fractional detached_since",
+        "detached_since = 4.5",
+        "detached_since",
+    ),
     bad("negative finished_at", "finished_at = -2", "finished_at"),
     bad("bad JSON in usage", "usage = 'not json'", "usage"),
     bad("a blob in usage", "usage = x'7b7d'", "usage"),
-    bad("cancel_requested = 7", "cancel_requested = 7", "cancel_requested"),
-    bad("text in cancel_requested", "cancel_requested = 'yes'", "cancel_requested"),
+    bad(
+        "cancel_requested = 7",
+        "cancel_requested = 7",
+        "cancel_requested",
+    ),
+    bad(
+        "text in cancel_requested",
+        "cancel_requested = 'yes'",
+        "cancel_requested",
+    ),
     bad("negative driver_epoch", "driver_epoch = -1", "driver_epoch"),
-    bad("fractional driver_epoch", "driver_epoch = 1.5", "driver_epoch"),
-    bad("a huge real driver_epoch", "driver_epoch = 1e20", "driver_epoch"),
+    bad(
+        "fractional driver_epoch",
+        "driver_epoch = 1.5",
+        "driver_epoch",
+    ),
+    bad(
+        "a huge real driver_epoch",
+        "driver_epoch = 1e20",
+        "driver_epoch",
+    ),
     bad(
         "error_code without error_message",
         "error_code = 'E42', error_message = NULL",
         "error_code",
     ),
-    bad("a blob in error_message", "error_message = x'00ff'", "error_message"),
-    bad("a blob in sandbox_key", "sandbox_key = x'01'", "sandbox_key"),
+    bad(
+        "a blob in error_message",
+        "error_message = x'00ff'",
+        "error_message",
+    ),
+    bad(
+        "a blob in sandbox_key",
+        "sandbox_key = x'01'",
+        "sandbox_key",
+    ),
     Malformed {
         by_rowid: true,
         ..bad("a blob run_id", "run_id = x'6261642d626c6f62'", "run_id")
@@ -61,7 +105,11 @@ pub const MALFORMED: &[Malformed] = &[
     Malformed {
         by_rowid: true,
         d1_can_tell: false,
-        ..bad("a non-UTF-8 run_id", "run_id = CAST(x'62ff64' AS TEXT)", "run_id")
+        ..bad(
+            "a non-UTF-8 run_id",
+            "run_id = CAST(x'62ff64' AS TEXT)",
+            "run_id",
+        )
     },
     Malformed {
         loose_only: true,
