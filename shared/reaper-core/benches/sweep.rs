@@ -76,6 +76,7 @@ fn deps(
         runs: Arc::new(store.clone()),
         logs: Arc::new(store.clone()),
         leases: Arc::new(store.clone()),
+        ledger: Arc::new(store.clone()),
         probe: Arc::new(FixedProbe(probe)),
         drive: Arc::new(ReplayDrive(chunks)),
         reclaim: None,

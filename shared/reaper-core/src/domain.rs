@@ -338,6 +338,69 @@ pub struct SandboxInstanceRecord {
     pub updated_at: EpochMs,
 }
 
+/// A durable promise to settle a run's aftermath (the reclaim ledger): recorded *before* the
+/// terminal write of a drive, removed only once the store confirms the run terminal, its log is
+/// closed and its sandbox is confirmed gone (or provably not ours to destroy). A crash anywhere
+/// between the terminal write and the destroy leaves the entry behind for the next sweep, so a
+/// sandbox is never forgotten.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimIntent {
+    pub run_id: String,
+    /// The run's sandbox key when the intent was recorded; `None` for a run without a sandbox
+    /// (its entry still makes sure the log gets closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_key: Option<String>,
+    /// The provider and its sandbox id, once an attempt read the instance record: a retry can
+    /// still reach a leaked sandbox after the instance record moved on to a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_sandbox_id: Option<String>,
+    /// When the intent was first recorded.
+    pub first_seen: EpochMs,
+    /// Failed attempts so far. Non-zero means the sandbox may be running now: a leak.
+    pub attempts: u32,
+    /// The earliest time a sweep retries it.
+    pub next_attempt_at: EpochMs,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl ReclaimIntent {
+    /// A fresh intent, due at once (a sweep only acts on it when nobody holds the run's claim).
+    pub fn new(record: &RunRecord, now: EpochMs) -> Self {
+        ReclaimIntent {
+            run_id: record.run_id.clone(),
+            sandbox_key: record.sandbox_key.clone(),
+            provider: None,
+            provider_sandbox_id: None,
+            first_seen: now,
+            attempts: 0,
+            next_attempt_at: now,
+            last_error: None,
+        }
+    }
+
+    /// Whether a destroy already failed for it: the sandbox may be running and billing.
+    pub fn is_leak(&self) -> bool {
+        self.attempts > 0
+    }
+}
+
+/// What the reclaim ledger holds right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerCounts {
+    /// Every entry: runs whose aftermath is not yet confirmed.
+    pub pending: u64,
+    /// Entries with at least one failed destroy: sandboxes that may be running now.
+    pub leaked: u64,
+    /// The oldest entry's `firstSeen`, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_first_seen: Option<EpochMs>,
+}
+
 /// One delivery-log event. The shape is AG-UI's: an object with a string `type` and any other
 /// fields. The reaper itself only looks at `type == "RUN_ERROR"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

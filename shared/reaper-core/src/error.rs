@@ -89,18 +89,23 @@ impl DriveError {
     }
 }
 
-/// Thrown by [`crate::reclaim::SandboxReclaimer`] when the provider's destroy was rejected: the
-/// instance record is gone, and the sandbox may still be running and billing.
+/// Returned by [`crate::reclaim::SandboxReclaimer`] when the provider's destroy was rejected:
+/// the sandbox may still be running and billing. The instance record is kept and the run's
+/// reclaim-ledger entry is retried with backoff until the provider confirms the sandbox gone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "sandbox reclaim failed for run {run_id}{}: the provider's destroy was rejected and the \
-     instance record was deleted anyway, so the sandbox may still be running and can no longer \
-     be reached through the instance store",
+    "sandbox reclaim failed for run {run_id}{}: the provider's destroy was rejected ({reason}), so \
+     the sandbox may still be running; it stays in the reclaim ledger and every sweep retries it",
     .sandbox_key.as_deref().map(|k| format!(" (sandbox key {k})")).unwrap_or_default()
 )]
 pub struct SandboxReclaimFailedError {
     pub run_id: String,
     pub sandbox_key: Option<String>,
+    /// The provider and sandbox id the destroy was sent to, kept in the ledger entry.
+    pub provider: Option<String>,
+    pub provider_sandbox_id: Option<String>,
+    /// What the provider said.
+    pub reason: String,
 }
 
 /// Why a reclaim did not tear the sandbox down.
@@ -184,6 +189,17 @@ pub enum ReapError {
     NeverQuiesced { probes: u32, len: u64 },
     #[error("drive failed: {0}")]
     Drive(String),
+    /// The drive ended but the store does not confirm a terminal status (the terminal write
+    /// failed, or the re-read did): nothing is reclaimed, and the run stays listed.
+    #[error(
+        "the terminal status of run {run_id} is not confirmed by the store ({reason}); its \
+         sandbox is kept and the next sweep tries again"
+    )]
+    TerminalNotConfirmed { run_id: String, reason: String },
+    /// The reclaim ledger could not record the run's intent, so it was not driven (a terminal
+    /// write without a durable intent could leak the sandbox on a crash).
+    #[error("recording the reclaim intent failed, so the run was not driven: {0}")]
+    Ledger(StoreError),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -200,6 +216,8 @@ impl ReapError {
             ReapError::ProbeUnknown(_) => "probe-unknown",
             ReapError::NeverQuiesced { .. } => "never-quiesced",
             ReapError::Drive(_) => "drive",
+            ReapError::TerminalNotConfirmed { .. } => "terminal-not-confirmed",
+            ReapError::Ledger(_) => "ledger",
             ReapError::Store(_) => "store",
         }
     }

@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::domain::{
-    Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, RunPatch, RunRecord, SandboxInstanceRecord,
-    TerminalWrite, Transcript,
+    Chunk, EpochMs, LedgerCounts, LogEntry, LogSnapshot, NewRun, ReclaimIntent, RunPatch,
+    RunRecord, SandboxInstanceRecord, TerminalWrite, Transcript,
 };
 use crate::error::StoreError;
 use crate::ports::{
     Appended, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore, MessageStore,
-    RunStore, RunStoreCapabilities, SandboxInstanceStore,
+    ReclaimLedger, RunStore, RunStoreCapabilities, SandboxInstanceStore,
 };
 
 #[derive(Debug, Default)]
@@ -35,6 +35,7 @@ struct State {
     lease_seq: u64,
     instances: HashMap<String, SandboxInstanceRecord>,
     transcripts: HashMap<String, Transcript>,
+    intents: HashMap<String, ReclaimIntent>,
 }
 
 /// Every store port over one mutex-guarded map. Cheap to clone (shared state).
@@ -345,5 +346,61 @@ impl MessageStore for MemoryStore {
 
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {
         Ok(self.lock().transcripts.get(run_id).cloned())
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl ReclaimLedger for MemoryStore {
+    async fn record_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        if s.intents.contains_key(&intent.run_id) {
+            return Ok(false);
+        }
+        s.intents.insert(intent.run_id.clone(), intent.clone());
+        Ok(true)
+    }
+
+    async fn update_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError> {
+        match self.lock().intents.get_mut(&intent.run_id) {
+            Some(slot) => {
+                *slot = intent.clone();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn resolve_intent(&self, run_id: &str) -> Result<(), StoreError> {
+        self.lock().intents.remove(run_id);
+        Ok(())
+    }
+
+    async fn get_intent(&self, run_id: &str) -> Result<Option<ReclaimIntent>, StoreError> {
+        Ok(self.lock().intents.get(run_id).cloned())
+    }
+
+    async fn due_intents(
+        &self,
+        now: EpochMs,
+        limit: usize,
+    ) -> Result<Vec<ReclaimIntent>, StoreError> {
+        let s = self.lock();
+        let mut due: Vec<&ReclaimIntent> = s
+            .intents
+            .values()
+            .filter(|i| i.next_attempt_at <= now)
+            .collect();
+        due.sort_by(|a, b| (a.next_attempt_at, &a.run_id).cmp(&(b.next_attempt_at, &b.run_id)));
+        Ok(due.into_iter().take(limit).cloned().collect())
+    }
+
+    async fn ledger_counts(&self) -> Result<LedgerCounts, StoreError> {
+        let s = self.lock();
+        Ok(LedgerCounts {
+            pending: s.intents.len() as u64,
+            leaked: s.intents.values().filter(|i| i.is_leak()).count() as u64,
+            oldest_first_seen: s.intents.values().map(|i| i.first_seen).min(),
+        })
     }
 }

@@ -11,8 +11,8 @@ use futures::Stream;
 pub use tokio_util::sync::CancellationToken;
 
 use crate::domain::{
-    Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, RunPatch, RunRecord, RunStatus,
-    SandboxInstanceRecord, TerminalWrite, Transcript,
+    Chunk, EpochMs, LedgerCounts, LogEntry, LogSnapshot, NewRun, ReclaimIntent, RunPatch,
+    RunRecord, RunStatus, SandboxInstanceRecord, TerminalWrite, Transcript,
 };
 use crate::error::{DriveError, ProbeError, ReclaimError, SandboxError, StoreError};
 
@@ -267,6 +267,36 @@ pub trait SandboxInstanceStore: MaybeSend + MaybeSync {
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
 }
 
+/// The reclaim ledger: durable intents to settle a terminal run's aftermath (close its log,
+/// destroy its sandbox), keyed by run id. Every sweep retries the due ones until the provider
+/// confirms the sandbox gone, so neither a crash nor a failed destroy forgets a sandbox.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait ReclaimLedger: MaybeSend + MaybeSync {
+    /// Records `intent` unless an entry for its run exists (then the existing one, with its
+    /// `firstSeen` and attempt count, is kept unchanged). Returns whether it was inserted.
+    async fn record_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError>;
+
+    /// Replaces the entry of `intent.run_id` after an attempt. Never resurrects a resolved
+    /// entry: when there is none, nothing is written and it returns `false`.
+    async fn update_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError>;
+
+    /// Removes the run's entry. Removing a missing entry is a no-op.
+    async fn resolve_intent(&self, run_id: &str) -> Result<(), StoreError>;
+
+    async fn get_intent(&self, run_id: &str) -> Result<Option<ReclaimIntent>, StoreError>;
+
+    /// Up to `limit` entries with `nextAttemptAt <= now`, earliest `nextAttemptAt` first.
+    async fn due_intents(
+        &self,
+        now: EpochMs,
+        limit: usize,
+    ) -> Result<Vec<ReclaimIntent>, StoreError>;
+
+    /// How many entries there are, how many are leaks, and the oldest one's age.
+    async fn ledger_counts(&self) -> Result<LedgerCounts, StoreError>;
+}
+
 /// Transcripts (messages). They must outlive the delivery log's events; nothing in the reaper
 /// ever deletes one.
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
@@ -366,10 +396,28 @@ pub trait Drive: MaybeSend + MaybeSync {
     ) -> Result<ChunkStream, DriveError>;
 }
 
-/// Tears down the sandbox of a run that became terminal. `Err` means the sandbox was *not* torn
-/// down (a leak to report); `Ok` also covers "nothing to tear down".
+/// What a reclaim did with a terminal run's sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reclaimed {
+    /// The provider destroyed it (or it was already gone) and the instance record is deleted.
+    Destroyed,
+    /// Nothing to tear down: no sandbox key, or no instance record and no sandbox on file.
+    Nothing,
+    /// Deliberately left alone, never destroyed: another provider's record, or a non-terminal
+    /// run still uses the sandbox. The reason says which.
+    Kept(String),
+}
+
+/// Tears down the sandbox of a run the store has confirmed terminal. `Err` means the sandbox
+/// was *not* torn down and may still be running (a leak the ledger keeps retrying).
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 pub trait Reclaim: MaybeSend + MaybeSync {
-    async fn reclaim(&self, record: &RunRecord) -> Result<(), ReclaimError>;
+    /// `intent` is the run's ledger entry: on a retry it names the sandbox an earlier attempt
+    /// saw, so a leak stays reachable after the instance record moved on.
+    async fn reclaim(
+        &self,
+        record: &RunRecord,
+        intent: &ReclaimIntent,
+    ) -> Result<Reclaimed, ReclaimError>;
 }

@@ -8,18 +8,26 @@ use futures::future::{select, Either};
 use futures::FutureExt;
 use serde::Serialize;
 
-use crate::claim::{await_log_quiescence, Claim, ClaimError, Writer, DEFAULT_FENCE_QUIET_MS};
-use crate::domain::{EpochMs, RunPatch, RunRecord, RunStatus};
-use crate::error::{ClaimRefusal, OptionsError, ReapError};
+use crate::claim::{
+    await_log_quiescence, run_driver_lock_key, Claim, ClaimError, Writer, DEFAULT_FENCE_QUIET_MS,
+};
+use crate::domain::{EpochMs, LedgerCounts, ReclaimIntent, RunPatch, RunRecord, RunStatus};
+use crate::error::{ClaimRefusal, OptionsError, ReapError, ReclaimError};
 use crate::pipe::{pipe_to_run_log, PipeContext};
 use crate::ports::{
     CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, ExitProbe, LeaseGrant, LeaseStore,
-    Reclaim, RunExitProbe, RunStore, Sleeper,
+    Reclaim, ReclaimLedger, Reclaimed, RunExitProbe, RunStore, Sleeper,
 };
 
 pub const DEFAULT_MAX_RUNS: usize = 25;
 pub const DEFAULT_RUN_BUDGET_MS: u64 = 30_000;
 pub const DEFAULT_EXIT_PROBE_BYTES: u64 = 4_096;
+/// Reclaim-ledger entries retried per sweep, at most.
+pub const DEFAULT_MAX_RECLAIM_RETRIES: usize = 25;
+/// The first retry of a failed destroy waits this long; each further failure doubles it.
+pub const RECLAIM_RETRY_BASE_MS: u64 = 60_000;
+/// The longest wait between two retries of a failed destroy.
+pub const RECLAIM_RETRY_MAX_MS: u64 = 3_600_000;
 /// The sweep-wide single-flight lease key.
 pub const SWEEP_LEASE_KEY: &str = "reaper:sweep";
 /// The longest budget or TTL accepted (about 24.8 days, the range of a JS timer): anything larger
@@ -132,6 +140,25 @@ pub struct ReapRunEntry {
     pub terminalized_anyway: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ReapError>,
+    /// What became of the sandbox of a run that is terminal now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxFate>,
+}
+
+/// What became of a terminal run's sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxFate {
+    /// Destroyed, confirmed by the provider.
+    Destroyed,
+    /// There was nothing to destroy (no sandbox, or it was already gone).
+    NoSandbox,
+    /// Deliberately kept: a non-terminal run still uses it, or it is another provider's.
+    Kept,
+    /// The destroy failed: it may still be running. The ledger retries it.
+    Leaked,
+    /// Not reclaimed here: the sweep has no reclaim hook.
+    NotReclaimed,
 }
 
 impl ReapRunEntry {
@@ -143,6 +170,7 @@ impl ReapRunEntry {
             exit_code: None,
             terminalized_anyway: None,
             error: None,
+            sandbox: None,
         }
     }
 
@@ -167,6 +195,37 @@ pub struct ReapReport {
     /// Rows the listing matched but could not read: reported, never swept, never fatal.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub corrupt: Vec<CorruptRow>,
+    /// The reclaim ledger: what this sweep retried, and what is still pending or leaked.
+    pub reclaims: ReclaimReport,
+}
+
+/// The reclaim ledger's part of a report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimReport {
+    /// Entries this sweep acted on: aftermaths left by a crash, or destroys that failed before.
+    pub retried: usize,
+    /// Of those, settled: the sandbox is confirmed gone (or not ours), the entry resolved.
+    pub settled: usize,
+    /// Of those, still unsettled (the destroy failed again, or a store call did).
+    pub failed: usize,
+    /// Entries skipped because another sweep holds the run's claim right now.
+    pub busy: usize,
+    /// Due entries left for the next sweep (the deadline or a shutdown came first).
+    pub deferred: usize,
+    /// The ledger after the sweep. Absent when it could not be read (see `error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<LedgerCounts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ReclaimReport {
+    /// Sandboxes that may be running with nobody to stop them but the ledger's retries, or
+    /// `None` when the ledger could not be read.
+    pub fn leaked(&self) -> Option<u64> {
+        self.ledger.map(|l| l.leaked)
+    }
 }
 
 /// A stored run that did not parse.
@@ -191,6 +250,8 @@ pub struct ReapDeps {
     pub runs: Arc<dyn RunStore>,
     pub logs: Arc<dyn DeliveryLog>,
     pub leases: Arc<dyn LeaseStore>,
+    /// Durable reclaim intents: written before every terminal write, retried every sweep.
+    pub ledger: Arc<dyn ReclaimLedger>,
     pub probe: Arc<dyn ExitProbe>,
     pub drive: Arc<dyn Drive>,
     /// Optional: without it, terminal runs keep their sandboxes.
@@ -231,6 +292,8 @@ pub struct ReapOptions {
     /// The TTL of a run's claim lease, renewed every third of it while held. Default: the run
     /// budget plus the quiet window's worst case, so a crashed holder frees the run soon after.
     pub claim_ttl_ms: Option<u64>,
+    /// Reclaim-ledger entries retried per sweep, at most (they share the deadline with runs).
+    pub max_reclaim_retries: usize,
 }
 
 impl ReapOptions {
@@ -245,6 +308,7 @@ impl ReapOptions {
             per_run_reserve_ms: None,
             owner: owner.into(),
             claim_ttl_ms: None,
+            max_reclaim_retries: DEFAULT_MAX_RECLAIM_RETRIES,
         }
     }
 
@@ -414,9 +478,69 @@ async fn reap_with(
 ) -> ReapReport {
     let mut report = ReapReport::default();
     let now = options.now.unwrap_or_else(|| deps.clock.now_ms());
+    // Leaks first: a sandbox whose destroy failed, or whose sweep crashed before the destroy,
+    // bills every minute, and its retry costs no probe.
+    retry_reclaims(deps, options, stop, &mut report.reclaims).await;
+    reap_listed(deps, options, now, &mut sweep_lease, stop, &mut report).await;
+    match deps.ledger.ledger_counts().await {
+        Ok(counts) => report.reclaims.ledger = Some(counts),
+        Err(error) => {
+            tracing::error!(target: "reaper", %error, "reading the reclaim ledger's counts failed");
+            report
+                .reclaims
+                .error
+                .get_or_insert_with(|| error.to_string());
+        }
+    }
+    let o = &report.outcomes;
+    let r = &report.reclaims;
+    tracing::info!(
+        target: "reaper",
+        considered = report.considered,
+        probed = report.probed,
+        deferred = report.deferred,
+        finalized = o.finalized,
+        expired = o.expired,
+        producing = o.producing,
+        unknown = o.unknown,
+        budget_exceeded = o.budget_exceeded,
+        not_claimed = o.not_claimed,
+        reclaim_failed = o.reclaim_failed,
+        failed = o.failed,
+        corrupt = report.corrupt.len(),
+        reclaims_retried = r.retried,
+        reclaims_settled = r.settled,
+        reclaims_pending = r.ledger.map(|l| l.pending),
+        sandboxes_leaked = r.leaked(),
+        "sweep complete"
+    );
+    report
+}
+
+/// Whether the batch must stop before its next item: a shutdown, or too little time left.
+fn out_of_time(deps: &ReapDeps, options: &ReapOptions, stop: Option<&CancellationToken>) -> bool {
+    if stop.is_some_and(CancellationToken::is_cancelled) {
+        return true;
+    }
+    options.deadline.is_some_and(|deadline| {
+        deps.clock
+            .now_ms()
+            .saturating_add(options.reserve_ms() as i64)
+            > deadline
+    })
+}
+
+async fn reap_listed(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    now: EpochMs,
+    sweep_lease: &mut Option<(crate::ports::Lease, u64)>,
+    stop: Option<&CancellationToken>,
+    report: &mut ReapReport,
+) {
     if !deps.runs.capabilities().list_reclaimable {
         tracing::debug!(target: "reaper", "the run store has no list_reclaimable; nothing to sweep");
-        return report;
+        return;
     }
     let candidates = match deps.runs.list_reclaimable_listing(now, 0).await {
         Ok(listing) => {
@@ -435,24 +559,16 @@ async fn reap_with(
         }
         Err(error) => {
             tracing::error!(target: "reaper", %error, "listing reclaimable runs failed");
-            return report;
+            return;
         }
     };
     let cutoff = now.saturating_sub(options.detached_run_ttl_ms as i64);
     let batch = &candidates[..candidates.len().min(options.max_runs)];
-    let reserve = options.reserve_ms() as i64;
     for (i, record) in batch.iter().enumerate() {
-        if stop.is_some_and(CancellationToken::is_cancelled) {
+        if out_of_time(deps, options, stop) {
             report.deferred = batch.len() - i;
-            tracing::info!(target: "reaper", deferred = report.deferred, "stopping at a run boundary; deferring the rest of the batch");
+            tracing::info!(target: "reaper", deferred = report.deferred, deadline = options.deadline, "stopping at a run boundary; deferring the rest of the batch to the next sweep");
             break;
-        }
-        if let Some(deadline) = options.deadline {
-            if deps.clock.now_ms().saturating_add(reserve) > deadline {
-                report.deferred = batch.len() - i;
-                tracing::info!(target: "reaper", deferred = report.deferred, deadline, "deadline near; deferring the rest of the batch to the next sweep");
-                break;
-            }
         }
         if let Some((lease, ttl)) = sweep_lease.as_mut() {
             renew_sweep_lease(deps, lease, *ttl).await;
@@ -461,25 +577,7 @@ async fn reap_with(
         let entry = reap_one(deps, options, record, cutoff, &mut report.probed).await;
         report.push(entry);
     }
-    let o = &report.outcomes;
-    tracing::info!(
-        target: "reaper",
-        considered = report.considered,
-        probed = report.probed,
-        deferred = report.deferred,
-        finalized = o.finalized,
-        expired = o.expired,
-        producing = o.producing,
-        unknown = o.unknown,
-        budget_exceeded = o.budget_exceeded,
-        not_claimed = o.not_claimed,
-        reclaim_failed = o.reclaim_failed,
-        failed = o.failed,
-        "sweep complete"
-    );
-    report
 }
-
 /// Renews the sweep lease once more than half its TTL has passed (one request per long sweep,
 /// not per run).
 async fn renew_sweep_lease(deps: &ReapDeps, lease: &mut crate::ports::Lease, ttl: u64) {
@@ -500,6 +598,8 @@ async fn renew_sweep_lease(deps: &ReapDeps, lease: &mut crate::ports::Lease, ttl
 struct Driven {
     final_record: RunRecord,
     budget_fired: bool,
+    /// The ledger entry recorded before the drive.
+    intent: ReclaimIntent,
 }
 
 async fn reap_one(
@@ -542,8 +642,21 @@ async fn reap_one(
         Err(error) => return failed(run_id, error),
     };
 
-    let status = driven.final_record.status;
+    // The store's word, never the drive's local copy: a terminal write that failed must not be
+    // taken for one that landed, or a live agent's sandbox would be destroyed.
+    let stored = match deps.runs.get(run_id).await {
+        Ok(Some(stored)) => stored,
+        Ok(None) => return not_confirmed(run_id, "the run record is gone".into()),
+        Err(e) => return not_confirmed(run_id, format!("re-reading the record failed: {e}")),
+    };
+    let status = stored.status;
     let terminal = status.is_terminal();
+    if !terminal && driven.final_record.status.is_terminal() {
+        return not_confirmed(
+            run_id,
+            format!("the {} status was not recorded", driven.final_record.status),
+        );
+    }
     let mut outcome = if driven.budget_fired && !expired {
         ReapOutcome::BudgetExceeded
     } else if !terminal {
@@ -556,17 +669,14 @@ async fn reap_one(
     let budget_anomaly = outcome == ReapOutcome::BudgetExceeded;
 
     let mut error = None;
+    let mut sandbox = None;
     if terminal {
-        if let Some(reclaim) = &deps.reclaim {
-            // The listed record, never the final one: a failed terminal write returns a local
-            // record without the sandboxKey, and the sandbox would leak silently.
-            if let Err(e) = reclaim.reclaim(record).await {
-                let e = match e {
-                    crate::error::ReclaimError::Failed(f) => ReapError::ReclaimFailed(f),
-                    other => ReapError::Reclaim(other.to_string()),
-                };
-                tracing::error!(target: "reaper", run_id, status = %status, error = %e, "reclaiming the run's sandbox failed");
+        match settle(deps, &stored, driven.intent).await {
+            Ok(fate) => sandbox = Some(fate),
+            Err(e) => {
+                tracing::error!(target: "reaper", run_id, status = %status, error = %e, "reclaiming the run's sandbox failed; the reclaim ledger retries it");
                 outcome = ReapOutcome::ReclaimFailed;
+                sandbox = Some(SandboxFate::Leaked);
                 error = Some(e);
             }
         }
@@ -579,12 +689,165 @@ async fn reap_one(
         exit_code,
         terminalized_anyway: budget_anomaly.then_some(terminal),
         error,
+        sandbox,
     }
 }
 
 fn failed(run_id: &str, error: ReapError) -> ReapRunEntry {
     tracing::error!(target: "reaper", run_id, %error, "reaping the run failed");
     ReapRunEntry::new(run_id, ReapOutcome::Failed).with_error(error)
+}
+
+fn not_confirmed(run_id: &str, reason: String) -> ReapRunEntry {
+    failed(
+        run_id,
+        ReapError::TerminalNotConfirmed {
+            run_id: run_id.to_string(),
+            reason,
+        },
+    )
+}
+
+/// Reclaims the sandbox of `record`, which the store confirmed terminal, and settles its ledger
+/// entry: resolved once the sandbox is confirmed gone (or deliberately kept), otherwise
+/// rescheduled with backoff and reported as a leak.
+async fn settle(
+    deps: &ReapDeps,
+    record: &RunRecord,
+    mut intent: ReclaimIntent,
+) -> Result<SandboxFate, ReapError> {
+    let run_id = record.run_id.as_str();
+    let Some(reclaim) = &deps.reclaim else {
+        resolve(deps, run_id).await;
+        return Ok(SandboxFate::NotReclaimed);
+    };
+    let error = match reclaim.reclaim(record, &intent).await {
+        Ok(done) => {
+            resolve(deps, run_id).await;
+            return Ok(match done {
+                Reclaimed::Destroyed => SandboxFate::Destroyed,
+                Reclaimed::Nothing => SandboxFate::NoSandbox,
+                Reclaimed::Kept(reason) => {
+                    tracing::info!(target: "reaper", run_id, %reason, "the run's sandbox is kept");
+                    SandboxFate::Kept
+                }
+            });
+        }
+        Err(error) => error,
+    };
+    if let ReclaimError::Failed(f) = &error {
+        intent.provider = f.provider.clone().or(intent.provider);
+        intent.provider_sandbox_id = f.provider_sandbox_id.clone().or(intent.provider_sandbox_id);
+    }
+    let now = deps.clock.now_ms();
+    intent.attempts = intent.attempts.saturating_add(1);
+    intent.next_attempt_at = now.saturating_add(retry_backoff_ms(intent.attempts) as i64);
+    intent.last_error = Some(error.to_string());
+    if let Err(store) = deps.ledger.update_intent(&intent).await {
+        // The entry is still there (as it was): the next sweep retries it without the backoff.
+        tracing::error!(target: "reaper", run_id, error = %store, "rescheduling the reclaim intent failed");
+    }
+    Err(match error {
+        ReclaimError::Failed(f) => ReapError::ReclaimFailed(f),
+        other => ReapError::Reclaim(other.to_string()),
+    })
+}
+
+async fn resolve(deps: &ReapDeps, run_id: &str) {
+    if let Err(error) = deps.ledger.resolve_intent(run_id).await {
+        // Harmless: a later sweep finds the sandbox gone and resolves it then.
+        tracing::warn!(target: "reaper", run_id, %error, "resolving the reclaim intent failed; a later sweep settles it");
+    }
+}
+
+/// The wait before retry number `attempts + 1` of a failed destroy: doubling from
+/// [`RECLAIM_RETRY_BASE_MS`] up to [`RECLAIM_RETRY_MAX_MS`].
+pub fn retry_backoff_ms(attempts: u32) -> u64 {
+    let doublings = attempts.saturating_sub(1).min(32);
+    RECLAIM_RETRY_BASE_MS
+        .saturating_mul(1u64 << doublings)
+        .min(RECLAIM_RETRY_MAX_MS)
+}
+
+/// The ledger pass: settles up to `max_reclaim_retries` due entries, each under the run's claim
+/// lease (so a sweep that is driving the run right now is never raced). A run the store says is
+/// terminal gets its log closed (idempotent: heals a crash between the terminal write and the
+/// close) and its sandbox reclaimed; a run that is not terminal never got its terminal write (a
+/// crash or a failure before it), so its entry is dropped and the listing finds the run again.
+async fn retry_reclaims(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    stop: Option<&CancellationToken>,
+    report: &mut ReclaimReport,
+) {
+    let due = match deps
+        .ledger
+        .due_intents(deps.clock.now_ms(), options.max_reclaim_retries)
+        .await
+    {
+        Ok(due) => due,
+        Err(error) => {
+            tracing::error!(target: "reaper", %error, "listing due reclaim intents failed");
+            report.error = Some(error.to_string());
+            return;
+        }
+    };
+    for (i, intent) in due.iter().enumerate() {
+        if out_of_time(deps, options, stop) {
+            report.deferred = due.len() - i;
+            break;
+        }
+        let run_id = intent.run_id.as_str();
+        let key = run_driver_lock_key(run_id);
+        let now = deps.clock.now_ms();
+        let lease = match deps
+            .leases
+            .acquire(&key, &options.owner, now, options.claim_ttl())
+            .await
+        {
+            Ok(LeaseGrant::Acquired(lease)) => lease,
+            Ok(LeaseGrant::Held { .. }) => {
+                report.busy += 1;
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(target: "reaper", run_id, %error, "taking the claim for a reclaim retry failed");
+                report.failed += 1;
+                continue;
+            }
+        };
+        report.retried += 1;
+        match settle_intent(deps, intent.clone()).await {
+            Ok(()) => report.settled += 1,
+            Err(error) => {
+                tracing::error!(target: "reaper", run_id, %error, attempts = intent.attempts + 1, first_seen = intent.first_seen, "a reclaim retry failed; the sandbox may still be running");
+                report.failed += 1;
+            }
+        }
+        if let Err(error) = deps.leases.release(&lease).await {
+            tracing::warn!(target: "reaper", run_id, %error, "releasing a lease failed; it will expire");
+        }
+    }
+}
+
+async fn settle_intent(deps: &ReapDeps, intent: ReclaimIntent) -> Result<(), ReapError> {
+    let run_id = intent.run_id.clone();
+    let record = match deps.runs.get(&run_id).await? {
+        Some(record) if record.status.is_terminal() => record,
+        Some(_) => {
+            tracing::info!(target: "reaper", run_id, "the run never became terminal; dropping its reclaim intent (the listing finds it again)");
+            resolve(deps, &run_id).await;
+            return Ok(());
+        }
+        None => {
+            // Nothing proves the run terminal any more, so nothing is destroyed for it.
+            tracing::warn!(target: "reaper", run_id, sandbox_key = intent.sandbox_key.as_deref(), "the run record is gone; dropping its reclaim intent without a destroy");
+            resolve(deps, &run_id).await;
+            return Ok(());
+        }
+    };
+    deps.logs.close(&run_id, deps.clock.now_ms()).await?;
+    settle(deps, &record, intent).await.map(|_| ())
 }
 
 /// Steps 3–10 of spec B.3: claim, re-check expiry, cancel, quiesce, arm the budget, drive, pipe.
@@ -650,6 +913,27 @@ async fn drive_claimed(
             }
             Some(_) => {}
         }
+    }
+    // Durable before anything the drive writes: whatever happens after the terminal write (a
+    // crash, a failed destroy), the next sweep finds this entry and finishes the job. The
+    // claim's row is the freshest view of the sandbox key.
+    let fresh = ReclaimIntent::new(&claim.record, deps.clock.now_ms());
+    let intent = if deps
+        .ledger
+        .record_intent(&fresh)
+        .await
+        .map_err(ReapError::Ledger)?
+    {
+        fresh
+    } else {
+        // An earlier sweep's entry (its attempts and first sighting) stays the one of record.
+        deps.ledger
+            .get_intent(run_id)
+            .await
+            .map_err(ReapError::Ledger)?
+            .unwrap_or(fresh)
+    };
+    if expired {
         // Before the drive: when the drive's abort reaches the sandbox layer, it must read the
         // cancel and destroy, not re-detach.
         deps.runs.update(run_id, RunPatch::cancel()).await?;
@@ -707,5 +991,6 @@ async fn drive_claimed(
     Ok(Driven {
         final_record,
         budget_fired,
+        intent,
     })
 }

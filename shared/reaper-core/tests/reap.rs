@@ -10,7 +10,7 @@ use reaper_core::error::{DriveError, ReapError, StoreError};
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{Clock, RunExitProbe, SandboxInstanceStore};
 use reaper_core::reap::{
-    ReapOutcome, DEFAULT_EXIT_PROBE_BYTES, DEFAULT_MAX_RUNS, DEFAULT_RUN_BUDGET_MS,
+    ReapOutcome, SandboxFate, DEFAULT_EXIT_PROBE_BYTES, DEFAULT_MAX_RUNS, DEFAULT_RUN_BUDGET_MS,
 };
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_testkit::fakes::{DriveScript, FakeProvider, LogCapture, Op};
@@ -154,18 +154,38 @@ async fn finished_run_is_finalized_with_its_exit_code_and_only_it_is_reclaimed()
 }
 
 #[tokio::test(start_paused = true)]
-async fn failed_terminal_write_still_reclaims_with_the_listed_record() {
+async fn failed_terminal_write_is_reported_failed_and_reclaims_nothing() {
     let h = Harness::new();
     h.seed("keep", Some(FRESH), Some("k-keep"));
     h.probe.finished("keep", 0);
     h.store.fail_when(|op, _| {
-        matches!(op, Op::WriteTerminal(..)).then(|| StoreError::Unavailable("write refused".into()))
+        matches!(op, Op::WriteTerminal(..)).then(|| StoreError::Unavailable("disk full".into()))
     });
     let report = h.sweep().await;
+    let keep = entry(&report, "keep");
+    assert_eq!(keep.outcome, ReapOutcome::Failed);
+    let error = keep.error.as_ref().expect("the failed write is named");
+    assert_eq!(error.kind(), "terminal-not-confirmed");
+    assert!(error.to_string().contains("sandbox is kept"), "{error}");
+    assert!(h.reclaim.calls().is_empty(), "no destroy without proof");
+    assert_eq!(h.record("keep").await.status, RunStatus::Running);
+    assert_eq!(report.outcomes.finalized, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_terminal_write_failed_is_finalized_by_the_next_sweep() {
+    let h = Harness::new();
+    h.seed("keep", Some(FRESH), Some("k-keep"));
+    h.probe.finished("keep", 0);
+    h.store.fail_when(|op, _| {
+        matches!(op, Op::WriteTerminal(..)).then(|| StoreError::Unavailable("disk full".into()))
+    });
+    assert_eq!(entry(&h.sweep().await, "keep").outcome, ReapOutcome::Failed);
+    h.store.fail_when(|_, _| None);
+    let report = h.sweep().await;
     assert_eq!(entry(&report, "keep").outcome, ReapOutcome::Finalized);
-    let calls = h.reclaim.calls();
-    assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].sandbox_key.as_deref(), Some("k-keep"));
+    assert_eq!(h.reclaim.reclaimed(), vec!["keep"]);
+    assert_eq!(h.record("keep").await.status, RunStatus::Completed);
 }
 
 #[tokio::test(start_paused = true)]
@@ -452,7 +472,7 @@ async fn rejected_reclaim_is_reported_as_reclaim_failed_with_status_and_exit_cod
 }
 
 #[tokio::test(start_paused = true)]
-async fn shipped_reclaimer_reports_a_failed_destroy_as_a_leak_and_deletes_both_records() {
+async fn shipped_reclaimer_reports_a_failed_destroy_as_a_leak_and_keeps_it_in_the_ledger() {
     let mut h = Harness::new();
     h.with_reclaim = false;
     h.seed("leak", Some(FRESH), Some("k-leak"));
@@ -479,6 +499,7 @@ async fn shipped_reclaimer_reports_a_failed_destroy_as_a_leak_and_deletes_both_r
     deps.reclaim = Some(Arc::new(SandboxReclaimer {
         provider: Arc::new(provider.clone()),
         instances: Arc::new(instances.clone()),
+        runs: Arc::new(instances.clone()),
     }));
     let (logs, _g) = LogCapture::install();
     let report = reaper_core::reap::reap_detached_runs(&deps, &h.options)
@@ -500,8 +521,15 @@ async fn shipped_reclaimer_reports_a_failed_destroy_as_a_leak_and_deletes_both_r
     assert_eq!(ok.outcome, ReapOutcome::Finalized);
     assert!(ok.error.is_none());
     assert_eq!(provider.destroy_calls(), vec!["sbx-leak", "sbx-ok"]);
-    assert!(instances.get("k-leak").await.unwrap().is_none());
+    assert!(
+        instances.get("k-leak").await.unwrap().is_some(),
+        "the leak's record is kept for the retry"
+    );
     assert!(instances.get("k-ok").await.unwrap().is_none());
+    let ledger = report.reclaims.ledger.expect("the ledger was read");
+    assert_eq!((ledger.pending, ledger.leaked), (1, 1));
+    assert_eq!(leak.sandbox, Some(SandboxFate::Leaked));
+    assert_eq!(ok.sandbox, Some(SandboxFate::Destroyed));
     assert_eq!(report.outcomes.reclaim_failed, 1);
     assert_eq!(report.outcomes.finalized, 1);
     assert_eq!(report.outcomes.failed, 0);

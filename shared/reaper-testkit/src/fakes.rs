@@ -9,14 +9,15 @@ use std::sync::{Arc, Mutex};
 
 use futures::stream;
 use reaper_core::domain::{
-    Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, RunPatch, RunRecord, TerminalWrite,
+    Chunk, EpochMs, LedgerCounts, LogEntry, LogSnapshot, NewRun, ReclaimIntent, RunPatch,
+    RunRecord, TerminalWrite,
 };
 use reaper_core::error::{DriveError, ProbeError, ReclaimError, SandboxError, StoreError};
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
     Appended, CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, EpochBump,
-    ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, Reclaim, RunExitProbe, RunStore,
-    SandboxHandle, SandboxProvider, Sleeper,
+    ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, Reclaim, ReclaimLedger, Reclaimed,
+    RunExitProbe, RunStore, SandboxHandle, SandboxProvider, Sleeper,
 };
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -78,6 +79,12 @@ pub enum Op {
     Close(String),
     Snapshot(String),
     Read(String),
+    RecordIntent(String),
+    UpdateIntent(String),
+    ResolveIntent(String),
+    GetIntent(String),
+    DueIntents,
+    LedgerCounts,
 }
 
 impl Op {
@@ -91,8 +98,12 @@ impl Op {
             | Op::Append(r, _)
             | Op::Close(r)
             | Op::Snapshot(r)
-            | Op::Read(r) => Some(r),
-            Op::FindActive(_) | Op::ListReclaimable => None,
+            | Op::Read(r)
+            | Op::RecordIntent(r)
+            | Op::UpdateIntent(r)
+            | Op::ResolveIntent(r)
+            | Op::GetIntent(r) => Some(r),
+            Op::FindActive(_) | Op::ListReclaimable | Op::DueIntents | Op::LedgerCounts => None,
         }
     }
 
@@ -106,6 +117,9 @@ impl Op {
                 | Op::WriteTerminal(..)
                 | Op::Append(..)
                 | Op::Close(_)
+                | Op::RecordIntent(_)
+                | Op::UpdateIntent(_)
+                | Op::ResolveIntent(_)
         )
     }
 }
@@ -314,6 +328,38 @@ impl RunStore for SpyStore {
     ) -> Result<Fenced<bool>, StoreError> {
         self.enter(Op::WriteTerminal(run_id.into(), held_epoch))?;
         self.inner.write_terminal(run_id, held_epoch, write).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ReclaimLedger for SpyStore {
+    async fn record_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError> {
+        self.enter(Op::RecordIntent(intent.run_id.clone()))?;
+        self.inner.record_intent(intent).await
+    }
+    async fn update_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError> {
+        self.enter(Op::UpdateIntent(intent.run_id.clone()))?;
+        self.inner.update_intent(intent).await
+    }
+    async fn resolve_intent(&self, run_id: &str) -> Result<(), StoreError> {
+        self.enter(Op::ResolveIntent(run_id.into()))?;
+        self.inner.resolve_intent(run_id).await
+    }
+    async fn get_intent(&self, run_id: &str) -> Result<Option<ReclaimIntent>, StoreError> {
+        self.enter(Op::GetIntent(run_id.into()))?;
+        self.inner.get_intent(run_id).await
+    }
+    async fn due_intents(
+        &self,
+        now: EpochMs,
+        limit: usize,
+    ) -> Result<Vec<ReclaimIntent>, StoreError> {
+        self.enter(Op::DueIntents)?;
+        self.inner.due_intents(now, limit).await
+    }
+    async fn ledger_counts(&self) -> Result<LedgerCounts, StoreError> {
+        self.enter(Op::LedgerCounts)?;
+        self.inner.ledger_counts().await
     }
 }
 
@@ -640,6 +686,11 @@ impl RecordingReclaim {
         lock(&self.failing).insert(run_id.into());
         self
     }
+    /// Stops failing for the run: its next reclaim succeeds.
+    pub fn succeed_for(&self, run_id: &str) -> &Self {
+        lock(&self.failing).remove(run_id);
+        self
+    }
     pub fn calls(&self) -> Vec<RunRecord> {
         lock(&self.calls).clone()
     }
@@ -650,7 +701,11 @@ impl RecordingReclaim {
 
 #[async_trait::async_trait]
 impl Reclaim for RecordingReclaim {
-    async fn reclaim(&self, record: &RunRecord) -> Result<(), ReclaimError> {
+    async fn reclaim(
+        &self,
+        record: &RunRecord,
+        _intent: &ReclaimIntent,
+    ) -> Result<Reclaimed, ReclaimError> {
         lock(&self.calls).push(record.clone());
         if lock(&self.failing).contains(&record.run_id) {
             return Err(ReclaimError::Other(format!(
@@ -658,7 +713,7 @@ impl Reclaim for RecordingReclaim {
                 record.run_id
             )));
         }
-        Ok(())
+        Ok(Reclaimed::Destroyed)
     }
 }
 

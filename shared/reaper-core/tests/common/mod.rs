@@ -71,6 +71,7 @@ impl Harness {
             runs: Arc::new(self.store.clone()),
             logs: Arc::new(self.store.clone()),
             leases: Arc::new(self.leases.clone()),
+            ledger: Arc::new(self.store.clone()),
             probe: Arc::new(self.probe.clone()),
             drive: Arc::new(self.drive.clone()),
             reclaim: self

@@ -68,6 +68,7 @@ macro_rules! ensure_eq {
 pub mod delivery_log;
 pub mod lease_store;
 pub mod message_store;
+pub mod reclaim_ledger;
 pub mod run_store;
 pub mod sandbox_instance_store;
 #[cfg(test)]
@@ -320,6 +321,18 @@ macro_rules! message_store_conformance {
     };
 }
 
+/// The reclaim-ledger suite, in a module `reclaim_ledger_conformance`.
+#[macro_export]
+macro_rules! reclaim_ledger_conformance {
+    ($factory:expr $(,)?) => {
+        mod reclaim_ledger_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__reaper_reclaim_ledger_cases! { tests { factory: $factory, lacks: [] } }
+        }
+    };
+}
+
 /// Every suite, for a backend that implements every store port on one value.
 #[macro_export]
 macro_rules! store_conformance {
@@ -329,5 +342,6 @@ macro_rules! store_conformance {
         $crate::delivery_log_conformance!($factory);
         $crate::sandbox_instance_store_conformance!($factory);
         $crate::message_store_conformance!($factory);
+        $crate::reclaim_ledger_conformance!($factory);
     };
 }
