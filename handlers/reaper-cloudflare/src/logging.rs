@@ -117,12 +117,14 @@ pub fn subscriber(sink: impl LineSink) -> impl Subscriber + Send + Sync + 'stati
 }
 
 /// Logs one sweep in one event: its state, the counts (all eight outcomes, considered, probed,
-/// deferred, corrupt rows), how the batch was sized, and when the next alarm fires. `error` when
-/// a run failed, a reclaim failed or a row is corrupt; `warn` when a run ran over its budget;
-/// `info` otherwise.
+/// deferred, corrupt rows), the reclaim ledger (retried, settled, pending, leaked), how the batch
+/// was sized, and when the next alarm fires. `error` when a run failed, a reclaim failed, a
+/// sandbox is leaked, the ledger could not be read or a row is corrupt; `warn` when a run ran over
+/// its budget; `info` otherwise.
 pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs) {
     let r = &report.report;
     let o = &r.outcomes;
+    let ledger = &r.reclaims;
     let state = serde_json::to_value(&report.sweep)
         .ok()
         .and_then(|v| v.get("state").and_then(|s| s.as_str()).map(str::to_owned))
@@ -145,6 +147,11 @@ pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs
                 reclaim_failed = o.reclaim_failed,
                 failed = o.failed,
                 corrupt = r.corrupt.len(),
+                reclaims_retried = ledger.retried,
+                reclaims_settled = ledger.settled,
+                sandboxes_pending = ledger.ledger.map(|l| l.pending),
+                sandboxes_leaked = ledger.leaked(),
+                ledger_error = ledger.error.as_deref(),
                 duration_ms = report.duration_ms,
                 max_runs = plan.max_runs,
                 limited_by = plan.limited_by,
@@ -154,7 +161,8 @@ pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs
             )
         };
     }
-    if o.failed > 0 || o.reclaim_failed > 0 || !r.corrupt.is_empty() {
+    let leaking = ledger.error.is_some() || ledger.leaked().is_some_and(|n| n > 0);
+    if o.failed > 0 || o.reclaim_failed > 0 || !r.corrupt.is_empty() || leaking {
         summary!(Level::ERROR);
     } else if o.budget_exceeded > 0 {
         summary!(Level::WARN);
@@ -292,6 +300,13 @@ mod tests {
                 key: Some("run-x".into()),
                 error: "bad".into(),
             });
+            r.reclaims.retried = 3;
+            r.reclaims.settled = 2;
+            r.reclaims.ledger = Some(reaper_core::LedgerCounts {
+                pending: 5,
+                leaked: 1,
+                oldest_first_seen: Some(1),
+            });
         });
         let plan = plan();
         let lines = captured(|| sweep_summary(&report, &plan, 61_000));
@@ -322,6 +337,10 @@ mod tests {
                 "reclaim_failed": 7,
                 "failed": 8,
                 "corrupt": 1,
+                "reclaims_retried": 3,
+                "reclaims_settled": 2,
+                "sandboxes_pending": 5,
+                "sandboxes_leaked": 1,
                 "duration_ms": 42,
                 "next_alarm": 61_000,
             })

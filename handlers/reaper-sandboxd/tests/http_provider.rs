@@ -308,6 +308,7 @@ impl Sweep {
             runs: self.spy.clone(),
             logs: self.spy.clone(),
             leases: self.store.clone(),
+            ledger: self.spy.clone(),
             probe,
             drive: self.drive.clone(),
             reclaim: None,

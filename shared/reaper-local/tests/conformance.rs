@@ -295,6 +295,7 @@ async fn detached_run(
         runs: spy.clone(),
         logs: spy.clone(),
         leases: store.clone(),
+        ledger: spy.clone(),
         probe: Arc::new(JournalExitProbe::new(
             provider,
             store.clone(),

@@ -82,12 +82,14 @@ pub fn compose(
     let reclaim = SandboxReclaimer {
         provider: sandboxes,
         instances: shared.clone(),
+        runs: shared.clone(),
     };
     Ok(ServerlessDeps {
         reap: ReapDeps {
             runs: shared.clone(),
             logs: shared.clone(),
-            leases: shared,
+            leases: shared.clone(),
+            ledger: shared,
             probe: Arc::new(probe),
             drive: Arc::new(drive),
             reclaim: Some(Arc::new(reclaim)),

@@ -474,6 +474,7 @@ mod tests {
             runs: store.clone(),
             logs: store.clone(),
             leases: store.clone(),
+            ledger: store.clone(),
             probe: Arc::new(SlowProbe {
                 clock: clock.clone(),
                 reserve_ms: 10_000,
