@@ -720,6 +720,22 @@ fn the_last_genuine_sentinel_wins_in_either_form() {
     assert_eq!(scan(&text), Some(0));
 }
 
+proptest! {
+    /// Whatever the agent printed last, with or without a newline, the wrapper's sentinel after
+    /// it is found with its code; and text without the nonce never passes for one.
+    #[test]
+    fn the_sentinel_after_any_output_is_found_and_nothing_without_the_nonce_is(
+        output in "(\\PC|\n|\r|\"|\\{|\\}|[0-9:,])*",
+        status in 0i64..=255,
+    ) {
+        let p = paths("pje-1");
+        let line = exit_sentinel_line(&p, status);
+        prop_assert_eq!(parse_journal_exit(&format!("{output}{line}\n"), &p), Some(status));
+        prop_assert_eq!(parse_journal_exit(&format!("{output}\n{line}"), &p), Some(status));
+        prop_assert_eq!(parse_journal_exit(&output, &p), None);
+    }
+}
+
 // decode_journal_run_id (E.6, H4.63–76, H15.10)
 
 fn decode(name: &str) -> DecodedJournalName {

@@ -1,5 +1,6 @@
 //! The sentinel scan never panics, never finds an exit in text that lacks the run's nonce, and
-//! always finds a genuine sentinel appended after any agent output; the line splitter agrees
+//! always finds a genuine sentinel appended after any agent output (on a line of its own or
+//! right after the output's partial last line); the line splitter agrees
 //! with a plain split however the bytes are chunked.
 #![no_main]
 
@@ -22,6 +23,12 @@ fuzz_target!(|data: &[u8]| {
     let code = i64::from(seed) - 128;
     let journal = format!("{text}\n{}\n", exit_sentinel_line(&paths, code));
     assert_eq!(parse_journal_exit(&journal, &paths), Some(code));
+
+    // Appended right after the output's unterminated last line, as the reference's wrapper
+    // does: the canonical sentinel (a shell's status, so not negative) still counts.
+    let status = i64::from(seed);
+    let journal = format!("{text}{}\n", exit_sentinel_line(&paths, status));
+    assert_eq!(parse_journal_exit(&journal, &paths), Some(status));
 
     let mut splitter = JournalLines::new(0);
     let mut lines = Vec::new();
