@@ -19,6 +19,7 @@ test("the suite lists every port's cases", () => {
     "delivery_log",
     "lease_store",
     "message_store",
+    "reclaim_ledger",
     "run_store",
     "sandbox_instance_store",
   ]);

@@ -122,6 +122,37 @@ impl Claim {
         self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Renews the lease right now and fails if it is gone: called just before a write that is
+    /// not fenced on the epoch (the cancel), so a holder whose lease quietly expired (a paused
+    /// process, a clock jump) cannot land it after someone else took the run over.
+    pub async fn confirm(
+        &self,
+        leases: &dyn LeaseStore,
+        clock: &dyn Clock,
+        ttl_ms: u64,
+    ) -> Result<(), ReapError> {
+        self.check()?;
+        let current = self.lease();
+        let now = clock.now_ms();
+        let lost = match leases.renew(&current, now, ttl_ms).await {
+            Ok(Some(renewed)) => {
+                *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = renewed;
+                false
+            }
+            Ok(None) => true,
+            Err(error) => {
+                // Unknown is not lost while the lease is unexpired: nobody else can hold it.
+                tracing::warn!(target: "reaper", run_id = %self.run_id, %error, "confirming the driver claim failed");
+                now >= current.expires_at
+            }
+        };
+        if lost {
+            self.lose_lease();
+            return Err(self.trip(ObservedEpoch::LeaseLost));
+        }
+        Ok(())
+    }
+
     /// Marks the lease lost: cancels the drive and shuts the fence.
     pub fn lose_lease(&self) {
         self.signal.cancel();

@@ -15,8 +15,8 @@ use crate::domain::{EpochMs, LedgerCounts, ReclaimIntent, RunPatch, RunRecord, R
 use crate::error::{ClaimRefusal, OptionsError, ReapError, ReclaimError};
 use crate::pipe::{pipe_to_run_log, PipeContext};
 use crate::ports::{
-    CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, ExitProbe, LeaseGrant, LeaseStore,
-    Reclaim, ReclaimLedger, Reclaimed, RunExitProbe, RunStore, Sleeper,
+    CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe, LeaseGrant,
+    LeaseStore, Reclaim, ReclaimLedger, Reclaimed, RunExitProbe, RunStore, Sleeper,
 };
 
 pub const DEFAULT_MAX_RUNS: usize = 25;
@@ -743,9 +743,19 @@ async fn settle(
     intent.attempts = intent.attempts.saturating_add(1);
     intent.next_attempt_at = now.saturating_add(retry_backoff_ms(intent.attempts) as i64);
     intent.last_error = Some(error.to_string());
-    if let Err(store) = deps.ledger.update_intent(&intent).await {
+    match deps.ledger.update_intent(&intent).await {
+        Ok(true) => {}
+        // Another sweep dropped the entry meanwhile (it saw the run before this terminal write
+        // landed): the leak must not go unrecorded, so record it again.
+        Ok(false) => {
+            if let Err(store) = deps.ledger.record_intent(&intent).await {
+                tracing::error!(target: "reaper", run_id, error = %store, "re-recording the reclaim intent of a leaked sandbox failed");
+            }
+        }
         // The entry is still there (as it was): the next sweep retries it without the backoff.
-        tracing::error!(target: "reaper", run_id, error = %store, "rescheduling the reclaim intent failed");
+        Err(store) => {
+            tracing::error!(target: "reaper", run_id, error = %store, "rescheduling the reclaim intent failed")
+        }
     }
     Err(match error {
         ReclaimError::Failed(f) => ReapError::ReclaimFailed(f),
@@ -832,19 +842,35 @@ async fn retry_reclaims(
 
 async fn settle_intent(deps: &ReapDeps, intent: ReclaimIntent) -> Result<(), ReapError> {
     let run_id = intent.run_id.clone();
-    let record = match deps.runs.get(&run_id).await? {
-        Some(record) if record.status.is_terminal() => record,
-        Some(_) => {
+    // The epoch bump, not a read: for a run that is not terminal it fences out the holder that
+    // recorded the intent (its lease may have expired while it was paused), so no terminal write
+    // can land after the intent is dropped. A terminal run is refused without a write.
+    match deps.runs.bump_epoch(&run_id).await? {
+        EpochBump::Claimed { .. } => {
             tracing::info!(target: "reaper", run_id, "the run never became terminal; dropping its reclaim intent (the listing finds it again)");
             resolve(deps, &run_id).await;
             return Ok(());
         }
-        None => {
+        EpochBump::Unknown => {
             // Nothing proves the run terminal any more, so nothing is destroyed for it.
             tracing::warn!(target: "reaper", run_id, sandbox_key = intent.sandbox_key.as_deref(), "the run record is gone; dropping its reclaim intent without a destroy");
             resolve(deps, &run_id).await;
             return Ok(());
         }
+        EpochBump::Terminal(_) => {}
+    }
+    let Some(record) = deps
+        .runs
+        .get(&run_id)
+        .await?
+        .filter(|r| r.status.is_terminal())
+    else {
+        // Terminal a moment ago: a record cannot leave a terminal status, so this is a store
+        // that changed under us. Keep the entry for the next sweep.
+        return Err(ReapError::TerminalNotConfirmed {
+            run_id,
+            reason: "the record changed while its reclaim was retried".into(),
+        });
     };
     deps.logs.close(&run_id, deps.clock.now_ms()).await?;
     settle(deps, &record, intent).await.map(|_| ())
@@ -934,6 +960,15 @@ async fn drive_claimed(
             .unwrap_or(fresh)
     };
     if expired {
+        // The cancel is permanent and not fenced on the epoch: write it only while the lease is
+        // confirmed held, so a holder that lost the run meanwhile cannot poison a returning viewer.
+        claim
+            .confirm(
+                deps.leases.as_ref(),
+                deps.clock.as_ref(),
+                options.claim_ttl(),
+            )
+            .await?;
         // Before the drive: when the drive's abort reaches the sandbox layer, it must read the
         // cancel and destroy, not re-detach.
         deps.runs.update(run_id, RunPatch::cancel()).await?;

@@ -349,3 +349,83 @@ fn the_report_serializes_the_ledger_figures() {
     assert_eq!(json["reclaims"]["ledger"]["oldestFirstSeen"], 5);
     assert_eq!(json["reclaims"]["retried"], 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_fences_out_a_paused_holder_before_dropping_its_intent() {
+    let h = Harness::new();
+    // A sweeper claimed the run (epoch 1) and recorded its intent, then paused until its lease
+    // expired. The run is not listed (a viewer is attached), so only the ledger sees it.
+    h.seed("paused", None, Some("k"));
+    let bumped = reaper_core::ports::RunStore::bump_epoch(&h.memory, "paused")
+        .await
+        .unwrap();
+    assert!(matches!(bumped, reaper_core::EpochBump::Claimed { epoch: 1, .. }));
+    let record = h.record("paused").await;
+    h.memory
+        .record_intent(&ReclaimIntent::new(&record, NOW - 1))
+        .await
+        .unwrap();
+
+    let report = h.sweep().await;
+    assert_eq!(report.reclaims.settled, 1);
+    assert!(h.memory.get_intent("paused").await.unwrap().is_none());
+    // The paused holder wakes and tries its terminal write: the fence refuses it, so no
+    // terminal run is ever left without its intent.
+    let late = reaper_core::ports::RunStore::write_terminal(
+        &h.memory,
+        "paused",
+        1,
+        &reaper_core::TerminalWrite {
+            status: reaper_core::TerminalStatus::Completed,
+            finished_at: NOW,
+            error: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(late, reaper_core::Fenced::Superseded { observed: 2 }), "{late:?}");
+    assert_eq!(h.record("paused").await.status, RunStatus::Running);
+}
+
+/// Fails its destroy after another sweep resolved the run's entry meanwhile.
+#[derive(Clone)]
+struct ResolvedMeanwhile(reaper_core::memory::MemoryStore);
+
+#[async_trait::async_trait]
+impl Reclaim for ResolvedMeanwhile {
+    async fn reclaim(
+        &self,
+        record: &RunRecord,
+        _intent: &ReclaimIntent,
+    ) -> Result<Reclaimed, ReclaimError> {
+        self.0.resolve_intent(&record.run_id).await.unwrap();
+        Err(ReclaimError::Other("destroy refused".into()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leak_is_recorded_again_when_its_entry_was_dropped_meanwhile() {
+    let h = Harness::new();
+    h.seed("leak", Some(FRESH), Some("k"));
+    h.probe.finished("leak", 0);
+    let mut deps = h.deps();
+    deps.reclaim = Some(Arc::new(ResolvedMeanwhile(h.memory.clone())));
+    let report = reaper_core::reap::reap_detached_runs(&deps, &h.options)
+        .await
+        .unwrap();
+    assert_eq!(entry(&report, "leak").outcome, ReapOutcome::ReclaimFailed);
+    let again = h.memory.get_intent("leak").await.unwrap().expect("re-recorded");
+    assert_eq!(again.attempts, 1);
+    assert_eq!(report.reclaims.ledger.unwrap().leaked, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_run_gets_no_cancel_once_its_claim_is_lost() {
+    let h = Harness::new();
+    h.seed("old", Some(NOW - common::TTL as i64 - 1), None);
+    h.leases.lose_on_renew("run-driver:old");
+    let report = h.sweep().await;
+    assert_eq!(entry(&report, "old").outcome, ReapOutcome::NotClaimed);
+    assert_eq!(h.record("old").await.cancel_requested, None);
+    assert!(h.drive.driven().is_empty());
+}

@@ -3,8 +3,8 @@
 //! against the bound D1 database, one case per request.
 
 use reaper_testkit::conformance::{
-    delivery_log, lease_store, message_store, run_cases, run_store, sandbox_instance_store, Case,
-    Verdict,
+    delivery_log, lease_store, message_store, reclaim_ledger, run_cases, run_store,
+    sandbox_instance_store, Case, Verdict,
 };
 use reaper_core::ports::RunStoreCapabilities;
 use reaper_d1::D1Store;
@@ -81,6 +81,7 @@ fn suites() -> Vec<Suite> {
             sandbox_instance_store::cases::<D1Store>(),
         ),
         ("message_store", message_store::cases::<D1Store>()),
+        ("reclaim_ledger", reclaim_ledger::cases::<D1Store>()),
     ]
 }
 
