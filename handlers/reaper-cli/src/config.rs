@@ -32,8 +32,10 @@ pub const SETTINGS_TABLE: &str = "\
 ";
 
 pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
-/// The longest timer accepted (about 24.8 days): larger is a unit mistake.
-pub const MAX_TIMER_MS: u64 = reaper_core::reap::MAX_DURATION_MS;
+/// The longest timer accepted, exactly as the settings table states it: 24 days. Larger is a
+/// unit mistake, and the core refuses anything past `MAX_DURATION_MS` (about 24.8 days).
+pub const MAX_TIMER_MS: u64 = 24 * DAY_MS;
+const _: () = assert!(MAX_TIMER_MS <= reaper_core::reap::MAX_DURATION_MS);
 /// The longest age accepted (ten years).
 pub const MAX_AGE_MS: u64 = 3650 * DAY_MS;
 
@@ -65,8 +67,10 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct Output {
-    /// Print machine-readable JSON on stdout instead of tables.
-    #[arg(long, env = "REAPER_JSON")]
+    /// Print machine-readable JSON on stdout instead of tables (or set REAPER_JSON=true).
+    // REAPER_JSON is read by `Parsed::resolve_json_env`, not clap, so a bad value names the
+    // variable rather than the flag.
+    #[arg(long)]
     pub json: bool,
     /// Log filter (tracing directives); REAPER_LOG, else RUST_LOG.
     #[arg(long, env = "REAPER_LOG", value_name = "FILTER")]
@@ -299,7 +303,39 @@ pub fn parse() -> Result<Parsed, clap::Error> {
     Ok(Parsed { cli, matches })
 }
 
+/// The values `REAPER_JSON` accepts.
+const JSON_ENV_ACCEPTED: &str = "true or false (or pass --json)";
+
 impl Parsed {
+    /// Applies `REAPER_JSON` when `--json` was not passed. Any value other than `true`/`false`
+    /// (any case; `1`/`0` too; empty means unset) is refused, naming the variable.
+    pub fn resolve_json_env(&mut self) -> Result<(), ConfigError> {
+        let output = match &mut self.cli.command {
+            Command::Demo(a) => &mut a.output,
+            Command::Sweep(a) => &mut a.output,
+            Command::Watch(a) => &mut a.output,
+            Command::Prune(a) => &mut a.output,
+            Command::Status(a) => &mut a.output,
+        };
+        if output.json {
+            return Ok(());
+        }
+        let Some(raw) = std::env::var_os("REAPER_JSON") else {
+            return Ok(());
+        };
+        let value = raw.to_string_lossy();
+        output.json = match value.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" => true,
+            "false" | "0" | "" => false,
+            _ => {
+                return Err(ConfigError(format!(
+                    "invalid value for REAPER_JSON: {value:?}: expected {JSON_ENV_ACCEPTED}"
+                )))
+            }
+        };
+        Ok(())
+    }
+
     /// A resolver for the settings of the chosen subcommand.
     pub fn settings(&self) -> Settings<'_> {
         Settings {
@@ -385,9 +421,24 @@ impl Settings<'_> {
         );
         let d = humantime::parse_duration(value.trim())
             .map_err(|_| self.invalid(key, value, &expected))?;
-        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        if ms < min_ms || ms > max_ms || (min_ms > 0 && d.is_zero()) {
-            return Err(self.invalid(key, value, &expected));
+        // Compared in whole nanoseconds: `24d 1ns` is past 24d, not rounded back into range.
+        let (min, max) = (Duration::from_millis(min_ms), Duration::from_millis(max_ms));
+        if d > max {
+            return Err(self.invalid(
+                key,
+                value,
+                &format!(
+                    "{expected}: it is longer than the limit of {}",
+                    show_ms(max_ms)
+                ),
+            ));
+        }
+        if d < min {
+            return Err(self.invalid(
+                key,
+                value,
+                &format!("{expected}: it is shorter than {}", show_ms(min_ms)),
+            ));
         }
         Ok(d)
     }
@@ -436,13 +487,11 @@ impl Settings<'_> {
 /// `250ms`, `24d`: a bound in the unit a person would write.
 fn show_ms(ms: u64) -> String {
     const UNITS: [(u64, &str); 4] = [(DAY_MS, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")];
+    // Exact, never rounded: a stated limit must be the limit enforced.
     for (size, unit) in UNITS {
         if ms >= size && ms.checked_rem(size) == Some(0) {
             return format!("{}{unit}", ms / size);
         }
-    }
-    if ms >= DAY_MS {
-        return format!("{}d", ms / DAY_MS);
     }
     format!("{ms}ms")
 }
@@ -508,6 +557,7 @@ mod tests {
         assert_eq!(show_ms(10), "10ms");
         assert_eq!(show_ms(1000), "1s");
         assert_eq!(show_ms(MAX_TIMER_MS), "24d");
+        assert_eq!(show_ms(DAY_MS + 1), "86400001ms", "never rounded");
         assert_eq!(show_ms(MAX_AGE_MS), "3650d");
     }
 }

@@ -270,7 +270,7 @@ pub async fn run(a: &DemoArgs) -> Result<Exit, Failure> {
     let root = dir.join("sandboxes");
     std::fs::create_dir_all(&root).map_err(|e| setup_failed("creating the sandbox root", e))?;
     let store = SqliteStore::open(&db_path).map_err(|e| setup_failed("opening the database", e))?;
-    let provider = wiring::provider(&root, Some(Duration::from_millis(500)))?;
+    let provider = wiring::provider(&root, Some(Duration::from_millis(500)), true)?;
 
     let result = stage_sweep_and_explain(&store, &provider, &dir, &db_path, started).await;
     // Whatever happened, nothing of the demo keeps running.

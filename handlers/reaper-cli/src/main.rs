@@ -59,7 +59,7 @@ impl From<config::ConfigError> for Failure {
 }
 
 fn main() -> ExitCode {
-    let parsed = match config::parse() {
+    let mut parsed = match config::parse() {
         Ok(p) => p,
         Err(e) => {
             let _ = e.print();
@@ -67,6 +67,10 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { Exit::Usage as u8 } else { 0 });
         }
     };
+    if let Err(e) = parsed.resolve_json_env() {
+        eprintln!("reaper: error: {e}");
+        return ExitCode::from(Exit::Usage as u8);
+    }
     let settings = parsed.settings();
     let (output, default_log) = match &parsed.cli.command {
         Command::Demo(a) => (&a.output, "off"),

@@ -225,7 +225,7 @@ pub async fn run(a: &PruneCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let settings = PruneSettings::parse(s, &a.prune)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
     let store = wiring::open_store(&a.db.db)?;
-    let provider = wiring::provider(&a.sandboxes.sandboxes, None)?;
+    let provider = wiring::provider(&a.sandboxes.sandboxes, None, false)?;
     let result = prune_all(
         &store,
         &provider,

@@ -3,7 +3,9 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use reaper_core::reap::{OutcomeCounts, ReapOutcome, ReapRunEntry, SweepReport, SweepStatus};
+use reaper_core::reap::{
+    OutcomeCounts, ReapOutcome, ReapRunEntry, ReclaimReport, SandboxFate, SweepReport, SweepStatus,
+};
 use reaper_core::EpochMs;
 
 /// A plain text table: columns padded to their widest cell, two spaces apart.
@@ -132,31 +134,109 @@ pub fn sweep_headline(r: &SweepReport) -> String {
     }
 }
 
+/// What became of a run's sandbox, in the table: a leak in capitals, so it is seen.
+pub fn sandbox_fate(fate: Option<SandboxFate>) -> &'static str {
+    match fate {
+        None => "-",
+        Some(SandboxFate::Destroyed) => "destroyed",
+        Some(SandboxFate::NoSandbox) => "no sandbox",
+        Some(SandboxFate::Kept) => "kept",
+        Some(SandboxFate::Leaked) => "LEAKED",
+        Some(SandboxFate::NotReclaimed) => "not reclaimed",
+    }
+}
+
+/// The reclaim ledger after a sweep: what it retried, and what is still pending or leaked.
+pub fn ledger_line(r: &ReclaimReport, now: EpochMs) -> String {
+    let mut out = format!(
+        "reclaim ledger: retried {} (settled {}, failed {}",
+        r.retried, r.settled, r.failed
+    );
+    if r.busy > 0 {
+        let _ = write!(out, ", busy {}", r.busy);
+    }
+    if r.deferred > 0 {
+        let _ = write!(out, ", deferred {}", r.deferred);
+    }
+    out.push(')');
+    match &r.ledger {
+        Some(l) => {
+            let _ = write!(out, "; pending {}, leaked {}", l.pending, l.leaked);
+            if let Some(oldest) = l.oldest_first_seen {
+                let _ = write!(out, " (oldest {} old)", human_ms(now - oldest));
+            }
+            if l.leaked > 0 {
+                out.push_str(
+                    "; LEAKED sandboxes may still be running: `reaper status` lists them, \
+                     every sweep retries them",
+                );
+            }
+        }
+        None => out.push_str("; the ledger could not be read"),
+    }
+    if let Some(error) = &r.error {
+        let _ = write!(out, ": {error}");
+    }
+    out
+}
+
 /// The full human report of one sweep.
 pub fn sweep_report(r: &SweepReport) -> String {
     let mut out = sweep_headline(r);
     out.push('\n');
-    if r.report.runs.is_empty() {
+    if r.sweep != SweepStatus::Swept {
         return out;
     }
-    let mut table = Table::new(&["RUN", "OUTCOME", "STATUS", "EXIT", "NOTE"]);
-    for e in &r.report.runs {
-        table.row(vec![
-            e.run_id.clone(),
-            e.outcome.to_string(),
-            e.status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "-".into()),
-            e.exit_code
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "-".into()),
-            entry_note(e),
-        ]);
+    if !r.report.runs.is_empty() {
+        let mut table = Table::new(&["RUN", "OUTCOME", "STATUS", "EXIT", "SANDBOX", "NOTE"]);
+        for e in &r.report.runs {
+            table.row(vec![
+                e.run_id.clone(),
+                e.outcome.to_string(),
+                e.status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                e.exit_code
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                sandbox_fate(e.sandbox).into(),
+                entry_note(e),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table.render());
+        out.push('\n');
     }
-    out.push('\n');
-    out.push_str(&table.render());
-    out.push('\n');
-    let _ = writeln!(out, "totals: {}", outcome_totals(&r.report.outcomes));
+    if !r.report.corrupt.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} malformed run row{} not swept (fix or delete {}; every other run was swept):",
+            r.report.corrupt.len(),
+            if r.report.corrupt.len() == 1 { "" } else { "s" },
+            if r.report.corrupt.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
+        );
+        let mut table = Table::new(&["ROW", "ERROR"]);
+        for c in &r.report.corrupt {
+            table.row(vec![
+                c.key.clone().unwrap_or_else(|| "?".into()),
+                c.error.clone(),
+            ]);
+        }
+        out.push_str(&table.render());
+        out.push('\n');
+    }
+    if !r.report.runs.is_empty() {
+        let _ = writeln!(out, "totals: {}", outcome_totals(&r.report.outcomes));
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        ledger_line(&r.report.reclaims, r.started_at + r.duration_ms)
+    );
     out
 }
 

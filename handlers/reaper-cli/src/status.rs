@@ -1,7 +1,11 @@
-//! `reaper status`: what is detached, for how long, in which sandbox. Read-only.
+//! `reaper status`: what is detached, for how long, in which sandbox, and the reclaim ledger
+//! (pending and leaked sandboxes). Read-only.
 
-use reaper_core::{Clock, RunStatus, SandboxInstanceStore};
+use reaper_core::{
+    Clock, EpochMs, LedgerCounts, ReclaimIntent, ReclaimLedger, RunStatus, SandboxInstanceStore,
+};
 use reaper_local::SystemClock;
+use reaper_sqlite::SqliteStore;
 use serde_json::{json, Map, Value};
 
 use crate::config::{Settings, StatusCmd};
@@ -20,6 +24,7 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     };
     let detached = store.list_detached(now).await.map_err(failed)?;
     let counts = store.count_by_status().await.map_err(failed)?;
+    let ledger = ledger(&store).await;
 
     let mut rows = Vec::new();
     for d in &detached {
@@ -57,9 +62,15 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
             .collect();
         println!(
             "{}",
-            json!({"now": now, "detachedTtlMs": ttl, "detached": runs, "runsByStatus": by_status})
+            json!({
+                "now": now,
+                "detachedTtlMs": ttl,
+                "detached": runs,
+                "runsByStatus": by_status,
+                "reclaimLedger": ledger.json(),
+            })
         );
-        return Ok(Exit::Ok);
+        return Ok(ledger.exit());
     }
 
     if rows.is_empty() {
@@ -103,5 +114,137 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         .map(|st| format!("{st} {}", counts.get(*st)))
         .collect();
     println!("\nruns by status: {}", totals.join(" · "));
-    Ok(Exit::Ok)
+    print!("\n{}", ledger.render(now));
+    Ok(ledger.exit())
+}
+
+/// The most leaked entries `status` lists; the counts always cover all of them.
+const MAX_LEAKS_LISTED: usize = 1000;
+
+/// The reclaim ledger as `status` shows it: the counts, and every leak with what to look for.
+enum Ledger {
+    Read {
+        counts: LedgerCounts,
+        /// Entries whose destroy failed at least once, oldest first.
+        leaked: Vec<ReclaimIntent>,
+    },
+    Unreadable(String),
+}
+
+async fn ledger(store: &SqliteStore) -> Ledger {
+    let counts = match store.ledger_counts().await {
+        Ok(c) => c,
+        Err(e) => return Ledger::Unreadable(e.to_string()),
+    };
+    if counts.leaked == 0 {
+        return Ledger::Read {
+            counts,
+            leaked: Vec::new(),
+        };
+    }
+    // Every entry, due or not (`due_intents` at the end of time), leaks kept.
+    match store.due_intents(EpochMs::MAX, MAX_LEAKS_LISTED).await {
+        Ok(all) => {
+            let mut leaked: Vec<ReclaimIntent> = all.into_iter().filter(|i| i.is_leak()).collect();
+            leaked.sort_by_key(|i| i.first_seen);
+            Ledger::Read { counts, leaked }
+        }
+        Err(e) => Ledger::Unreadable(e.to_string()),
+    }
+}
+
+impl Ledger {
+    /// Exit 2 when a sandbox may be running with nobody to stop it but the ledger's retries, or
+    /// when nobody can tell because the ledger does not read.
+    fn exit(&self) -> Exit {
+        match self {
+            Ledger::Read { counts, .. } if counts.leaked == 0 => Exit::Ok,
+            _ => Exit::Failures,
+        }
+    }
+
+    fn json(&self) -> Value {
+        match self {
+            Ledger::Read { counts, leaked } => json!({
+                "pending": counts.pending,
+                "leaked": counts.leaked,
+                "oldestFirstSeen": counts.oldest_first_seen,
+                "leaks": leaked.iter().map(|i| json!({
+                    "runId": i.run_id,
+                    "sandboxKey": i.sandbox_key,
+                    "provider": i.provider,
+                    "providerSandboxId": i.provider_sandbox_id,
+                    "firstSeen": i.first_seen,
+                    "attempts": i.attempts,
+                    "lastError": i.last_error,
+                    "nextAttemptAt": i.next_attempt_at,
+                })).collect::<Vec<_>>(),
+            }),
+            Ledger::Unreadable(error) => json!({ "error": error }),
+        }
+    }
+
+    fn render(&self, now: EpochMs) -> String {
+        let (counts, leaked) = match self {
+            Ledger::Unreadable(error) => {
+                return format!(
+                    "reclaim ledger: could not be read: {error}; leaked sandboxes cannot be \
+                     listed until it is\n"
+                )
+            }
+            Ledger::Read { counts, leaked } => (counts, leaked),
+        };
+        let mut out = format!(
+            "reclaim ledger: pending {}, leaked {}",
+            counts.pending, counts.leaked
+        );
+        if let Some(oldest) = counts.oldest_first_seen {
+            out.push_str(&format!(", oldest {} old", human_ms(now - oldest)));
+        }
+        out.push('\n');
+        if leaked.is_empty() {
+            return out;
+        }
+        out.push_str(&format!(
+            "\n{} LEAKED sandbox{} (a destroy failed; it may still be running and billing; every \
+             sweep retries it):\n\n",
+            counts.leaked,
+            if counts.leaked == 1 { "" } else { "es" }
+        ));
+        let mut table = Table::new(&[
+            "RUN",
+            "SANDBOX KEY",
+            "PROVIDER ID",
+            "ATTEMPTS",
+            "NEXT RETRY",
+            "LAST ERROR",
+        ]);
+        for i in leaked {
+            table.row(vec![
+                i.run_id.clone(),
+                i.sandbox_key.clone().unwrap_or_else(|| "-".into()),
+                match (&i.provider, &i.provider_sandbox_id) {
+                    (Some(p), Some(id)) => format!("{p}:{id}"),
+                    (None, Some(id)) => id.clone(),
+                    _ => "-".into(),
+                },
+                i.attempts.to_string(),
+                if i.next_attempt_at <= now {
+                    "next sweep".into()
+                } else {
+                    format!("in {}", human_ms(i.next_attempt_at - now))
+                },
+                i.last_error.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        out.push_str(&table.render());
+        if (leaked.len() as u64) < counts.leaked {
+            out.push_str(&format!(
+                "(the first {} of {}; --json lists the same)\n",
+                leaked.len(),
+                counts.leaked
+            ));
+        }
+        out
+    }
 }

@@ -12,7 +12,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::config::{
     PruneSettings, Settings, SweepCmd, SweepSettings, WatchCmd, EVERY, MAX_TIMER_MS, PRUNE_EVERY,
 };
-use crate::wiring::{self, DriveTuning, Held, Progress, Sweeper};
+use crate::wiring::{self, DriveTuning, Held, Progress, Sweeper, Trouble};
 use crate::{prune, render, Exit, Failure};
 
 /// The sweep options for these settings. `now` stays unset: every sweep reads the clock.
@@ -34,23 +34,56 @@ fn lease_ttl(options: &ReapOptions) -> u64 {
 pub struct Swept {
     pub report: SweepReport,
     pub held: Option<Held>,
+    /// The database failing underneath the sweep (damaged, or the listing failed).
+    pub trouble: Trouble,
 }
 
 impl Swept {
-    /// The report as JSON, with `leaseHeld` added.
+    /// The report as JSON, with `leaseHeld` added, and `databaseDamaged` / `listingError` when
+    /// the database failed underneath the sweep.
     pub fn json(&self) -> Value {
         let mut v = serde_json::to_value(&self.report).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut v {
             map.insert("leaseHeld".into(), json!(self.held));
+            if let Some(damaged) = &self.trouble.damaged {
+                map.insert("databaseDamaged".into(), json!(damaged));
+            }
+            if let Some(listing) = &self.trouble.listing {
+                map.insert("listingError".into(), json!(listing));
+            }
         }
         v
+    }
+
+    /// Why the sweep could not do its job at all (exit 3), with what to do; `None` when it ran.
+    pub fn cannot_run(&self) -> Option<Failure> {
+        if let Some(damaged) = &self.trouble.damaged {
+            return Some(Failure::cannot_run(format!(
+                "the sweep stopped short: {damaged}"
+            )));
+        }
+        self.trouble.listing.as_ref().map(|e| {
+            Failure::cannot_run(format!(
+                "listing the detached runs failed, so nothing was swept: {e}; the next sweep \
+                 tries again"
+            ))
+        })
     }
 
     pub fn exit(&self) -> Exit {
         match &self.report.sweep {
             SweepStatus::Swept => {
-                let o = &self.report.report.outcomes;
-                if o.failed + o.reclaim_failed > 0 {
+                let r = &self.report.report;
+                let o = &r.outcomes;
+                if self.cannot_run().is_some() {
+                    Exit::CannotRun
+                } else if o.failed + o.reclaim_failed > 0
+                    || !r.corrupt.is_empty()
+                    // A sandbox that may be running unstopped, or a ledger nobody can read
+                    // (then nobody knows): either way someone must look.
+                    || r.reclaims.leaked() != Some(0)
+                    || r.reclaims.error.is_some()
+                {
                     Exit::Failures
                 } else {
                     Exit::Ok
@@ -73,6 +106,7 @@ pub async fn sweep_once(
     Swept {
         report,
         held: sweeper.take_held(),
+        trouble: sweeper.trouble.take(),
     }
 }
 
@@ -91,7 +125,7 @@ pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let settings = SweepSettings::parse(s, &a.sweep)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
     let store = wiring::open_store(&a.db.db)?;
-    let provider = wiring::provider(&a.sandboxes.sandboxes, None)?;
+    let provider = wiring::provider(&a.sandboxes.sandboxes, None, false)?;
     let sweeper = Sweeper::new(
         &store,
         &provider,
@@ -105,7 +139,10 @@ pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     } else {
         print!("{}", render::sweep_report(&swept.report));
     }
-    Ok(swept.exit())
+    match swept.cannot_run() {
+        Some(failure) => Err(failure),
+        None => Ok(swept.exit()),
+    }
 }
 
 /// SIGTERM and SIGINT, as a stream of names. Installed before the first sweep, so a signal
@@ -166,7 +203,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let prune_every = s.duration(PRUNE_EVERY, &a.prune_every, 10, MAX_TIMER_MS)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
     let store = wiring::open_store(&a.db.db)?;
-    let provider = wiring::provider(&a.sandboxes.sandboxes, None)?;
+    let provider = wiring::provider(&a.sandboxes.sandboxes, None, false)?;
     let mut signals = Signals::install()?;
     let owner = wiring::owner_id();
     let sweeper = Sweeper::new(
@@ -238,15 +275,27 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         };
         let mut fields = swept.json();
         fields["n"] = json!(n);
+        let r = &swept.report.report;
+        let ledger = &r.reclaims;
         lines.event(
             format!(
-                "sweep {n}: {}{}",
+                "sweep {n}: {}{}{}{}",
                 render::sweep_headline(&swept.report),
-                if swept.report.report.considered > 0 {
-                    format!(
-                        ": {}",
-                        render::outcome_totals(&swept.report.report.outcomes)
-                    )
+                if r.considered > 0 {
+                    format!(": {}", render::outcome_totals(&r.outcomes))
+                } else {
+                    String::new()
+                },
+                if r.corrupt.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} malformed run row(s) not swept", r.corrupt.len())
+                },
+                if ledger.retried > 0
+                    || ledger.error.is_some()
+                    || ledger.ledger.is_some_and(|l| l.pending > 0)
+                {
+                    format!("; {}", render::ledger_line(ledger, SystemClock.now_ms()))
                 } else {
                     String::new()
                 }
@@ -254,6 +303,12 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
             "sweep",
             fields,
         );
+        // A damaged file does not heal: sweeping it every interval would only repeat this.
+        if swept.trouble.damaged.is_some() {
+            if let Some(failure) = swept.cannot_run() {
+                return Err(failure);
+            }
+        }
         if stop.is_none() && Instant::now() >= next_prune {
             let pruned = prune::prune_all(
                 &store,

@@ -13,9 +13,10 @@ use reaper_core::reap::{ReapDeps, SWEEP_LEASE_KEY};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{
-    CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest, EpochMs, ExitProbe,
-    Lease, LeaseGrant, LeaseStore, ProbeError, RunExitProbe, RunRecord, RunStore,
-    SandboxInstanceStore, SandboxProvider, StoreError,
+    CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest, EpochBump, EpochMs,
+    ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, LedgerCounts, NewRun, ProbeError,
+    ReclaimIntent, ReclaimLedger, ReclaimableListing, RunExitProbe, RunPatch, RunRecord, RunStore,
+    RunStoreCapabilities, SandboxInstanceStore, SandboxProvider, StoreError, TerminalWrite,
 };
 use reaper_local::{LocalSandboxProvider, SystemClock, TokioSleeper};
 use reaper_sqlite::SqliteStore;
@@ -35,8 +36,46 @@ pub fn open_store(path: &Path) -> Result<SqliteStore, Failure> {
 /// Opens the database without writing to it.
 pub fn open_store_read_only(path: &Path) -> Result<SqliteStore, Failure> {
     check_exists(path)?;
-    SqliteStore::open_read_only(path)
-        .map_err(|e| Failure::cannot_run(format!("cannot open the database: {e}")))
+    SqliteStore::open_read_only(path).map_err(|e| {
+        let mut message = format!("cannot open the database: {e}");
+        if let Some(why) = read_only_obstacle(path, &e) {
+            message.push_str(&why);
+        }
+        Failure::cannot_run(message)
+    })
+}
+
+/// Why a read-only open of a readable file failed, when the cause is that it or its directory
+/// is read-only to this user: SQLite reads a WAL-mode database through a shared-memory index
+/// (`<db>-shm`) that even a reader must create or write, and SQLite offers no safe way around
+/// that here (its `immutable` mode would ignore commits still in `<db>-wal`).
+fn read_only_obstacle(path: &Path, e: &reaper_sqlite::OpenError) -> Option<String> {
+    use nix::unistd::{access, AccessFlags};
+    if !matches!(e, reaper_sqlite::OpenError::Sqlite { .. }) {
+        return None;
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_ro = access(path, AccessFlags::W_OK).is_err();
+    let dir_ro = access(&dir, AccessFlags::W_OK).is_err();
+    if !file_ro && !dir_ro {
+        return None;
+    }
+    let what = match (file_ro, dir_ro) {
+        (true, true) => format!("The file and its directory {} are", dir.display()),
+        (true, false) => "The file is".to_string(),
+        _ => format!("Its directory {} is", dir.display()),
+    };
+    let name = path.display();
+    Some(format!(
+        ". {what} read-only to this user, and SQLite reads a WAL-mode database through a \
+         shared-memory index ({name}-shm) that even a reader must create and write. Run status \
+         as the user that writes the database, make {name} and its directory writable for this \
+         user, or copy {name} (and {name}-wal, if present) somewhere writable and point --db at \
+         the copy. Nothing was changed"
+    ))
 }
 
 fn check_exists(path: &Path) -> Result<(), Failure> {
@@ -85,10 +124,13 @@ fn check_writable(path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The local provider over an existing sandbox root.
+/// The local provider over an existing sandbox root. It honours the `.destroy-fails`
+/// fault-injection flag only in the demo (whose sandboxes it makes itself) and in test builds:
+/// anywhere else an agent could write that file to make its own sandbox indestructible.
 pub fn provider(
     root: &Path,
     kill_grace: Option<Duration>,
+    destroy_fails_flag: bool,
 ) -> Result<LocalSandboxProvider, Failure> {
     if !root.is_dir() {
         return Err(Failure::cannot_run(format!(
@@ -101,6 +143,7 @@ pub fn provider(
     if let Some(grace) = kill_grace {
         options.kill_grace = grace;
     }
+    options.destroy_fails_flag = destroy_fails_flag || reaper_cli_hooks::ENABLED;
     Ok(LocalSandboxProvider::new(options))
 }
 
@@ -340,10 +383,157 @@ impl LeaseStore for ObservedLeases {
     }
 }
 
+/// What went wrong with the database itself during a sweep. The core turns every store error
+/// into a report entry (a sweep never fails as a whole), and a failed listing leaves no entry at
+/// all; this is how the CLI still tells "nothing to do" from "could not look" and exits 3.
+#[derive(Debug, Clone, Default)]
+pub struct StoreTrouble {
+    inner: Arc<Mutex<Trouble>>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Trouble {
+    /// The first error saying the database file is damaged (a malformed page, a table of the
+    /// wrong shape): no retry helps.
+    pub damaged: Option<String>,
+    /// The listing of detached runs failed: nothing was swept, whatever the report says.
+    pub listing: Option<String>,
+}
+
+impl StoreTrouble {
+    fn saw(&self, e: &StoreError) {
+        if reaper_sqlite::is_damaged(e) {
+            let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            t.damaged.get_or_insert_with(|| e.to_string());
+        }
+    }
+
+    fn watch<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(e) = &r {
+            self.saw(e);
+        }
+        r
+    }
+
+    /// What this sweep saw, and a clean slate for the next one.
+    pub fn take(&self) -> Trouble {
+        std::mem::take(&mut *self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The run store, watched for [`StoreTrouble`].
+struct WatchedRuns {
+    inner: Arc<dyn RunStore>,
+    trouble: StoreTrouble,
+}
+
+#[async_trait::async_trait]
+impl RunStore for WatchedRuns {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        self.trouble.watch(self.inner.create_or_resume(new).await)
+    }
+
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        self.trouble.watch(self.inner.update(run_id, patch).await)
+    }
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.trouble.watch(self.inner.get(run_id).await)
+    }
+
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.trouble
+            .watch(self.inner.find_active_run(thread_id).await)
+    }
+
+    async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        self.trouble
+            .watch(self.inner.list_by_thread(thread_id).await)
+    }
+
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.trouble
+            .watch(self.inner.list_reclaimable(now, ttl_ms).await)
+    }
+
+    async fn list_reclaimable_listing(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<ReclaimableListing, StoreError> {
+        let listing = self.inner.list_reclaimable_listing(now, ttl_ms).await;
+        if let Err(e) = &listing {
+            let mut t = self.trouble.inner.lock().unwrap_or_else(|p| p.into_inner());
+            t.listing.get_or_insert_with(|| e.to_string());
+        }
+        self.trouble.watch(listing)
+    }
+
+    fn capabilities(&self) -> RunStoreCapabilities {
+        self.inner.capabilities()
+    }
+
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        self.trouble.watch(self.inner.bump_epoch(run_id).await)
+    }
+
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.trouble
+            .watch(self.inner.write_terminal(run_id, held_epoch, write).await)
+    }
+}
+
+/// The reclaim ledger, watched for [`StoreTrouble`].
+struct WatchedLedger {
+    inner: Arc<dyn ReclaimLedger>,
+    trouble: StoreTrouble,
+}
+
+#[async_trait::async_trait]
+impl ReclaimLedger for WatchedLedger {
+    async fn record_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError> {
+        self.trouble.watch(self.inner.record_intent(intent).await)
+    }
+
+    async fn update_intent(&self, intent: &ReclaimIntent) -> Result<bool, StoreError> {
+        self.trouble.watch(self.inner.update_intent(intent).await)
+    }
+
+    async fn resolve_intent(&self, run_id: &str) -> Result<(), StoreError> {
+        self.trouble.watch(self.inner.resolve_intent(run_id).await)
+    }
+
+    async fn get_intent(&self, run_id: &str) -> Result<Option<ReclaimIntent>, StoreError> {
+        self.trouble.watch(self.inner.get_intent(run_id).await)
+    }
+
+    async fn due_intents(
+        &self,
+        now: EpochMs,
+        limit: usize,
+    ) -> Result<Vec<ReclaimIntent>, StoreError> {
+        self.trouble.watch(self.inner.due_intents(now, limit).await)
+    }
+
+    async fn ledger_counts(&self) -> Result<LedgerCounts, StoreError> {
+        self.trouble.watch(self.inner.ledger_counts().await)
+    }
+}
+
 /// Everything one sweep needs, built once per process.
 pub struct Sweeper {
     pub deps: ReapDeps,
     pub progress: Progress,
+    pub trouble: StoreTrouble,
     leases: Arc<ObservedLeases>,
 }
 
@@ -370,7 +560,11 @@ impl Sweeper {
         tuning: DriveTuning,
     ) -> Self {
         let store_arc = Arc::new(store.clone());
-        let runs: Arc<dyn RunStore> = store_arc.clone();
+        let trouble = StoreTrouble::default();
+        let runs: Arc<dyn RunStore> = Arc::new(WatchedRuns {
+            inner: store_arc.clone(),
+            trouble: trouble.clone(),
+        });
         let instances: Arc<dyn SandboxInstanceStore> = store_arc.clone();
         let sandboxes: Arc<dyn SandboxProvider> = Arc::new(provider.clone());
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -405,9 +599,13 @@ impl Sweeper {
             progress: progress.clone(),
         };
         let deps = ReapDeps {
-            runs,
+            runs: runs.clone(),
             logs: store_arc.clone(),
             leases: leases.clone(),
+            ledger: Arc::new(WatchedLedger {
+                inner: store_arc.clone(),
+                trouble: trouble.clone(),
+            }),
             probe: Arc::new(LocalJournalProbe {
                 dirs,
                 provider: sandboxes.clone(),
@@ -418,6 +616,7 @@ impl Sweeper {
             reclaim: Some(Arc::new(SandboxReclaimer {
                 provider: sandboxes,
                 instances,
+                runs,
             })),
             clock,
             sleeper,
@@ -425,6 +624,7 @@ impl Sweeper {
         Sweeper {
             deps,
             progress,
+            trouble,
             leases,
         }
     }
