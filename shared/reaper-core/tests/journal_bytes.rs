@@ -39,6 +39,19 @@ fn a_wrapped_frame_decodes_to_the_exact_bytes() {
 }
 
 #[test]
+fn every_js_white_space_inside_a_frame_is_ignored() {
+    // The ASCII ones take the fast path; a non-ASCII one (U+00A0, U+FEFF) the full rule.
+    for ws in [
+        "\n", "\r\n", "\t", " ", "\u{0b}", "\u{0c}", "\u{a0}", "\u{feff}",
+    ] {
+        let frame = format!("{ws}QUJD{ws}{ws}RA=={ws}");
+        assert_eq!(decode_base64_frame(&frame).unwrap(), b"ABCD", "with {ws:?}");
+    }
+    // Other control characters are not white space: refused, not skipped.
+    assert!(decode_base64_frame("QUJD\u{1}RA==").is_err());
+}
+
+#[test]
 fn empty_output_is_an_empty_journal() {
     assert_eq!(decode_base64_frame("").unwrap(), Vec::<u8>::new());
     assert_eq!(decode_base64_text("\n").unwrap(), "");

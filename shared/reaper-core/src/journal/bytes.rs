@@ -22,15 +22,17 @@ fn invalid(e: base64::DecodeError) -> JournalError {
 /// is not a multiple of 4 is a frame cut short, and any other character is an error. Empty
 /// output (a missing file) is empty bytes.
 pub fn decode_base64_frame(stdout: &str) -> Result<Vec<u8>, JournalError> {
-    // `base64` output is ASCII: strip its line breaks byte by byte (the probe's hot path), and
-    // fall back to the full JS white-space rule only for non-ASCII input (which then fails to
-    // decode anyway, with the right error).
+    // `base64` output is ASCII wrapped in lines: copy the runs between white space whole (the
+    // probe's hot path; filtering byte by byte cost half the probe), and fall back to the full
+    // JS white-space rule only for non-ASCII input (which then fails to decode anyway, with the
+    // right error).
     let compact: Vec<u8> = if stdout.is_ascii() {
-        stdout
-            .bytes()
-            // JS white space within ASCII: tab, LF, VT, FF, CR, space.
-            .filter(|b| !matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | b' '))
-            .collect()
+        let bytes = stdout.as_bytes();
+        let mut compact = Vec::with_capacity(bytes.len());
+        for run in bytes.split(|&b| is_ascii_js_whitespace(b)) {
+            compact.extend_from_slice(run);
+        }
+        compact
     } else {
         stdout
             .chars()
@@ -42,6 +44,11 @@ pub fn decode_base64_frame(stdout: &str) -> Result<Vec<u8>, JournalError> {
         return Err(JournalError::MidQuantum { len: compact.len() });
     }
     ENGINE.decode(&compact).map_err(invalid)
+}
+
+/// JS white space within ASCII: tab, LF, VT, FF, CR, space.
+fn is_ascii_js_whitespace(b: u8) -> bool {
+    matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | b' ')
 }
 
 /// [`decode_base64_frame`], then UTF-8 decoded leniently: a tail that starts mid-character gets
