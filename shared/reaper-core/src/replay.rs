@@ -442,10 +442,10 @@ impl Replay {
     }
 
     /// Reads the whole delivery log: the greatest `journalEnd` is the resume position, every
-    /// delta goes into the transcript, and the first `RUN_ERROR` carrying `journalEnd` (the
-    /// agent's own or the exit's, which a replay appended) is the run's ending. A `RUN_ERROR`
-    /// without it is not: the pipe's report of an earlier drive that failed (a read or a save),
-    /// which this drive retries.
+    /// delta goes into the transcript, and the first `RUN_ERROR` is the run's ending: the
+    /// agent's own or the exit's (which carry `journalEnd`), or the pipe's report of an earlier
+    /// drive that failed and whose terminal write failed too. Viewers were told the run failed,
+    /// so it ends failed; appending after it would leave a log that says both.
     async fn read_delivered(&mut self) -> Result<Delivered, DriveError> {
         let run_id = self.request.run_id.clone();
         let failed = |e: crate::error::StoreError| {
@@ -471,9 +471,9 @@ impl Replay {
                 self.observe(&entry.chunk);
                 if let Some(end) = journal_end(&entry.chunk) {
                     resume = resume.max(end);
-                    if ending.is_none() && entry.chunk.is_run_error() {
-                        ending = Some(entry.chunk);
-                    }
+                }
+                if ending.is_none() && entry.chunk.is_run_error() {
+                    ending = Some(entry.chunk);
                 }
             }
         }

@@ -954,3 +954,26 @@ async fn the_uninterrupted_outcomes_the_resume_tests_compare_against_are_right()
     assert_eq!(outcome.exit_code, Some(3));
     assert_eq!(outcome.transcript[0].content, "a");
 }
+
+/// A drive failed (its RUN_ERROR, which carries no `journalEnd`, reached the log) and its
+/// terminal write failed too, so the run stayed `running` with an open log: viewers were told it
+/// failed, so the next drive ends it failed instead of appending after that RUN_ERROR.
+#[tokio::test(start_paused = true)]
+async fn a_pipe_run_error_left_by_a_drive_whose_terminal_write_failed_ends_the_next_drive() {
+    let case = Case::new().await;
+    case.sandbox.write(b"{\"delta\":\"hello\"}\n");
+    let first = pipe(&case, case.stream(&CancellationToken::new()), Some(1)).await;
+    assert!(first.is_none());
+    let pipes_error = Chunk::run_error(&reaper_core::RunError::new("store unavailable"));
+    case.store.append(RUN, None, &[pipes_error], 0).await.unwrap();
+    case.sandbox.write(b"{\"delta\":\" world\"}\n");
+    case.sentinel(0);
+
+    let mut stream = case.stream(&CancellationToken::new());
+    let only = stream.next().await.unwrap().unwrap();
+    assert_eq!(only.kind(), Some(DELIVERED_RUN_ERROR));
+    assert!(stream.next().await.is_none(), "nothing after the ending");
+    let log = case.log().await;
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert!(log.last().unwrap().is_run_error());
+}
