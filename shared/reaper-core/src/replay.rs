@@ -339,7 +339,12 @@ impl Replay {
                     // Saved again on a resumed drive too: the same content, and a `RUN_ERROR`
                     // that a live route delivered came with no transcript at all.
                     if let Err(e) = self.save_transcript(&ending).await {
-                        return Some(Err(e));
+                        if !delivered {
+                            return Some(Err(e));
+                        }
+                        // The log already ends in the run's RUN_ERROR: a second one (the pipe's
+                        // report of this failure) would follow it. The run ends failed either way.
+                        tracing::warn!(target: "reaper", run_id = self.run_id(), error = %e.message, "saving the transcript of a run whose RUN_ERROR is already delivered failed");
                     }
                     match ending {
                         Ending::Completed => {}

@@ -977,3 +977,26 @@ async fn a_pipe_run_error_left_by_a_drive_whose_terminal_write_failed_ends_the_n
     assert_eq!(log.len(), 2, "{log:?}");
     assert!(log.last().unwrap().is_run_error());
 }
+
+/// Resuming a run whose RUN_ERROR is already in the log: a failed transcript save must not add a
+/// second RUN_ERROR after it.
+#[tokio::test(start_paused = true)]
+async fn a_delivered_ending_is_yielded_even_when_the_transcript_save_fails() {
+    let case = Case::new().await;
+    case.sandbox.write(b"{\"delta\":\"hello\"}\n");
+    let pipes_error = Chunk::run_error(&reaper_core::RunError::new("store unavailable"));
+    case.store.append(RUN, None, &[pipes_error], 0).await.unwrap();
+    let mut stream = case
+        .drive_with(Arc::new(FailingMessages))
+        .drive(
+            DriveRequest {
+                run_id: RUN.into(),
+                thread_id: THREAD.into(),
+            },
+            CancellationToken::new(),
+        )
+        .unwrap();
+    let only = stream.next().await.unwrap().unwrap();
+    assert_eq!(only.kind(), Some(DELIVERED_RUN_ERROR));
+    assert!(stream.next().await.is_none());
+}
