@@ -80,7 +80,11 @@ pub async fn pipe_to_run_log(stream: ChunkStream, cx: PipeContext<'_>) -> RunRec
         Ending::Threw(mut err) => {
             tracing::error!(target: "reaper", run_id = cx.run_id, error = %err.message, "the run failed before completing");
             let synthetic = Chunk::run_error(&err);
-            if let Err(secondary) = cx
+            if ends_in_run_error(&cx).await {
+                // An earlier drive's RUN_ERROR ends the log (its terminal write failed): the
+                // viewers already know the run failed, and a second one would follow the first.
+                tracing::debug!(target: "reaper", run_id = cx.run_id, "the log already ends in a RUN_ERROR; not appending another");
+            } else if let Err(secondary) = cx
                 .writer
                 .append(cx.run_id, &[synthetic], cx.clock.now_ms())
                 .await
@@ -95,6 +99,20 @@ pub async fn pipe_to_run_log(stream: ChunkStream, cx: PipeContext<'_>) -> RunRec
         }
     };
     finish(&cx, started_at, status, error).await
+}
+
+/// Whether the log's last entry is a `RUN_ERROR`. Unknown (a failed read) counts as no.
+async fn ends_in_run_error(cx: &PipeContext<'_>) -> bool {
+    let log = cx.writer.log;
+    let Ok(snapshot) = log.snapshot(cx.run_id).await else {
+        return false;
+    };
+    if snapshot.len == 0 {
+        return false;
+    }
+    log.read(cx.run_id, snapshot.len - 1, 1)
+        .await
+        .is_ok_and(|last| last.first().is_some_and(|e| e.chunk.is_run_error()))
 }
 
 async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, RunError> {

@@ -463,3 +463,21 @@ async fn unsuperseded_claim_records_a_throwing_stream_as_failed() {
         Chunk::run_error(&RunError::new("provider exploded"))
     );
 }
+
+#[tokio::test]
+async fn a_failing_drive_adds_no_second_run_error_after_the_one_ending_the_log() {
+    let f = Fixture::new();
+    let earlier = Chunk::run_error(&RunError::new("an earlier drive failed"));
+    reaper_core::ports::DeliveryLog::append(&f.store.inner, "r1", None, &[earlier], NOW)
+        .await
+        .unwrap();
+    let r = f
+        .pipe(
+            chunks(vec![Err(DriveError::new("cannot read the log"))]),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, RunStatus::Failed);
+    let log = f.log().await;
+    assert_eq!(log.len(), 1, "{log:?}");
+}
