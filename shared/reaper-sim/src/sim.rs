@@ -308,7 +308,10 @@ async fn viewer_returns(s: &Shared, run_id: &str, hold_ms: u64) {
             }
         }
     };
-    if claim.record.cancel_requested == Some(true) || claim.signal().is_cancelled() {
+    // As the core's own cancel does: confirm the lease is held right before acting on the claim
+    // (a lease that expired between the grant and the bump is otherwise handed out as live).
+    let confirmed = claim.confirm(&chaos, &s.time, ttl).await.is_ok();
+    if !confirmed || claim.record.cancel_requested == Some(true) || claim.signal().is_cancelled() {
         s.trace.event(format!(
             "{who} finds a recorded cancel or a lost claim; leaves"
         ));
