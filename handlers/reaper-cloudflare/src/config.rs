@@ -230,7 +230,9 @@ impl Config {
         let sandboxd_url = r.raw(SANDBOXD_URL).unwrap_or_default();
         let http = sandboxd_url.starts_with("http://") || sandboxd_url.starts_with("https://");
         if !sandboxd_url.is_empty() && !http {
-            r.fail(SANDBOXD_URL, Some(&sandboxd_url), "is not an http(s) URL");
+            // A URL may carry credentials: name the problem without repeating them.
+            let shown = reaper_http_sandbox::redact_url(&sandboxd_url);
+            r.fail(SANDBOXD_URL, Some(&shown), "is not an http(s) URL");
         }
         let token = (r.get)(SANDBOXD_TOKEN).unwrap_or_default();
         if token.is_empty() {

@@ -138,8 +138,9 @@ pub fn setting(name: &str) -> Option<&'static Setting> {
 
 pub use reaper_core::secret::Secret;
 
-/// Everything a serverless sweep needs to know, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Everything a serverless sweep needs to know, validated. Its `Debug` masks credentials a
+/// sandboxd URL may carry (`https://user:pass@host`), as the token is masked by [`Secret`].
+#[derive(Clone, PartialEq, Eq)]
 pub struct ServerlessConfig {
     pub table: String,
     pub sandboxd_url: String,
@@ -155,6 +156,29 @@ pub struct ServerlessConfig {
     pub deadline_margin: Option<Duration>,
     pub per_run_reserve: Option<Duration>,
     pub log_retention: Duration,
+}
+
+impl std::fmt::Debug for ServerlessConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerlessConfig")
+            .field("table", &self.table)
+            .field(
+                "sandboxd_url",
+                &reaper_http_sandbox::redact_url(&self.sandboxd_url),
+            )
+            .field("sandboxd_token", &self.sandboxd_token)
+            .field("provider_name", &self.provider_name)
+            .field("detached_ttl", &self.detached_ttl)
+            .field("run_budget", &self.run_budget)
+            .field("max_runs", &self.max_runs)
+            .field("fence_quiet", &self.fence_quiet)
+            .field("journal_dir", &self.journal_dir)
+            .field("budget", &self.budget)
+            .field("deadline_margin", &self.deadline_margin)
+            .field("per_run_reserve", &self.per_run_reserve)
+            .field("log_retention", &self.log_retention)
+            .finish()
+    }
 }
 
 /// One setting that was missing or wrong.
@@ -229,6 +253,9 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
             name,
             value: if spec.secret {
                 None
+            } else if name == SANDBOXD_URL {
+                // A URL may carry credentials: say what was wrong without repeating them.
+                value.map(reaper_http_sandbox::redact_url)
             } else {
                 value.map(str::to_string)
             },
@@ -434,6 +461,22 @@ mod tests {
 
     fn error_for(pairs: &[(&str, &str)]) -> ConfigError {
         ServerlessConfig::from_env(env(pairs)).expect_err("the configuration must be refused")
+    }
+
+    #[test]
+    fn credentials_in_the_sandboxd_url_are_in_neither_the_debug_output_nor_an_error() {
+        let c = ServerlessConfig::from_env(env(&with(&[(
+            SANDBOXD_URL,
+            "https://admin:hunter2@sandboxes.example.com",
+        )])))
+        .unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("admin"), "{shown}");
+        assert!(shown.contains("sandboxes.example.com"), "{shown}");
+        let refused = error_for(&with(&[(SANDBOXD_URL, "https://admin:hunter2@ bad host")]));
+        let message = refused.to_string();
+        assert!(message.contains(SANDBOXD_URL), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
     }
 
     #[test]
