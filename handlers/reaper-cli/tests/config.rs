@@ -226,3 +226,93 @@ fn readme_settings_table_matches_the_help() {
         "copy the table from `reaper --help` into the README"
     );
 }
+
+#[test]
+fn a_bad_reaper_json_names_the_variable_and_what_it_accepts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("never-created.db");
+    let (code, stdout, stderr) = run(reaper()
+        .args(["status", "--db"])
+        .arg(&db)
+        .env("REAPER_JSON", "banana"));
+    assert_eq!(code, 1, "{stdout} {stderr}");
+    assert!(
+        stderr.contains("invalid value for REAPER_JSON: \"banana\": expected true or false"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("for '--json'"), "{stderr}");
+    assert!(!db.exists());
+}
+
+#[test]
+fn reaper_json_true_or_false_is_honoured_and_the_flag_wins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("reaper.db");
+    drop(reaper_sqlite::SqliteStore::open(&db).unwrap());
+    let status = |json: &str, flag: bool| {
+        let mut cmd = reaper();
+        cmd.args(["status", "--db"])
+            .arg(&db)
+            .env("REAPER_JSON", json);
+        if flag {
+            cmd.arg("--json");
+        }
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(&stdout).is_ok()
+    };
+    assert!(status("true", false));
+    assert!(status("TRUE", false));
+    assert!(!status("false", false));
+    assert!(status("false", true));
+}
+
+#[test]
+fn durations_past_the_stated_limit_are_refused_naming_the_setting_and_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("never-created.db");
+    let sweep = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = reaper();
+        cmd.arg("sweep")
+            .arg("--db")
+            .arg(&db)
+            .args(["--sandboxes", "/", "--detached-ttl", "10m"])
+            .args(args)
+            .envs(env.iter().copied());
+        run(&mut cmd)
+    };
+    // 24d 1s is under the core's 2^31-1 ms (about 24.8 days) but past the 24d the table states.
+    for (args, env, names) in [
+        (&["--run-budget", "24d 1s"][..], &[][..], "--run-budget"),
+        (
+            &[],
+            &[("REAPER_RUN_BUDGET", "24d 1s")][..],
+            "REAPER_RUN_BUDGET",
+        ),
+        (&["--quiet-window", "24d 1ms"], &[], "--quiet-window"),
+        (
+            &[],
+            &[("REAPER_PROGRESS_AFTER", "24d 20h")],
+            "REAPER_PROGRESS_AFTER",
+        ),
+    ] {
+        let (code, _, stderr) = sweep(args, env);
+        assert_eq!(code, 1, "{args:?} {env:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value for {names}"))
+                && stderr.contains("it is longer than the limit of 24d"),
+            "{args:?} {env:?}: {stderr}"
+        );
+    }
+    // Exactly the limit is accepted (the run then stops at the missing database, exit 3).
+    let (code, _, stderr) = sweep(&["--run-budget", "24d"], &[]);
+    assert_eq!(code, 3, "{stderr}");
+    let (code, _, stderr) = run(reaper()
+        .args(["status", "--detached-ttl", "3650d 1s", "--db"])
+        .arg(&db));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--detached-ttl") && stderr.contains("longer than the limit of 3650d"),
+        "{stderr}"
+    );
+}
