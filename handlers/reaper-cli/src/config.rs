@@ -295,8 +295,10 @@ pub fn parse() -> Result<Parsed, clap::Error> {
     let command = Cli::command().after_long_help(format!(
         "Settings (a flag wins over its environment variable; durations: 250ms, 30s, 5m, 2h, 7d):\n\n{SETTINGS_TABLE}\n\
          Exit codes: 0 done (a sweep skipped because another holds the lease is done too), \
-         1 bad usage or setting, 2 some run failed or leaked its sandbox (or a prune failed), \
-         3 could not run (database or sandbox root unusable, lease store failing).\n"
+         1 bad usage or setting, 2 something to look at (a run failed, a sandbox leaked now \
+         or earlier and is still in the reclaim ledger, malformed run rows, an unreadable \
+         ledger, a failed prune), 3 could not run (database missing, foreign or damaged, \
+         sandbox root unusable, lease store or run listing failing).\n"
     ));
     let matches = command.try_get_matches()?;
     let cli = Cli::from_arg_matches(&matches)?;

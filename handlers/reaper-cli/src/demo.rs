@@ -783,6 +783,14 @@ fn render(
         pruned.events.events_deleted.unwrap_or(0),
         pruned.failures()
     );
+    let _ = writeln!(
+        out,
+        "        {}",
+        crate::render::ledger_line(
+            &swept.report.report.reclaims,
+            swept.report.started_at + swept.report.duration_ms
+        )
+    );
     let unexpected = rows.iter().filter(|r| !r.expected).count();
     if unexpected > 0 {
         let _ = writeln!(
