@@ -151,6 +151,10 @@ pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs
                 reclaims_settled = ledger.settled,
                 sandboxes_pending = ledger.ledger.map(|l| l.pending),
                 sandboxes_leaked = ledger.leaked(),
+                backlog = r.slo.backlog,
+                oldest_detached_ms = r.slo.oldest_detached_ms,
+                max_detached_to_finalized_ms = r.slo.max_detached_to_finalized_ms,
+                max_ttl_to_destroyed_ms = r.slo.max_ttl_to_destroyed_ms,
                 ledger_error = ledger.error.as_deref(),
                 duration_ms = report.duration_ms,
                 max_runs = plan.max_runs,
@@ -300,6 +304,8 @@ mod tests {
                 key: Some("run-x".into()),
                 error: "bad".into(),
             });
+            r.slo.backlog = 12;
+            r.slo.oldest_detached_ms = Some(3_600_000);
             r.reclaims.retried = 3;
             r.reclaims.settled = 2;
             r.reclaims.ledger = Some(reaper_core::LedgerCounts {
@@ -341,6 +347,8 @@ mod tests {
                 "reclaims_settled": 2,
                 "sandboxes_pending": 5,
                 "sandboxes_leaked": 1,
+                "backlog": 12,
+                "oldest_detached_ms": 3_600_000,
                 "duration_ms": 42,
                 "next_alarm": 61_000,
             })

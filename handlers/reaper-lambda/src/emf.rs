@@ -20,6 +20,15 @@ pub const DYNAMODB_REQUESTS: &str = "dynamodb-requests";
 pub const LEASE_HELD: &str = "lease-held";
 /// 1 when the sweep could not run at all (lease store failed or invalid options).
 pub const SWEEP_FAILED: &str = "sweep-failed";
+/// Reclaim-ledger entries not yet settled, and those whose destroy failed (may be billing).
+pub const SANDBOXES_PENDING: &str = "sandboxes-pending";
+pub const SANDBOXES_LEAKED: &str = "sandboxes-leaked";
+/// Detached runs the listing matched, and how long the oldest has waited.
+pub const BACKLOG: &str = "backlog";
+pub const OLDEST_DETACHED: &str = "oldest-detached-age";
+/// The longest waits of this sweep's runs (see `reaper_core::reap::SweepSlo`).
+pub const DETACHED_TO_FINALIZED: &str = "detached-to-finalized";
+pub const TTL_TO_DESTROYED: &str = "ttl-to-destroyed";
 
 /// Every metric name with its unit, outcomes first (named as in the report).
 pub fn metrics() -> Vec<(&'static str, &'static str)> {
@@ -35,6 +44,12 @@ pub fn metrics() -> Vec<(&'static str, &'static str)> {
         (DYNAMODB_REQUESTS, "Count"),
         (LEASE_HELD, "Count"),
         (SWEEP_FAILED, "Count"),
+        (SANDBOXES_PENDING, "Count"),
+        (SANDBOXES_LEAKED, "Count"),
+        (BACKLOG, "Count"),
+        (OLDEST_DETACHED, "Milliseconds"),
+        (DETACHED_TO_FINALIZED, "Milliseconds"),
+        (TTL_TO_DESTROYED, "Milliseconds"),
     ]);
     all
 }
@@ -66,11 +81,30 @@ pub fn document(
     );
     doc.insert(LEASE_HELD.into(), json!(held));
     doc.insert(SWEEP_FAILED.into(), json!(failed));
+    doc.insert(BACKLOG.into(), json!(r.slo.backlog));
+    // Figures that have no value this sweep (no ledger read, no run finalized) are left out,
+    // and so are their definitions: CloudWatch would reject a declared metric without a value.
+    let optional = [
+        (
+            SANDBOXES_PENDING,
+            r.reclaims.ledger.map(|l| l.pending as i64),
+        ),
+        (SANDBOXES_LEAKED, r.reclaims.ledger.map(|l| l.leaked as i64)),
+        (OLDEST_DETACHED, r.slo.oldest_detached_ms),
+        (DETACHED_TO_FINALIZED, r.slo.max_detached_to_finalized_ms),
+        (TTL_TO_DESTROYED, r.slo.max_ttl_to_destroyed_ms),
+    ];
+    for (name, value) in optional {
+        if let Some(v) = value {
+            doc.insert(name.into(), json!(v));
+        }
+    }
     doc.insert(DIMENSION.into(), json!(function_name));
     // Not a metric: lets a log query tie the metrics to the sweep.
     doc.insert("sweepState".into(), json!(report.state()));
     let definitions: Vec<Value> = metrics()
         .into_iter()
+        .filter(|(name, _)| doc.contains_key(*name))
         .map(|(name, unit)| json!({ "Name": name, "Unit": unit }))
         .collect();
     doc.insert(
@@ -128,6 +162,20 @@ mod tests {
                         failed: 1,
                         ..OutcomeCounts::default()
                     },
+                    reclaims: reaper_core::reap::ReclaimReport {
+                        ledger: Some(reaper_core::LedgerCounts {
+                            pending: 4,
+                            leaked: 2,
+                            oldest_first_seen: Some(1),
+                        }),
+                        ..Default::default()
+                    },
+                    slo: reaper_core::reap::SweepSlo {
+                        backlog: 40,
+                        oldest_detached_ms: Some(7_200_000),
+                        max_detached_to_finalized_ms: Some(95_000),
+                        max_ttl_to_destroyed_ms: Some(12_000),
+                    },
                     ..ReapReport::default()
                 },
             },
@@ -168,7 +216,13 @@ mod tests {
                 "duration",
                 "dynamodb-requests",
                 "lease-held",
-                "sweep-failed"
+                "sweep-failed",
+                "sandboxes-pending",
+                "sandboxes-leaked",
+                "backlog",
+                "oldest-detached-age",
+                "detached-to-finalized",
+                "ttl-to-destroyed",
             ]
         );
         // EMF requires every declared metric and dimension as a top-level member.
@@ -239,6 +293,24 @@ mod tests {
             (&json!(0), &json!(1))
         );
         assert_eq!(failed["sweepState"], "lease-unavailable");
+    }
+
+    #[test]
+    fn the_leak_and_wait_figures_are_metrics_and_absent_ones_are_left_out() {
+        let doc = document(&report(SweepStatus::Swept), "Reaper", "reaper-fn", 42);
+        assert_eq!(doc[SANDBOXES_LEAKED], 2);
+        assert_eq!(doc[SANDBOXES_PENDING], 4);
+        assert_eq!(doc[BACKLOG], 40);
+        assert_eq!(doc[OLDEST_DETACHED], 7_200_000);
+        let mut quiet = report(SweepStatus::Swept);
+        quiet.sweep.report.reclaims.ledger = None;
+        quiet.sweep.report.slo = Default::default();
+        let doc = document(&quiet, "Reaper", "reaper-fn", 42);
+        assert!(doc.get(SANDBOXES_LEAKED).is_none());
+        let declared = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"].to_string();
+        assert!(!declared.contains(SANDBOXES_LEAKED), "{declared}");
+        assert!(!declared.contains(TTL_TO_DESTROYED), "{declared}");
+        assert_eq!(doc[BACKLOG], 0);
     }
 
     #[test]

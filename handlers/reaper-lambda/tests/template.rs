@@ -347,6 +347,19 @@ fn the_alarm_watches_the_reclaim_failed_metric_the_function_emits() {
     assert_eq!(s(&failed["MetricName"]), reaper_lambda::emf::SWEEP_FAILED);
 }
 
+#[test]
+fn a_sandbox_left_in_the_reclaim_ledger_keeps_an_alarm_raised() {
+    let t = template();
+    let a = alarm(&t, "LeakedSandboxesAlarm");
+    assert_eq!(s(&a["MetricName"]), reaper_lambda::emf::SANDBOXES_LEAKED);
+    assert!(reaper_lambda::emf::metrics()
+        .iter()
+        .any(|(name, _)| *name == reaper_lambda::emf::SANDBOXES_LEAKED));
+    assert_eq!(s(&a["Statistic"]), "Maximum");
+    assert_eq!(s(&a["ComparisonOperator"]), "GreaterThanThreshold");
+    assert_eq!(a["Threshold"].as_u64(), Some(0));
+}
+
 /// The alarm resource `name`'s properties, checked to notify the stack's topic on both edges.
 fn alarm<'a>(t: &'a Value, name: &str) -> &'a Value {
     let r = resource(t, name);
@@ -507,6 +520,7 @@ fn every_alarm_notifies_the_stacks_topic_and_an_email_subscription_is_optional()
         alarms,
         [
             "ReclaimFailedAlarm",
+            "LeakedSandboxesAlarm",
             "SweepFailedAlarm",
             "HeartbeatAlarm",
             "FunctionErrorsAlarm",

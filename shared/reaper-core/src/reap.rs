@@ -197,6 +197,50 @@ pub struct ReapReport {
     pub corrupt: Vec<CorruptRow>,
     /// The reclaim ledger: what this sweep retried, and what is still pending or leaked.
     pub reclaims: ReclaimReport,
+    /// The figures an operator sets objectives on.
+    pub slo: SweepSlo,
+}
+
+/// Service-level figures of one sweep: how big and how old the backlog is, and how long runs
+/// waited for the reaper. The agent's own finish time is not known out of band (the sentinel
+/// carries none), so a finalization is measured from the detach, the earliest moment the run
+/// could have finished unobserved.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepSlo {
+    /// Detached runs the listing matched (corrupt rows included).
+    pub backlog: usize,
+    /// How long the oldest listed run has been detached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_detached_ms: Option<i64>,
+    /// Of the runs finalized by this sweep, the longest time from detach to finalization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_detached_to_finalized_ms: Option<i64>,
+    /// Of the expired runs whose sandbox this sweep destroyed, the longest time from the end of
+    /// their TTL to the confirmed destroy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_ttl_to_destroyed_ms: Option<i64>,
+}
+
+impl SweepSlo {
+    fn observe(&mut self, entry: &ReapRunEntry, record: &RunRecord, now: EpochMs, ttl_ms: u64) {
+        let Some(detached) = record.detached_since else {
+            return;
+        };
+        let max = |slot: &mut Option<i64>, v: i64| *slot = Some(slot.map_or(v, |s| s.max(v)));
+        match entry.outcome {
+            ReapOutcome::Finalized => max(
+                &mut self.max_detached_to_finalized_ms,
+                now.saturating_sub(detached).max(0),
+            ),
+            ReapOutcome::Expired if entry.sandbox == Some(SandboxFate::Destroyed) => max(
+                &mut self.max_ttl_to_destroyed_ms,
+                now.saturating_sub(detached.saturating_add(ttl_ms as i64))
+                    .max(0),
+            ),
+            _ => {}
+        }
+    }
 }
 
 /// The reclaim ledger's part of a report.
@@ -508,6 +552,8 @@ async fn reap_with(
         reclaim_failed = o.reclaim_failed,
         failed = o.failed,
         corrupt = report.corrupt.len(),
+        backlog = report.slo.backlog,
+        oldest_detached_ms = report.slo.oldest_detached_ms,
         reclaims_retried = r.retried,
         reclaims_settled = r.settled,
         reclaims_pending = r.ledger.map(|l| l.pending),
@@ -562,6 +608,12 @@ async fn reap_listed(
             return;
         }
     };
+    report.slo.backlog = candidates.len() + report.corrupt.len();
+    report.slo.oldest_detached_ms = candidates
+        .iter()
+        .filter_map(|r| r.detached_since)
+        .min()
+        .map(|d| now.saturating_sub(d).max(0));
     let cutoff = now.saturating_sub(options.detached_run_ttl_ms as i64);
     let batch = &candidates[..candidates.len().min(options.max_runs)];
     for (i, record) in batch.iter().enumerate() {
@@ -575,6 +627,12 @@ async fn reap_listed(
         }
         report.considered += 1;
         let entry = reap_one(deps, options, record, cutoff, &mut report.probed).await;
+        report.slo.observe(
+            &entry,
+            record,
+            deps.clock.now_ms(),
+            options.detached_run_ttl_ms,
+        );
         report.push(entry);
     }
 }

@@ -359,7 +359,10 @@ async fn a_retry_fences_out_a_paused_holder_before_dropping_its_intent() {
     let bumped = reaper_core::ports::RunStore::bump_epoch(&h.memory, "paused")
         .await
         .unwrap();
-    assert!(matches!(bumped, reaper_core::EpochBump::Claimed { epoch: 1, .. }));
+    assert!(matches!(
+        bumped,
+        reaper_core::EpochBump::Claimed { epoch: 1, .. }
+    ));
     let record = h.record("paused").await;
     h.memory
         .record_intent(&ReclaimIntent::new(&record, NOW - 1))
@@ -383,7 +386,10 @@ async fn a_retry_fences_out_a_paused_holder_before_dropping_its_intent() {
     )
     .await
     .unwrap();
-    assert!(matches!(late, reaper_core::Fenced::Superseded { observed: 2 }), "{late:?}");
+    assert!(
+        matches!(late, reaper_core::Fenced::Superseded { observed: 2 }),
+        "{late:?}"
+    );
     assert_eq!(h.record("paused").await.status, RunStatus::Running);
 }
 
@@ -414,7 +420,12 @@ async fn a_leak_is_recorded_again_when_its_entry_was_dropped_meanwhile() {
         .await
         .unwrap();
     assert_eq!(entry(&report, "leak").outcome, ReapOutcome::ReclaimFailed);
-    let again = h.memory.get_intent("leak").await.unwrap().expect("re-recorded");
+    let again = h
+        .memory
+        .get_intent("leak")
+        .await
+        .unwrap()
+        .expect("re-recorded");
     assert_eq!(again.attempts, 1);
     assert_eq!(report.reclaims.ledger.unwrap().leaked, 1);
 }
@@ -428,4 +439,26 @@ async fn an_expired_run_gets_no_cancel_once_its_claim_is_lost() {
     assert_eq!(entry(&report, "old").outcome, ReapOutcome::NotClaimed);
     assert_eq!(h.record("old").await.cancel_requested, None);
     assert!(h.drive.driven().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_report_carries_the_backlog_and_the_waits_runs_had() {
+    let mut h = Harness::new();
+    h.options.max_runs = 2;
+    let ttl = common::TTL as i64;
+    h.seed("finished", Some(NOW - 90_000), Some("k-1"));
+    h.seed("old", Some(NOW - ttl - 5_000), Some("k-2"));
+    h.seed("waiting", Some(NOW - 1_000), None);
+    h.probe.finished("finished", 0);
+    let report = h.sweep().await;
+    assert_eq!(
+        report.slo.backlog, 3,
+        "every listed run, not only the batch"
+    );
+    assert_eq!(report.slo.oldest_detached_ms, Some(ttl + 5_000));
+    assert_eq!(report.slo.max_detached_to_finalized_ms, Some(90_000));
+    assert_eq!(entry(&report, "old").outcome, ReapOutcome::Expired);
+    assert_eq!(report.slo.max_ttl_to_destroyed_ms, Some(5_000));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["slo"]["backlog"], 3);
 }
