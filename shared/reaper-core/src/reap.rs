@@ -195,6 +195,10 @@ pub struct ReapReport {
     /// Rows the listing matched but could not read: reported, never swept, never fatal.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub corrupt: Vec<CorruptRow>,
+    /// Why the listing itself failed (a store error, a damaged database): no run was swept, and
+    /// that is not a clean sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listing_error: Option<String>,
     /// The reclaim ledger: what this sweep retried, and what is still pending or leaked.
     pub reclaims: ReclaimReport,
     /// The figures an operator sets objectives on.
@@ -605,6 +609,7 @@ async fn reap_listed(
         }
         Err(error) => {
             tracing::error!(target: "reaper", %error, "listing reclaimable runs failed");
+            report.listing_error = Some(error.to_string());
             return;
         }
     };

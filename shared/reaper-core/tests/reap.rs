@@ -78,6 +78,9 @@ async fn failed_listing_resolves_with_nothing_considered_and_an_error_log() {
     let report = h.sweep().await;
     assert_eq!(report.considered, 0);
     assert!(logs.count(Level::ERROR) >= 1);
+    // Not a clean sweep: the report says why nothing was swept.
+    assert!(report.listing_error.as_deref().unwrap().contains("db down"));
+    assert!(serde_json::to_value(&report).unwrap()["listingError"].is_string());
 }
 
 #[tokio::test(start_paused = true)]
