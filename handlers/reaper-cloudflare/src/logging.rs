@@ -156,6 +156,7 @@ pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs
                 max_detached_to_finalized_ms = r.slo.max_detached_to_finalized_ms,
                 max_ttl_to_destroyed_ms = r.slo.max_ttl_to_destroyed_ms,
                 ledger_error = ledger.error.as_deref(),
+                listing_error = r.listing_error.as_deref(),
                 duration_ms = report.duration_ms,
                 max_runs = plan.max_runs,
                 limited_by = plan.limited_by,
@@ -165,7 +166,9 @@ pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs
             )
         };
     }
-    let leaking = ledger.error.is_some() || ledger.leaked().is_some_and(|n| n > 0);
+    let leaking = ledger.error.is_some()
+        || ledger.leaked().is_some_and(|n| n > 0)
+        || r.listing_error.is_some();
     if o.failed > 0 || o.reclaim_failed > 0 || !r.corrupt.is_empty() || leaking {
         summary!(Level::ERROR);
     } else if o.budget_exceeded > 0 {

@@ -18,7 +18,8 @@ pub const DURATION: &str = "duration";
 pub const DYNAMODB_REQUESTS: &str = "dynamodb-requests";
 /// 1 when another sweep held the lease (nothing was done; not an error).
 pub const LEASE_HELD: &str = "lease-held";
-/// 1 when the sweep could not run at all (lease store failed or invalid options).
+/// 1 when the sweep could not run at all (lease store failed, invalid options, or the listing
+/// of detached runs failed).
 pub const SWEEP_FAILED: &str = "sweep-failed";
 /// Reclaim-ledger entries not yet settled, and those whose destroy failed (may be billing).
 pub const SANDBOXES_PENDING: &str = "sandboxes-pending";
@@ -63,6 +64,8 @@ pub fn document(
 ) -> Value {
     let r = &report.sweep.report;
     let (held, failed) = match report.sweep.sweep {
+        // A sweep whose listing failed swept nothing: the same alarm as one that could not run.
+        SweepStatus::Swept if r.listing_error.is_some() => (0, 1),
         SweepStatus::Swept => (0, 0),
         SweepStatus::AlreadyRunning { .. } => (1, 0),
         _ => (0, 1),
@@ -311,6 +314,17 @@ mod tests {
         assert!(!declared.contains(SANDBOXES_LEAKED), "{declared}");
         assert!(!declared.contains(TTL_TO_DESTROYED), "{declared}");
         assert_eq!(doc[BACKLOG], 0);
+    }
+
+    #[test]
+    fn a_failed_listing_is_a_failed_sweep() {
+        let mut r = report(SweepStatus::Swept);
+        r.sweep.report.listing_error = Some("database is damaged".into());
+        assert_eq!(document(&r, "Reaper", "f", 1)[SWEEP_FAILED], 1);
+        assert_eq!(
+            document(&report(SweepStatus::Swept), "Reaper", "f", 1)[SWEEP_FAILED],
+            0
+        );
     }
 
     #[test]
