@@ -19,4 +19,3 @@ pub mod plan;
 
 #[cfg(target_arch = "wasm32")]
 mod wasm;
-

@@ -965,7 +965,10 @@ async fn a_pipe_run_error_left_by_a_drive_whose_terminal_write_failed_ends_the_n
     let first = pipe(&case, case.stream(&CancellationToken::new()), Some(1)).await;
     assert!(first.is_none());
     let pipes_error = Chunk::run_error(&reaper_core::RunError::new("store unavailable"));
-    case.store.append(RUN, None, &[pipes_error], 0).await.unwrap();
+    case.store
+        .append(RUN, None, &[pipes_error], 0)
+        .await
+        .unwrap();
     case.sandbox.write(b"{\"delta\":\" world\"}\n");
     case.sentinel(0);
 
@@ -985,7 +988,10 @@ async fn a_delivered_ending_is_yielded_even_when_the_transcript_save_fails() {
     let case = Case::new().await;
     case.sandbox.write(b"{\"delta\":\"hello\"}\n");
     let pipes_error = Chunk::run_error(&reaper_core::RunError::new("store unavailable"));
-    case.store.append(RUN, None, &[pipes_error], 0).await.unwrap();
+    case.store
+        .append(RUN, None, &[pipes_error], 0)
+        .await
+        .unwrap();
     let mut stream = case
         .drive_with(Arc::new(FailingMessages))
         .drive(

@@ -2,12 +2,12 @@
 //! make the next sweeps panic, hang or fail; delete the alarm; run the store conformance suite
 //! against the bound D1 database, one case per request.
 
+use reaper_core::ports::RunStoreCapabilities;
+use reaper_d1::D1Store;
 use reaper_testkit::conformance::{
     delivery_log, lease_store, message_store, reclaim_ledger, run_cases, run_store,
     sandbox_instance_store, Case, Verdict,
 };
-use reaper_core::ports::RunStoreCapabilities;
-use reaper_d1::D1Store;
 use serde::Deserialize;
 use serde_json::json;
 use worker::*;
