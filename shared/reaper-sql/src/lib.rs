@@ -21,4 +21,5 @@ pub mod sandbox_instances;
 pub mod schema;
 pub mod transcripts;
 
-pub use schema::{damaged, Migration, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION};
+pub use logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
+pub use schema::{d1_damaged, damaged, Migration, DAMAGED_KEY, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION};

@@ -182,12 +182,27 @@ pub fn recorded_version(max_version: Option<i64>) -> Result<u32, String> {
     }
 }
 
+/// The key of a `StoreError::Corrupt` about the whole database rather than one row: both
+/// backends use it, so `is_damaged` means the same for an SQLite file and a D1 database.
+pub const DAMAGED_KEY: &str = "database";
+
 /// Why a store refuses a database as damaged, and what to do about it. Both backends word it
 /// this way so an operator (and the CLI's exit code) recognise it by "damaged".
 pub fn damaged(what: &str, detail: &str) -> String {
     format!(
         "{what} is damaged: {detail}. The reaper changed nothing; restore it from a backup, or \
          inspect it with `sqlite3 <file> \"PRAGMA integrity_check\"`"
+    )
+}
+
+/// [`damaged`] for a D1 database, with D1's remedies: restoring with Time Travel, or inspecting
+/// it through wrangler (D1 runs `PRAGMA quick_check`, not `integrity_check`).
+pub fn d1_damaged(detail: &str) -> String {
+    format!(
+        "the D1 database is damaged: {detail}. The reaper changed nothing; restore it to a time \
+         before the damage with `npx wrangler d1 time-travel restore <database> --timestamp \
+         <when>`, or inspect it with `npx wrangler d1 execute <database> --remote --command \
+         \"PRAGMA quick_check\"`"
     )
 }
 
@@ -362,6 +377,19 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("restore it from a backup") && m.contains("PRAGMA integrity_check"));
+    }
+
+    #[test]
+    fn the_d1_damaged_message_says_damaged_and_names_d1_s_remedies() {
+        let m = d1_damaged("table runs is missing");
+        assert!(
+            m.starts_with("the D1 database is damaged: table runs is missing."),
+            "{m}"
+        );
+        assert!(
+            m.contains("wrangler d1 time-travel restore") && m.contains("PRAGMA quick_check"),
+            "{m}"
+        );
     }
 
     #[test]

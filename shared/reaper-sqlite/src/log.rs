@@ -9,19 +9,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 use crate::error::{corrupt, store_err, store_err_for};
 use crate::{immediate, to_i64, SqliteStore};
 
-/// How long a finished run's events are kept: 30 days, long enough that a user opening a thread
-/// the next morning still gets an exact replay. Transcripts are kept for ever.
-pub const DEFAULT_EVENT_RETENTION_MS: u64 = 30 * 24 * 60 * 60 * 1000;
-
-/// What one [`SqliteStore::prune_events`] call removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RetentionReport {
-    /// Runs whose events were all deleted by this call.
-    pub runs: u64,
-    pub events_deleted: u64,
-    /// Transactions used; each deleted at most `batch_limit` events.
-    pub batches: u64,
-}
+pub use reaper_sql::logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
 
 #[async_trait::async_trait]
 impl DeliveryLog for SqliteStore {
@@ -177,16 +165,17 @@ fn insert_chunks(
 impl SqliteStore {
     /// Ages out delivery-log events: deletes the events of every run that is terminal with
     /// `finished_at <= now - retention_ms`, at most `batch_limit` events per transaction so other
-    /// writers wait at most one short batch, until none are left. The log is then closed and reads
-    /// back empty. Run rows and transcripts are never deleted; a terminal run without
-    /// `finished_at` keeps its events (there is no evidence of its age).
+    /// writers wait at most one short batch, until none are left (`more` is always false). The
+    /// log is then closed and reads back empty. Run rows and transcripts are never deleted; a
+    /// terminal run without `finished_at` keeps its events (there is no evidence of its age).
+    /// The statements are `reaper_sql::logs`', which the D1 store runs too.
     pub async fn prune_events(
         &self,
         now: EpochMs,
         retention_ms: u64,
         batch_limit: usize,
     ) -> Result<RetentionReport, StoreError> {
-        let cutoff = now.saturating_sub(to_i64(retention_ms));
+        let cutoff = sql::retention_cutoff(now, retention_ms);
         let batch_limit = i64::try_from(batch_limit.max(1)).unwrap_or(i64::MAX);
         let mut report = RetentionReport::default();
         loop {
@@ -212,6 +201,21 @@ impl SqliteStore {
     }
 }
 
+/// Rows a statement returned: the count of a `DELETE … RETURNING` or `UPDATE … RETURNING`.
+fn returned(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<i64, StoreError> {
+    let mut stmt = tx.prepare_cached(sql).map_err(store_err)?;
+    let mut rows = stmt.query(params).map_err(store_err)?;
+    let mut n = 0;
+    while rows.next().map_err(store_err)?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// One batch: returns (runs finished, events deleted, whether another batch may find more).
 fn prune_batch(
     tx: &Transaction<'_>,
@@ -224,37 +228,25 @@ fn prune_batch(
     let mut deleted = 0;
     while budget > 0 {
         let candidate: Option<String> = tx
-            .prepare_cached(
-                "SELECT logs.run_id FROM logs JOIN runs ON runs.run_id = logs.run_id \
-                 WHERE logs.events_pruned_at IS NULL \
-                 AND runs.finished_at IS NOT NULL AND runs.finished_at <= ?1 \
-                 AND runs.status IN ('completed', 'failed', 'aborted') \
-                 ORDER BY runs.finished_at LIMIT 1",
-            )
-            .and_then(|mut s| s.query_row([cutoff], |r| r.get(0)).optional())
+            .prepare_cached(sql::AGED_OUT)
+            .and_then(|mut s| s.query_row(params![cutoff, 1], |r| r.get(0)).optional())
             .map_err(store_err)?;
         let Some(run_id) = candidate else {
             return Ok((runs, deleted, false));
         };
-        let requested = budget;
-        let n = tx
-            .prepare_cached(
-                "DELETE FROM log_entries WHERE run_id = ?1 AND seq IN \
-                 (SELECT seq FROM log_entries WHERE run_id = ?1 ORDER BY seq LIMIT ?2)",
-            )
-            .and_then(|mut s| s.execute(params![run_id, requested]))
-            .map_err(store_err)? as i64;
+        let n = returned(
+            tx,
+            sql::DELETE_AGED_OUT_EVENTS,
+            params![run_id, budget, cutoff],
+        )?;
         budget -= n;
         deleted += n as u64;
-        if n < requested {
-            // Fewer than asked for: this run has no events left. Closing keeps a late append from
-            // starting a fresh log under offsets that were already handed out.
-            tx.prepare_cached(
-                "UPDATE logs SET events_pruned_at = ?2, closed = 1 WHERE run_id = ?1",
-            )
-            .and_then(|mut s| s.execute(params![run_id, now]))
-            .map_err(store_err)?;
+        if returned(tx, sql::MARK_PRUNED, params![run_id, now, cutoff])? == 1 {
             runs += 1;
+        } else if n == 0 {
+            // Still listed, nothing deleted and not marked: only a concurrent writer could do
+            // that inside this transaction, which IMMEDIATE rules out. Stop rather than spin.
+            return Ok((runs, deleted, false));
         }
     }
     Ok((runs, deleted, true))

@@ -330,7 +330,8 @@ async fn the_retention_cutoff_is_inclusive() {
         RetentionReport {
             runs: 1,
             events_deleted: 1,
-            batches: 1
+            batches: 1,
+            more: false,
         }
     );
     assert!(store.read("at-cutoff", 0, 10).await.unwrap().is_empty());
