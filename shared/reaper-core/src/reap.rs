@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use futures::future::{select, Either};
+use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use serde::Serialize;
 
@@ -24,6 +25,10 @@ pub const DEFAULT_RUN_BUDGET_MS: u64 = 30_000;
 pub const DEFAULT_EXIT_PROBE_BYTES: u64 = 4_096;
 /// Reclaim-ledger entries retried per sweep, at most.
 pub const DEFAULT_MAX_RECLAIM_RETRIES: usize = 25;
+/// Runs in flight at once unless a handler sizes it for its platform: one, as the reference.
+pub const DEFAULT_CONCURRENCY: usize = 1;
+/// The most runs in flight accepted.
+pub const MAX_CONCURRENCY: usize = 256;
 /// The first retry of a failed destroy waits this long; each further failure doubles it.
 pub const RECLAIM_RETRY_BASE_MS: u64 = 60_000;
 /// The longest wait between two retries of a failed destroy.
@@ -342,6 +347,9 @@ pub struct ReapOptions {
     pub claim_ttl_ms: Option<u64>,
     /// Reclaim-ledger entries retried per sweep, at most (they share the deadline with runs).
     pub max_reclaim_retries: usize,
+    /// Runs in flight at once (probes waiting on slow sandbox hosts overlap). Each run still
+    /// holds its own claim; 1 is the reference's one-at-a-time sweep.
+    pub concurrency: usize,
 }
 
 impl ReapOptions {
@@ -357,6 +365,7 @@ impl ReapOptions {
             owner: owner.into(),
             claim_ttl_ms: None,
             max_reclaim_retries: DEFAULT_MAX_RECLAIM_RETRIES,
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 
@@ -385,6 +394,15 @@ impl ReapOptions {
             return bad(
                 "detached_run_ttl_ms",
                 format!("{} is too large", self.detached_run_ttl_ms),
+            );
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            return bad(
+                "concurrency",
+                format!(
+                    "{} is out of range: use 1..={MAX_CONCURRENCY} runs in flight",
+                    self.concurrency
+                ),
             );
         }
         if self.owner.trim().is_empty() {
@@ -621,23 +639,46 @@ async fn reap_listed(
         .map(|d| now.saturating_sub(d).max(0));
     let cutoff = now.saturating_sub(options.detached_run_ttl_ms as i64);
     let batch = &candidates[..candidates.len().min(options.max_runs)];
-    for (i, record) in batch.iter().enumerate() {
-        if out_of_time(deps, options, stop) {
-            report.deferred = batch.len() - i;
-            tracing::info!(target: "reaper", deferred = report.deferred, deadline = options.deadline, "stopping at a run boundary; deferring the rest of the batch to the next sweep");
+    // Up to `concurrency` runs in flight, each under its own claim. Runs start in listing order,
+    // each only after the deadline check; entries are reported in listing order whatever order
+    // they finish in. Plain futures combinators: the same code runs on one Worker thread.
+    let mut in_flight = FuturesUnordered::new();
+    let mut done: Vec<Option<ReapRunEntry>> = Vec::with_capacity(batch.len());
+    let mut next = 0;
+    loop {
+        while in_flight.len() < options.concurrency.max(1) && next < batch.len() {
+            if out_of_time(deps, options, stop) {
+                report.deferred = batch.len() - next;
+                tracing::info!(target: "reaper", deferred = report.deferred, deadline = options.deadline, "stopping at a run boundary; deferring the rest of the batch to the next sweep");
+                next = batch.len();
+                break;
+            }
+            if let Some((lease, ttl)) = sweep_lease.as_mut() {
+                renew_sweep_lease(deps, lease, *ttl).await;
+            }
+            report.considered += 1;
+            let index = next;
+            next += 1;
+            done.push(None);
+            in_flight.push(async move {
+                let mut probed = 0;
+                let entry = reap_one(deps, options, &batch[index], cutoff, &mut probed).await;
+                (index, entry, probed, deps.clock.now_ms())
+            });
+        }
+        let Some((index, entry, probed, finished_at)) = in_flight.next().await else {
             break;
-        }
-        if let Some((lease, ttl)) = sweep_lease.as_mut() {
-            renew_sweep_lease(deps, lease, *ttl).await;
-        }
-        report.considered += 1;
-        let entry = reap_one(deps, options, record, cutoff, &mut report.probed).await;
+        };
+        report.probed += probed;
         report.slo.observe(
             &entry,
-            record,
-            deps.clock.now_ms(),
+            &batch[index],
+            finished_at,
             options.detached_run_ttl_ms,
         );
+        done[index] = Some(entry);
+    }
+    for entry in done.into_iter().flatten() {
         report.push(entry);
     }
 }

@@ -684,3 +684,90 @@ async fn corrupt_row_is_reported_and_the_rest_of_the_batch_is_swept() {
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["corrupt"][0]["key"], "bad-row");
 }
+
+/// A probe that takes `ms` of (virtual) time per run, as a slow sandbox host does.
+#[derive(Clone)]
+struct SlowProbe {
+    ms: u64,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    peak: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl reaper_core::ports::ExitProbe for SlowProbe {
+    async fn has_finished(
+        &self,
+        _record: &reaper_core::RunRecord,
+    ) -> Result<RunExitProbe, reaper_core::ProbeError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.peak.fetch_max(now, SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(self.ms)).await;
+        self.in_flight.fetch_sub(1, SeqCst);
+        Ok(RunExitProbe::Producing)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_overlap_up_to_the_concurrency_and_are_reported_in_listing_order() {
+    let mut h = Harness::new();
+    h.options.max_runs = 100;
+    h.options.concurrency = 16;
+    for i in 0..100 {
+        h.seed(&format!("r{i:03}"), Some(FRESH), None);
+    }
+    let probe = SlowProbe {
+        ms: 50,
+        in_flight: Default::default(),
+        peak: Default::default(),
+    };
+    let mut deps = h.deps();
+    deps.probe = Arc::new(probe.clone());
+    let started = tokio::time::Instant::now();
+    let report = reaper_core::reap::reap_detached_runs(&deps, &h.options)
+        .await
+        .unwrap();
+    // 100 probes of 50 ms, 16 at a time: 7 rounds of virtual time, not 100.
+    assert_eq!(started.elapsed(), std::time::Duration::from_millis(350));
+    assert_eq!(probe.peak.load(std::sync::atomic::Ordering::SeqCst), 16);
+    assert_eq!(report.outcomes.producing, 100);
+    let order: Vec<&str> = report.runs.iter().map(|e| e.run_id.as_str()).collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted, "listing order");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_runs_in_flight_no_run_starts_that_cannot_finish_before_the_deadline() {
+    let mut h = Harness::new();
+    h.options.max_runs = 10;
+    h.options.concurrency = 4;
+    h.options.per_run_reserve_ms = Some(100);
+    h.options.deadline = Some(NOW + 150);
+    for i in 0..10 {
+        h.seed(&format!("r{i}"), Some(FRESH), None);
+    }
+    let mut deps = h.deps();
+    deps.probe = Arc::new(SlowProbe {
+        ms: 60,
+        in_flight: Default::default(),
+        peak: Default::default(),
+    });
+    let report = reaper_core::reap::reap_detached_runs(&deps, &h.options)
+        .await
+        .unwrap();
+    // Four start at once; at +60 ms a fifth would need until +160, past the deadline.
+    assert_eq!(report.considered, 4);
+    assert_eq!(report.deferred, 6);
+}
+
+#[test]
+fn a_concurrency_of_zero_or_beyond_the_cap_is_refused() {
+    let mut o = reaper_core::reap::ReapOptions::new(TTL, "me");
+    o.concurrency = 0;
+    assert_eq!(o.validate().unwrap_err().option, "concurrency");
+    o.concurrency = reaper_core::reap::MAX_CONCURRENCY + 1;
+    assert_eq!(o.validate().unwrap_err().option, "concurrency");
+    o.concurrency = 1;
+    assert!(o.validate().is_ok());
+}
