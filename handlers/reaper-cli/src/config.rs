@@ -19,6 +19,7 @@ pub const SETTINGS_TABLE: &str = "\
 | Detached-run TTL | `--detached-ttl` | `REAPER_DETACHED_TTL` | required (no default) | a duration, 1ms..3650d | sweep, watch (status: optional) |
 | Run budget | `--run-budget` | `REAPER_RUN_BUDGET` | `30s` | a duration, 1ms..24d | sweep, watch |
 | Max runs per sweep | `--max-runs` | `REAPER_MAX_RUNS` | `25` | a whole number, 0..100000 | sweep, watch |
+| Runs in flight | `--concurrency` | `REAPER_CONCURRENCY` | `4` | a whole number, 1..256 (each run holds its own claim) | sweep, watch |
 | Quiet window | `--quiet-window` | `REAPER_QUIET_WINDOW` | `5s` | a duration, 0ms..24d | sweep, watch |
 | Progress after | `--progress-after` | `REAPER_PROGRESS_AFTER` | `2s` | a duration, 0ms..24d (a terminal gets progress at once) | sweep, watch |
 | Sweep interval | `--every` | `REAPER_EVERY` | `60s` | a duration, 10ms..24d | watch |
@@ -140,6 +141,15 @@ pub struct SweepArgs {
         allow_hyphen_values = true
     )]
     pub max_runs: String,
+    /// How many runs one sweep works on at once (probes of slow sandbox hosts overlap).
+    #[arg(
+        long,
+        env = "REAPER_CONCURRENCY",
+        default_value = "4",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub concurrency: String,
     /// How long a run's delivery log must be quiet before a drive appends to it.
     #[arg(
         long,
@@ -368,6 +378,7 @@ pub const DETACHED_TTL: Key = Key::new("detached_ttl", "--detached-ttl", "REAPER
 pub const RUN_BUDGET: Key = Key::new("run_budget", "--run-budget", "REAPER_RUN_BUDGET");
 pub const MAX_RUNS: Key = Key::new("max_runs", "--max-runs", "REAPER_MAX_RUNS");
 pub const QUIET_WINDOW: Key = Key::new("quiet_window", "--quiet-window", "REAPER_QUIET_WINDOW");
+pub const CONCURRENCY: Key = Key::new("concurrency", "--concurrency", "REAPER_CONCURRENCY");
 pub const PROGRESS_AFTER: Key = Key::new(
     "progress_after",
     "--progress-after",
@@ -510,6 +521,7 @@ pub struct SweepSettings {
     pub detached_ttl_ms: u64,
     pub run_budget_ms: u64,
     pub max_runs: usize,
+    pub concurrency: usize,
     pub quiet_window_ms: u64,
     pub progress_after: Duration,
 }
@@ -520,6 +532,12 @@ impl SweepSettings {
             detached_ttl_ms: s.detached_ttl_ms(a.detached_ttl.as_deref())?,
             run_budget_ms: s.duration_ms(RUN_BUDGET, &a.run_budget, 1, MAX_TIMER_MS)?,
             max_runs: s.count(MAX_RUNS, &a.max_runs, 0, 100_000)? as usize,
+            concurrency: s.count(
+                CONCURRENCY,
+                &a.concurrency,
+                1,
+                reaper_core::reap::MAX_CONCURRENCY as u64,
+            )? as usize,
             quiet_window_ms: s.duration_ms(QUIET_WINDOW, &a.quiet_window, 0, MAX_TIMER_MS)?,
             progress_after: s.duration(PROGRESS_AFTER, &a.progress_after, 0, MAX_TIMER_MS)?,
         })

@@ -20,6 +20,7 @@ pub fn reap_options(s: &SweepSettings, owner: String) -> ReapOptions {
     let mut options = ReapOptions::new(s.detached_ttl_ms, owner);
     options.run_budget_ms = s.run_budget_ms;
     options.max_runs = s.max_runs;
+    options.concurrency = s.concurrency;
     options.fence_quiet_ms = s.quiet_window_ms;
     options
 }

@@ -63,6 +63,18 @@ fn bad_values_name_the_setting_say_what_is_accepted_and_exit_1() {
             "a whole number",
         ),
         (
+            &["--concurrency", "0"],
+            &[],
+            "invalid value for --concurrency: \"0\"",
+            "a whole number from 1 to 256",
+        ),
+        (
+            &[],
+            &[("REAPER_CONCURRENCY", "500")],
+            "REAPER_CONCURRENCY",
+            "a whole number from 1 to 256",
+        ),
+        (
             &[],
             &[("REAPER_LOG_FORMAT", "xml")],
             "invalid value for REAPER_LOG_FORMAT: \"xml\"",
