@@ -72,10 +72,23 @@ pub trait SqlClient: MaybeSend + MaybeSync {
 }
 
 /// Maps a D1 error message to the store's semantic error. D1 reports everything as a message
-/// string; the transient ones (the documented retryable errors: a reset or overloaded database,
-/// a lost connection, a timeout) are [`StoreError::Unavailable`], constraint failures are
-/// [`StoreError::Conflict`], the rest [`StoreError::Backend`].
+/// string. A malformed page, or a table or column that does not exist (every statement of the
+/// store names only the schema's), is a damaged database: [`StoreError::Corrupt`] keyed
+/// [`reaper_sql::DAMAGED_KEY`], whose message says "damaged" and what to do. The transient ones
+/// (the documented retryable errors: a reset or overloaded database, a lost connection, a
+/// timeout) are [`StoreError::Unavailable`], constraint failures are [`StoreError::Conflict`],
+/// the rest [`StoreError::Backend`].
 pub fn classify_d1_error(message: &str) -> StoreError {
+    // SQLite's own wording of a damaged file (SQLITE_CORRUPT, SQLITE_NOTADB) and of a schema
+    // object that is not there.
+    const DAMAGED: &[&str] = &[
+        "sqlite_corrupt",
+        "database disk image is malformed",
+        "sqlite_notadb",
+        "file is not a database",
+        "no such table",
+        "no such column",
+    ];
     const TRANSIENT: &[&str] = &[
         "network connection lost",
         "storage caused object to be reset",
@@ -89,7 +102,12 @@ pub fn classify_d1_error(message: &str) -> StoreError {
         "database is busy",
     ];
     let lower = message.to_ascii_lowercase();
-    if TRANSIENT.iter().any(|t| lower.contains(t)) {
+    if DAMAGED.iter().any(|d| lower.contains(d)) {
+        StoreError::Corrupt {
+            key: reaper_sql::DAMAGED_KEY.into(),
+            reason: reaper_sql::d1_damaged(message),
+        }
+    } else if TRANSIENT.iter().any(|t| lower.contains(t)) {
         StoreError::Unavailable(format!("d1: {message}"))
     } else if lower.contains("constraint failed") {
         StoreError::Conflict(format!("d1: {message}"))
@@ -116,9 +134,31 @@ mod tests {
             classify_d1_error("D1_ERROR: UNIQUE constraint failed: runs.run_id: SQLITE_CONSTRAINT"),
             StoreError::Conflict(_)
         ));
-        match classify_d1_error("D1_ERROR: no such table: runs: SQLITE_ERROR") {
-            StoreError::Backend(m) => assert!(m.contains("no such table: runs"), "{m}"),
+        match classify_d1_error("D1_ERROR: near \"SELEC\": syntax error: SQLITE_ERROR") {
+            StoreError::Backend(m) => assert!(m.contains("syntax error"), "{m}"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_malformed_page_or_a_missing_table_or_column_is_a_damaged_database() {
+        for m in [
+            "D1_ERROR: database disk image is malformed: SQLITE_CORRUPT",
+            "D1_ERROR: file is not a database: SQLITE_NOTADB",
+            "D1_ERROR: no such table: runs: SQLITE_ERROR",
+            "D1_ERROR: no such column: driver_epoch at offset 7: SQLITE_ERROR",
+        ] {
+            let e = classify_d1_error(m);
+            assert!(crate::is_damaged(&e), "{m}: {e:?}");
+            assert!(!e.is_retryable(), "{m}");
+            let StoreError::Corrupt { reason, .. } = e else {
+                unreachable!()
+            };
+            assert!(
+                reason.starts_with(&format!("the D1 database is damaged: {m}")),
+                "{reason}"
+            );
+            assert!(reason.contains("time-travel restore"), "{reason}");
         }
     }
 }

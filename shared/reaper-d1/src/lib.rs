@@ -29,7 +29,19 @@ use std::sync::Arc;
 use reaper_core::StoreError;
 
 pub use client::{classify_d1_error, Row, SqlClient, SqlValue, Statement, MAX_SAFE_INTEGER};
+pub use log::DEFAULT_RETENTION_ROUND_TRIPS;
+pub use reaper_sql::logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
+pub use reaper_sql::DAMAGED_KEY;
 pub use schema::{Found, SCHEMA_VERSION};
+
+/// Whether `e` says the database itself is damaged (a table or column of the schema missing,
+/// `reaper_schema` without a version, or a malformed page): no retry helps, the database must
+/// be restored or repaired, and the message says how. A malformed row is not this: it is a
+/// `Corrupt` naming the row, and every other row still reads. The same test as
+/// `reaper_sqlite::is_damaged`.
+pub fn is_damaged(e: &StoreError) -> bool {
+    matches!(e, StoreError::Corrupt { key, .. } if key == DAMAGED_KEY)
+}
 
 /// Why a database cannot be used as a reaper store.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -47,14 +59,34 @@ pub enum OpenError {
          {supported}: deploy a newer reaper"
     )]
     TooNew { found: u32, supported: u32 },
+    /// Ours, but a table or column its version has is missing, or `reaper_schema` records no
+    /// version. Nothing was written to it.
+    #[error("{}", reaper_sql::d1_damaged(.reason))]
+    Damaged { reason: String },
     #[error("opening the D1 store failed: {0}")]
     Store(#[from] StoreError),
+}
+
+impl OpenError {
+    /// Whether the database is damaged, found by the shape check or by a statement SQLite
+    /// answered with a malformed page (see [`is_damaged`]).
+    pub fn is_damaged(&self) -> bool {
+        match self {
+            OpenError::Damaged { .. } => true,
+            OpenError::Store(e) => is_damaged(e),
+            _ => false,
+        }
+    }
 }
 
 impl From<OpenError> for StoreError {
     fn from(e: OpenError) -> Self {
         match e {
             OpenError::Store(e) => e,
+            e @ OpenError::Damaged { .. } => StoreError::Corrupt {
+                key: DAMAGED_KEY.into(),
+                reason: e.to_string(),
+            },
             other => StoreError::Backend(other.to_string()),
         }
     }
@@ -74,8 +106,8 @@ impl std::fmt::Debug for D1Store {
 
 impl D1Store {
     /// Opens the store, applying any pending migration in one batch. A database with other
-    /// tables and no `reaper_schema`, or one at a newer schema version, is refused before
-    /// anything is written to it. Two Workers migrating at once both succeed: the loser's batch
+    /// tables and no `reaper_schema`, one at a newer schema version, or a damaged one (a table
+    /// or column missing, no version row) is refused before anything is written to it. Two Workers migrating at once both succeed: the loser's batch
     /// fails as a whole and it finds the schema current.
     pub async fn open(client: Arc<dyn SqlClient>) -> Result<Self, OpenError> {
         let from = match schema::inspect(client.as_ref()).await? {
@@ -89,10 +121,12 @@ impl D1Store {
             Found::Reaper(v) => v,
             Found::Empty => 0,
             Found::Foreign(tables) => return Err(OpenError::Foreign { tables }),
+            Found::Damaged(reason) => return Err(OpenError::Damaged { reason }),
         };
         if let Err(e) = client.batch(schema::migration_statements(from)).await {
             match schema::inspect(client.as_ref()).await? {
                 Found::Reaper(v) if v == SCHEMA_VERSION => {}
+                Found::Damaged(reason) => return Err(OpenError::Damaged { reason }),
                 _ => return Err(e.into()),
             }
         }

@@ -1,14 +1,34 @@
-//! The `logs` and `log_entries` tables: [`DeliveryLog`].
+//! The `logs` and `log_entries` tables: [`DeliveryLog`], and the retention that ages events
+//! out so the database stays below D1's size limit.
+
+use std::collections::VecDeque;
 
 use reaper_core::{
     Appended, Chunk, DeliveryLog, EpochMs, Fenced, LogEntry, LogSnapshot, StoreError,
 };
 
-use reaper_sql::logs as sql;
+use reaper_sql::logs::{self as sql, RetentionReport};
 
 use crate::client::{SqlValue, Statement};
-use crate::row::{corrupt, safe_u, RowExt};
+use crate::row::{corrupt, safe, safe_u, RowExt};
 use crate::D1Store;
+
+/// Round trips one [`D1Store::prune_events`] call makes by default: each is one subrequest of
+/// the Worker's invocation.
+pub const DEFAULT_RETENTION_ROUND_TRIPS: usize = 12;
+
+/// Runs one retention batch works on at most (two statements each).
+const RUNS_PER_BATCH: usize = 32;
+
+/// Aged-out logs one listing fetches: several batches' worth, so a listing (which walks the
+/// terminal runs in finish order) is not repeated for every batch.
+const LISTED: usize = 4 * RUNS_PER_BATCH;
+
+/// A log the listing found, and an upper bound of the events it still holds.
+struct AgedOut {
+    run_id: String,
+    events: i64,
+}
 
 /// True unless the run's epoch is past the held one (`?2`; NULL means no fence). A missing run
 /// record does not refuse the append.
@@ -150,4 +170,121 @@ impl DeliveryLog for D1Store {
         }
         Ok(out)
     }
+}
+
+impl D1Store {
+    /// Ages out delivery-log events, with at most `max_round_trips` round trips (at least 2: a
+    /// listing and a batch), so a Worker knows the subrequests it spends: deletes the events of
+    /// runs that are terminal with `finished_at <= now - retention_ms`, oldest finish first, at
+    /// most `batch_limit` events per batch (one transaction), and marks a log pruned and closed
+    /// in the same batch once none of its events is left. `more` says the bound was reached with
+    /// aged-out events possibly left; calling again carries on. The statements are
+    /// `reaper_sql::logs`', the SQLite store's, and each write re-checks in its own transaction
+    /// that the run is still aged out. Run rows and transcripts are never deleted; a terminal
+    /// run without `finished_at` keeps its events.
+    pub async fn prune_events(
+        &self,
+        now: EpochMs,
+        retention_ms: u64,
+        batch_limit: usize,
+        max_round_trips: usize,
+    ) -> Result<RetentionReport, StoreError> {
+        let now = safe(now);
+        let cutoff = safe(sql::retention_cutoff(now, retention_ms));
+        let batch_limit = safe_u(batch_limit.max(1) as u64);
+        let max_round_trips = max_round_trips.max(2);
+        let mut report = RetentionReport::default();
+        let mut round_trips = 0;
+        let mut queue: VecDeque<AgedOut> = VecDeque::new();
+        // The last listing returned every aged-out log and each was marked once emptied: no
+        // need for another listing to learn that nothing is left.
+        let mut finished = false;
+        loop {
+            if queue.is_empty() {
+                if finished {
+                    break;
+                }
+                if round_trips == max_round_trips {
+                    report.more = true;
+                    break;
+                }
+                round_trips += 1;
+                let rows = self
+                    .one(Statement::new(
+                        sql::AGED_OUT,
+                        vec![cutoff.into(), (LISTED as i64).into()],
+                    ))
+                    .await?;
+                if rows.is_empty() {
+                    break;
+                }
+                finished = rows.len() < LISTED;
+                for row in &rows {
+                    let run_id = row.text("run_id", "aged-out log with an unreadable run_id")?;
+                    let events = row.int("next_seq", &format!("log {run_id}"))?.max(0);
+                    queue.push_back(AgedOut { run_id, events });
+                }
+            }
+            if round_trips == max_round_trips {
+                report.more = true;
+                break;
+            }
+            round_trips += 1;
+            let (statements, targets) = next_batch(&mut queue, batch_limit, now, cutoff);
+            let out = self.batch(statements).await?;
+            let mut touched = false;
+            for (i, whole) in targets.into_iter().enumerate() {
+                let deleted = out[2 * i].len() as u64;
+                let marked = !out[2 * i + 1].is_empty();
+                report.events_deleted += deleted;
+                report.runs += u64::from(marked);
+                touched |= deleted > 0 || marked;
+                // A log the listing's bound did not cover (events planted past `next_seq`) is
+                // listed again by the next listing rather than assumed gone.
+                finished &= marked || !whole;
+            }
+            report.batches += u64::from(touched);
+        }
+        Ok(report)
+    }
+}
+
+/// The next batch: for the logs at the front of the queue, delete up to their bound of events
+/// (within `batch_limit` in all) and mark each pruned if none is left. Returns the statements and,
+/// per log, whether the batch covers its whole bound (a log it covers only in part stays at the
+/// front for the next batch).
+fn next_batch(
+    queue: &mut VecDeque<AgedOut>,
+    batch_limit: i64,
+    now: EpochMs,
+    cutoff: EpochMs,
+) -> (Vec<Statement>, Vec<bool>) {
+    let mut budget = batch_limit;
+    let mut statements = Vec::new();
+    let mut targets = Vec::new();
+    while budget > 0 && targets.len() < RUNS_PER_BATCH {
+        let Some(front) = queue.front_mut() else {
+            break;
+        };
+        // At least one: a log whose bound is 0 but that holds events still makes progress.
+        let take = front.events.max(1).min(budget);
+        let run_id = SqlValue::from(front.run_id.as_str());
+        statements.push(Statement::new(
+            sql::DELETE_AGED_OUT_EVENTS,
+            vec![run_id.clone(), take.into(), cutoff.into()],
+        ));
+        statements.push(Statement::new(
+            sql::MARK_PRUNED,
+            vec![run_id, now.into(), cutoff.into()],
+        ));
+        budget -= take;
+        let whole = take >= front.events;
+        targets.push(whole);
+        if whole {
+            queue.pop_front();
+        } else {
+            front.events -= take;
+        }
+    }
+    (statements, targets)
 }

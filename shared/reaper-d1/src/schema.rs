@@ -6,23 +6,30 @@
 //! `reaper_schema`, and each migration is one batch (one transaction) with its version row.
 
 use reaper_core::StoreError;
-use reaper_sql::schema::{pending, stored_version, CURRENT_VERSION, RECORD_MIGRATION};
+use reaper_sql::schema::{
+    pending, recorded_version, shape_at, shape_problem, CURRENT_VERSION, RECORD_MIGRATION, TABLES,
+    TABLE_COLUMNS,
+};
 use reaper_sql::SCHEMA_TABLE;
 
-use crate::client::{SqlClient, Statement};
+use crate::client::{Row, SqlClient, Statement};
 use crate::row::RowExt;
 
 pub use reaper_sql::SCHEMA_VERSION;
 
 /// What a database holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Found {
     /// No tables of anyone's.
     Empty,
-    /// A reaper database at this version.
+    /// A reaper database at this version, every table of it in shape.
     Reaper(u32),
     /// Tables, none of them ours.
     Foreign(Vec<String>),
+    /// Ours (it has `reaper_schema`), but damaged: a table or column its version has is
+    /// missing, or `reaper_schema` records no version. The reason.
+    Damaged(String),
 }
 
 /// Tables D1 and wrangler keep in every database (`_cf_KV`, `_cf_METADATA`, `d1_migrations`):
@@ -31,30 +38,56 @@ fn is_platform_table(name: &str) -> bool {
     name.starts_with("sqlite_") || name.starts_with("_cf_") || name == "d1_migrations"
 }
 
-/// Reads what the database holds without writing to it.
+fn names(rows: &[Row], what: &str) -> Result<Vec<String>, StoreError> {
+    rows.iter().map(|row| row.text("name", what)).collect()
+}
+
+/// Reads what the database holds without writing to it, in two round trips: the table list and
+/// every reaper table's columns in one batch (D1 allows `pragma_table_info` with a bound table
+/// name, which answers no rows for a missing table), then the version. A reaper database is
+/// checked against the shape its version gives each table, so a missing table or column is
+/// reported once, here, as damage, instead of as "no such column" from some later query.
 pub async fn inspect(client: &dyn SqlClient) -> Result<Found, StoreError> {
-    let rows = client
-        .batch(vec![Statement::new(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
-            vec![],
-        )])
-        .await?
-        .pop()
-        .unwrap_or_default();
-    let mut tables = Vec::new();
-    for row in &rows {
-        let name = row.text("name", "sqlite_master")?;
-        if !is_platform_table(&name) {
-            tables.push(name);
-        }
+    let mut statements = vec![Statement::new(
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+        vec![],
+    )];
+    statements.extend(
+        TABLES
+            .iter()
+            .map(|table| Statement::new(TABLE_COLUMNS, vec![(*table).into()])),
+    );
+    let out = client.batch(statements).await?;
+    if out.len() != TABLES.len() + 1 {
+        return Err(StoreError::Backend(format!(
+            "d1 batch of {} statements returned {} results",
+            TABLES.len() + 1,
+            out.len()
+        )));
     }
+    let tables: Vec<String> = names(&out[0], "sqlite_master")?
+        .into_iter()
+        .filter(|name| !is_platform_table(name))
+        .collect();
     if tables.is_empty() {
         return Ok(Found::Empty);
     }
     if !tables.iter().any(|t| t == SCHEMA_TABLE) {
         return Ok(Found::Foreign(tables));
     }
-    let version = client
+    let columns = |table: &str| -> Result<Vec<String>, StoreError> {
+        let i = TABLES.iter().position(|t| *t == table).ok_or_else(|| {
+            StoreError::Backend(format!("{table} is in the shape but not in TABLES"))
+        })?;
+        names(&out[i + 1], table)
+    };
+    // The version table first: without its columns there is no version to read.
+    for (table, expected) in shape_at(1).filter(|(t, _)| *t == SCHEMA_TABLE) {
+        if let Some(problem) = shape_problem(table, expected, &columns(table)?) {
+            return Ok(Found::Damaged(problem));
+        }
+    }
+    let max = client
         .batch(vec![Statement::new(CURRENT_VERSION, vec![])])
         .await?
         .pop()
@@ -62,7 +95,22 @@ pub async fn inspect(client: &dyn SqlClient) -> Result<Found, StoreError> {
         .map(|row| row.opt_int("version", SCHEMA_TABLE))
         .transpose()?
         .flatten();
-    Ok(Found::Reaper(stored_version(version)))
+    let version = match recorded_version(max) {
+        Ok(v) => v,
+        Err(problem) => return Ok(Found::Damaged(problem)),
+    };
+    if version > SCHEMA_VERSION {
+        // A newer schema is refused as such; its shape is not ours to judge.
+        return Ok(Found::Reaper(version));
+    }
+    for (table, expected) in shape_at(version) {
+        if let Some(problem) = shape_problem(table, expected, &columns(table)?) {
+            return Ok(Found::Damaged(format!(
+                "{problem}, but reaper_schema says version {version}"
+            )));
+        }
+    }
+    Ok(Found::Reaper(version))
 }
 
 /// The statements that take a database from version `from` to [`SCHEMA_VERSION`], each

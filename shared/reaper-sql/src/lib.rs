@@ -22,4 +22,6 @@ pub mod schema;
 pub mod transcripts;
 
 pub use logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
-pub use schema::{d1_damaged, damaged, Migration, DAMAGED_KEY, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION};
+pub use schema::{
+    d1_damaged, damaged, Migration, DAMAGED_KEY, MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION,
+};
