@@ -29,6 +29,13 @@ pub const DEFAULT_MAX_RECLAIM_RETRIES: usize = 25;
 pub const DEFAULT_CONCURRENCY: usize = 1;
 /// The most runs in flight accepted.
 pub const MAX_CONCURRENCY: usize = 256;
+/// The deadline of one I/O step the sweep waits on besides the drive: a probe (resume plus one
+/// tail read) or a reclaim (instance lookups plus the destroy). A step past it is abandoned: the
+/// probe answers `unknown`, the reclaim is retried by the ledger.
+pub const DEFAULT_STEP_TIMEOUT_MS: u64 = 20_000;
+/// Time kept in the per-run reserve for the store requests around a run (claim, intent, re-read,
+/// release).
+pub const STORE_ALLOWANCE_MS: u64 = 2_000;
 /// The first retry of a failed destroy waits this long; each further failure doubles it.
 pub const RECLAIM_RETRY_BASE_MS: u64 = 60_000;
 /// The longest wait between two retries of a failed destroy.
@@ -350,6 +357,8 @@ pub struct ReapOptions {
     /// Runs in flight at once (probes waiting on slow sandbox hosts overlap). Each run still
     /// holds its own claim; 1 is the reference's one-at-a-time sweep.
     pub concurrency: usize,
+    /// The deadline of a probe and of a reclaim (see [`DEFAULT_STEP_TIMEOUT_MS`]).
+    pub step_timeout_ms: u64,
 }
 
 impl ReapOptions {
@@ -366,6 +375,7 @@ impl ReapOptions {
             claim_ttl_ms: None,
             max_reclaim_retries: DEFAULT_MAX_RECLAIM_RETRIES,
             concurrency: DEFAULT_CONCURRENCY,
+            step_timeout_ms: DEFAULT_STEP_TIMEOUT_MS,
         }
     }
 
@@ -396,6 +406,15 @@ impl ReapOptions {
                 format!("{} is too large", self.detached_run_ttl_ms),
             );
         }
+        if self.step_timeout_ms == 0 || self.step_timeout_ms > MAX_DURATION_MS {
+            return bad(
+                "step_timeout_ms",
+                format!(
+                    "{} is out of range: use 1..={MAX_DURATION_MS} milliseconds",
+                    self.step_timeout_ms
+                ),
+            );
+        }
         if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
             return bad(
                 "concurrency",
@@ -419,9 +438,25 @@ impl ReapOptions {
         Ok(())
     }
 
+    /// Time kept for one run when checking the deadline: [`ReapOptions::worst_case_run_ms`]
+    /// unless set.
     pub fn reserve_ms(&self) -> u64 {
         self.per_run_reserve_ms
-            .unwrap_or(self.run_budget_ms + self.fence_quiet_ms + 1_000)
+            .unwrap_or_else(|| self.worst_case_run_ms())
+    }
+
+    /// The longest one run can take, from the same bounds the sweep enforces: the probe's step
+    /// deadline, the quiet wait's worst case, the drive's budget, the reclaim's step deadline and
+    /// the store requests around them. A platform that plans its batch with this never starts a
+    /// run that overruns its kill.
+    pub fn worst_case_run_ms(&self) -> u64 {
+        let quiet_worst =
+            self.fence_quiet_ms * (u64::from(crate::claim::MAX_QUIESCENCE_PROBES) + 1);
+        self.step_timeout_ms
+            .saturating_add(quiet_worst)
+            .saturating_add(self.run_budget_ms)
+            .saturating_add(self.step_timeout_ms)
+            .saturating_add(STORE_ALLOWANCE_MS)
     }
 
     pub fn claim_ttl(&self) -> u64 {
@@ -719,7 +754,21 @@ async fn reap_one(
     let mut exit_code = None;
     if !expired {
         *probed += 1;
-        match deps.probe.has_finished(record).await {
+        let probe = within(
+            deps.sleeper.as_ref(),
+            options.step_timeout_ms,
+            deps.probe.has_finished(record),
+        )
+        .await
+        .unwrap_or_else(|| {
+            Ok(RunExitProbe::Unknown {
+                error: Some(format!(
+                    "the probe took longer than its {} ms deadline",
+                    options.step_timeout_ms
+                )),
+            })
+        });
+        match probe {
             Ok(RunExitProbe::Finished { exit_code: code }) => exit_code = Some(code),
             Ok(RunExitProbe::Producing) => {
                 tracing::debug!(target: "reaper", run_id, state = "producing", "leaving the run alone");
@@ -775,7 +824,7 @@ async fn reap_one(
     let mut error = None;
     let mut sandbox = None;
     if terminal {
-        match settle(deps, &stored, driven.intent).await {
+        match settle(deps, options, &stored, driven.intent).await {
             Ok(fate) => sandbox = Some(fate),
             Err(e) => {
                 tracing::error!(target: "reaper", run_id, status = %status, error = %e, "reclaiming the run's sandbox failed; the reclaim ledger retries it");
@@ -812,11 +861,26 @@ fn not_confirmed(run_id: &str, reason: String) -> ReapRunEntry {
     )
 }
 
+/// `fut`, or `None` once `ms` passed first (the future is dropped, abandoning the step).
+async fn within<T>(
+    sleeper: &dyn Sleeper,
+    ms: u64,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let fut = std::pin::pin!(fut);
+    let timer = std::pin::pin!(sleeper.sleep(ms));
+    match select(fut, timer).await {
+        Either::Left((value, _)) => Some(value),
+        Either::Right(((), _)) => None,
+    }
+}
+
 /// Reclaims the sandbox of `record`, which the store confirmed terminal, and settles its ledger
 /// entry: resolved once the sandbox is confirmed gone (or deliberately kept), otherwise
 /// rescheduled with backoff and reported as a leak.
 async fn settle(
     deps: &ReapDeps,
+    options: &ReapOptions,
     record: &RunRecord,
     mut intent: ReclaimIntent,
 ) -> Result<SandboxFate, ReapError> {
@@ -825,7 +889,20 @@ async fn settle(
         resolve(deps, run_id).await;
         return Ok(SandboxFate::NotReclaimed);
     };
-    let error = match reclaim.reclaim(record, &intent).await {
+    let attempt = within(
+        deps.sleeper.as_ref(),
+        options.step_timeout_ms,
+        reclaim.reclaim(record, &intent),
+    )
+    .await
+    .unwrap_or_else(|| {
+        // The destroy may still land; the ledger's retry finds the sandbox gone then.
+        Err(ReclaimError::Other(format!(
+            "the reclaim took longer than its {} ms deadline",
+            options.step_timeout_ms
+        )))
+    });
+    let error = match attempt {
         Ok(done) => {
             resolve(deps, run_id).await;
             return Ok(match done {
@@ -931,7 +1008,7 @@ async fn retry_reclaims(
             }
         };
         report.retried += 1;
-        match settle_intent(deps, intent.clone()).await {
+        match settle_intent(deps, options, intent.clone()).await {
             Ok(()) => report.settled += 1,
             Err(error) => {
                 tracing::error!(target: "reaper", run_id, %error, attempts = intent.attempts + 1, first_seen = intent.first_seen, "a reclaim retry failed; the sandbox may still be running");
@@ -944,7 +1021,11 @@ async fn retry_reclaims(
     }
 }
 
-async fn settle_intent(deps: &ReapDeps, intent: ReclaimIntent) -> Result<(), ReapError> {
+async fn settle_intent(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    intent: ReclaimIntent,
+) -> Result<(), ReapError> {
     let run_id = intent.run_id.clone();
     // The epoch bump, not a read: for a run that is not terminal it fences out the holder that
     // recorded the intent (its lease may have expired while it was paused), so no terminal write
@@ -977,7 +1058,7 @@ async fn settle_intent(deps: &ReapDeps, intent: ReclaimIntent) -> Result<(), Rea
         });
     };
     deps.logs.close(&run_id, deps.clock.now_ms()).await?;
-    settle(deps, &record, intent).await.map(|_| ())
+    settle(deps, options, &record, intent).await.map(|_| ())
 }
 
 /// Steps 3–10 of spec B.3: claim, re-check expiry, cancel, quiesce, arm the budget, drive, pipe.

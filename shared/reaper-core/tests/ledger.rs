@@ -462,3 +462,85 @@ async fn the_report_carries_the_backlog_and_the_waits_runs_had() {
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["slo"]["backlog"], 3);
 }
+
+/// A probe that never answers: a sandbox host that accepted the connection and hung.
+struct HungProbe;
+
+#[async_trait::async_trait]
+impl reaper_core::ports::ExitProbe for HungProbe {
+    async fn has_finished(
+        &self,
+        _record: &RunRecord,
+    ) -> Result<reaper_core::RunExitProbe, reaper_core::ProbeError> {
+        std::future::pending().await
+    }
+}
+
+/// A reclaim that never answers.
+struct HungReclaim;
+
+#[async_trait::async_trait]
+impl Reclaim for HungReclaim {
+    async fn reclaim(
+        &self,
+        _record: &RunRecord,
+        _intent: &ReclaimIntent,
+    ) -> Result<Reclaimed, ReclaimError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_past_its_step_deadline_is_unknown_and_the_sweep_goes_on() {
+    let mut h = Harness::new();
+    h.options.step_timeout_ms = 1_000;
+    h.seed("hung", Some(FRESH), None);
+    let mut deps = h.deps();
+    deps.probe = Arc::new(HungProbe);
+    let started = tokio::time::Instant::now();
+    let report = reaper_core::reap::reap_detached_runs(&deps, &h.options)
+        .await
+        .unwrap();
+    assert_eq!(started.elapsed(), std::time::Duration::from_millis(1_000));
+    let hung = entry(&report, "hung");
+    assert_eq!(hung.outcome, ReapOutcome::Unknown);
+    assert!(hung
+        .error
+        .as_ref()
+        .unwrap()
+        .to_string()
+        .contains("deadline"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reclaim_past_its_step_deadline_is_a_leak_the_ledger_retries() {
+    let mut h = Harness::new();
+    h.options.step_timeout_ms = 1_000;
+    h.seed("done", Some(FRESH), Some("k"));
+    h.probe.finished("done", 0);
+    let mut deps = h.deps();
+    deps.reclaim = Some(Arc::new(HungReclaim));
+    let report = reaper_core::reap::reap_detached_runs(&deps, &h.options)
+        .await
+        .unwrap();
+    assert_eq!(entry(&report, "done").outcome, ReapOutcome::ReclaimFailed);
+    let intent = h.memory.get_intent("done").await.unwrap().unwrap();
+    assert_eq!(intent.attempts, 1);
+    assert!(intent.last_error.unwrap().contains("deadline"));
+}
+
+#[test]
+fn the_reserve_is_the_worst_case_the_sweeps_own_bounds_allow() {
+    let o = reaper_core::reap::ReapOptions::new(1, "me");
+    // probe step + quiet wait (7 windows of 5 s) + run budget + reclaim step + store requests.
+    assert_eq!(
+        o.worst_case_run_ms(),
+        20_000 + 35_000 + 30_000 + 20_000 + 2_000
+    );
+    assert_eq!(o.reserve_ms(), o.worst_case_run_ms());
+    let mut o2 = o.clone();
+    o2.step_timeout_ms = 5_000;
+    o2.run_budget_ms = 10_000;
+    o2.fence_quiet_ms = 0;
+    assert_eq!(o2.reserve_ms(), 5_000 + 10_000 + 5_000 + 2_000);
+}
