@@ -14,8 +14,20 @@ use crate::config::Config;
 pub const MIN_WALL_MARGIN_MS: u64 = 5_000;
 /// Subrequests of the sweep itself, outside any run: the lease, the listing, the release.
 pub const SWEEP_OVERHEAD_SUBREQUESTS: u64 = 8;
+/// D1 round trips (subrequests) the event retention after a sweep may make, kept out of the
+/// runs' share.
+pub const RETENTION_ROUND_TRIPS: usize = 8;
+/// Events one retention batch deletes at most: one short D1 transaction.
+pub const RETENTION_BATCH_EVENTS: usize = 500;
+/// How often the retention runs while it keeps up: its listing walks the terminal runs in
+/// finish order (pruned ones too, since no index tells them apart), so it runs hourly rather
+/// than every alarm. While a call reports `more`, every alarm carries on.
+pub const RETENTION_EVERY_MS: i64 = 60 * 60 * 1000;
 /// A tenth of the CPU limit stays unspent: the runtime, the report, JSON.
 pub const CPU_RESERVE_DIVISOR: u64 = 10;
+/// Runs in flight: a Worker keeps at most six connections open at once, and each run holds one
+/// (its sandboxd request) next to the D1 requests.
+pub const WORKER_CONCURRENCY: usize = 4;
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -39,10 +51,11 @@ pub struct SweepPlan {
 /// Sizes one sweep that starts at `start`.
 ///
 /// - Wall: the deadline is `start + wall - max(5 s, wall / 10)`; the core starts a run only
-///   while its worst case (run budget + quiet window + 1 s) ends before it.
+///   while its worst case ([`ReapOptions::worst_case_run_ms`]: the probe and reclaim step
+///   deadlines, the quiet wait's worst case and the run budget) ends before it.
 /// - CPU: Workers cannot read their CPU time, so the cap is what fits if every run spends its
 ///   `REAPER_CPU_PER_RUN`: `(cpu - cpu / 10) / cpu_per_run`.
-/// - Subrequests: `(limit - 8) / per_run`.
+/// - Subrequests: `(limit - 8 - 8) / per_run`: the sweep's own and the event retention's.
 /// - `max_runs` is the smallest of those and `REAPER_MAX_RUNS`, and at least 1.
 /// - The sweep lease lasts the wall limit, so a sweep killed by the runtime frees it by then.
 pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepPlan {
@@ -53,7 +66,7 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     let by_cpu = ((cpu - cpu / CPU_RESERVE_DIVISOR) / ms(config.cpu_per_run).max(1)) as usize;
     let by_subrequests = (config
         .subrequests
-        .saturating_sub(SWEEP_OVERHEAD_SUBREQUESTS)
+        .saturating_sub(SWEEP_OVERHEAD_SUBREQUESTS + RETENTION_ROUND_TRIPS as u64)
         / config.subrequests_per_run.max(1)) as usize;
     let (mut max_runs, mut limited_by) = (config.max_runs, "configured");
     if by_cpu < max_runs {
@@ -69,6 +82,7 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     options.fence_quiet_ms = ms(config.fence_quiet);
     options.max_runs = max_runs;
     options.deadline = Some(deadline);
+    options.concurrency = WORKER_CONCURRENCY;
     SweepPlan {
         options,
         start,
@@ -76,6 +90,24 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
         max_runs,
         limited_by,
         lease_ttl_ms: wall.max(1_000),
+    }
+}
+
+/// When the last event retention ran and whether it stopped at its bound. Kept in the Durable
+/// Object's storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionMark {
+    pub at: EpochMs,
+    pub more: bool,
+}
+
+/// Whether an alarm at `now` runs the event retention: when it never ran, when the last call
+/// left aged-out events behind, or an hour after the last one.
+pub fn retention_due(last: Option<RetentionMark>, now: EpochMs) -> bool {
+    match last {
+        None => true,
+        Some(mark) => mark.more || now.saturating_sub(mark.at) >= RETENTION_EVERY_MS,
     }
 }
 
@@ -192,6 +224,42 @@ mod tests {
     fn the_free_plan_s_fifty_subrequests_cap_the_batch() {
         let p = plan(&config(&[("REAPER_SUBREQUESTS", "50")]), "o", T0);
         assert_eq!((p.max_runs, p.limited_by), (1, "subrequests"));
+    }
+
+    #[test]
+    fn the_event_retention_s_round_trips_come_out_of_the_runs_share() {
+        // (1000 - 8 - 8) / 36 = 27 runs; without the retention's share it would be 27.3, so
+        // pick a per-run figure where the 8 decide: (1000 - 16) / 123 = 8, (1000 - 8) / 123 = 8.06.
+        let p = plan(
+            &config(&[("REAPER_SUBREQUESTS", "1000"), ("REAPER_SUBREQUESTS_PER_RUN", "124")]),
+            "o",
+            T0,
+        );
+        assert_eq!((p.max_runs, p.limited_by), (7, "subrequests"));
+    }
+
+    #[test]
+    fn the_event_retention_runs_first_hourly_after_and_every_alarm_while_it_is_behind() {
+        assert!(retention_due(None, T0));
+        let kept_up = RetentionMark { at: T0, more: false };
+        assert!(!retention_due(Some(kept_up), T0 + RETENTION_EVERY_MS - 1));
+        assert!(retention_due(Some(kept_up), T0 + RETENTION_EVERY_MS));
+        let behind = RetentionMark { at: T0, more: true };
+        assert!(retention_due(Some(behind), T0 + 1));
+    }
+
+    #[test]
+    fn the_event_retention_defaults_to_thirty_days_like_the_other_stores() {
+        assert_eq!(config(&[]).log_retention.as_secs(), 30 * 86_400);
+        let refused = Config::from_lookup(|k| match k {
+            "REAPER_DETACHED_TTL" => Some("30m".into()),
+            "REAPER_SANDBOXD_URL" => Some("http://127.0.0.1:1".into()),
+            "REAPER_SANDBOXD_TOKEN" => Some("t".into()),
+            "REAPER_LOG_RETENTION" => Some("10m".into()),
+            _ => None,
+        })
+        .unwrap_err();
+        assert!(refused.names("REAPER_LOG_RETENTION"), "{refused}");
     }
 
     #[test]
