@@ -201,6 +201,7 @@ pub(crate) mod tests {
             deadline_margin: None,
             per_run_reserve: None,
             log_retention: Duration::from_secs(86_400),
+            aws_credentials: reaper_serverless::AwsCredentialsConfig::DefaultChain,
         };
         ServerlessReport {
             sweep: SweepReport {

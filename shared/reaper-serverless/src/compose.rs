@@ -3,6 +3,11 @@
 //! its DynamoDB cost.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::config::IdentityCache;
 
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{sweep, ReapDeps, SweepReport, SweepStatus};
@@ -14,6 +19,7 @@ use reaper_local::{SystemClock, TokioSleeper};
 use serde::Serialize;
 
 use crate::config::{ServerlessConfig, SANDBOXD_TOKEN, SANDBOXD_URL};
+use crate::credentials::{AwsCredentialsConfig, OidcTokens, WebIdentityCredentials};
 use crate::plan::SweepPlan;
 
 /// The handler's dependencies: the sweep's ports, plus the concrete store for its request
@@ -23,6 +29,9 @@ pub struct ServerlessDeps {
     pub reap: ReapDeps,
     pub store: DynamoStore,
     pub provider: HttpSandboxProvider,
+    /// Where the handler offers each request's OIDC token; `Some` when the store assumes a role
+    /// with it (`AWS_ROLE_ARN`).
+    pub oidc_tokens: Option<OidcTokens>,
 }
 
 /// The sandboxd provider could not be built from the settings.
@@ -30,11 +39,74 @@ pub struct ServerlessDeps {
 #[error("cannot set up the sandboxd client from {SANDBOXD_URL} and {SANDBOXD_TOKEN}: {0}")]
 pub struct ComposeError(pub reaper_http_sandbox::ConfigError);
 
-/// Loads the AWS configuration the usual way (region, credentials chain,
-/// `AWS_ENDPOINT_URL_DYNAMODB`) and builds every port. Makes no request.
+/// How long one STS call may take: the sweep waits for it before its first DynamoDB request.
+const STS_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const STS_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Loads the AWS configuration the usual way (region, `AWS_ENDPOINT_URL_DYNAMODB`,
+/// `AWS_ENDPOINT_URL_STS`), gives the store the credentials the settings choose
+/// ([`AwsCredentialsConfig`]) and builds every port. Makes no request.
 pub async fn build_deps(config: &ServerlessConfig) -> Result<ServerlessDeps, ComposeError> {
-    let store = DynamoStore::connect(dynamo_options(config)).await;
-    compose(config, store)
+    let options = dynamo_options(config);
+    let loader = aws_config::defaults(BehaviorVersion::latest());
+    let (store, oidc_tokens) = match &config.aws_credentials {
+        AwsCredentialsConfig::DefaultChain => (DynamoStore::connect(options).await, None),
+        AwsCredentialsConfig::StaticKeys {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        } => {
+            let sdk = loader.no_credentials().load().await;
+            let keys = Credentials::new(
+                access_key_id.expose(),
+                secret_access_key.expose(),
+                session_token.as_ref().map(|t| t.expose().to_string()),
+                None,
+                "ReaperStaticKeys",
+            );
+            let builder = aws_sdk_dynamodb::config::Builder::from(&sdk).credentials_provider(keys);
+            (DynamoStore::from_config_builder(builder, options), None)
+        }
+        AwsCredentialsConfig::WebIdentity {
+            role_arn,
+            session_name,
+            env_token,
+        } => {
+            let sdk = loader.no_credentials().load().await;
+            let tokens = OidcTokens::new(env_token.clone());
+            let sts = aws_sdk_sts::config::Builder::from(&sdk)
+                .timeout_config(
+                    aws_sdk_sts::config::timeout::TimeoutConfig::builder()
+                        .connect_timeout(STS_CONNECT_TIMEOUT)
+                        .operation_timeout(STS_OPERATION_TIMEOUT)
+                        .build(),
+                )
+                .build();
+            let provider = WebIdentityCredentials::new(
+                aws_sdk_sts::Client::from_conf(sts),
+                role_arn,
+                session_name,
+                tokens.clone(),
+                Arc::new(SystemClock),
+            );
+            // The provider caches and renews the credentials itself (one STS call at a time,
+            // with the freshest token); the SDK's cache in front of it would only delay that.
+            let builder = aws_sdk_dynamodb::config::Builder::from(&sdk)
+                .credentials_provider(provider)
+                .identity_cache(IdentityCache::no_cache());
+            (
+                DynamoStore::from_config_builder(builder, options),
+                Some(tokens),
+            )
+        }
+    };
+    tracing::info!(
+        aws_credentials = config.aws_credentials.kind(),
+        "DynamoDB store configured"
+    );
+    let mut deps = compose(config, store)?;
+    deps.oidc_tokens = oidc_tokens;
+    Ok(deps)
 }
 
 /// The store options the settings ask for.
@@ -98,6 +170,7 @@ pub fn compose(
         },
         store,
         provider,
+        oidc_tokens: None,
     })
 }
 

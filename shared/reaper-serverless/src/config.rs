@@ -5,6 +5,11 @@ use std::time::Duration;
 
 use reaper_core::reap::{DEFAULT_MAX_RUNS, DEFAULT_RUN_BUDGET_MS};
 
+use crate::credentials::{
+    AwsCredentialsConfig, ACCESS_KEY_ID, DEFAULT_SESSION_NAME, ROLE_ARN, ROLE_SESSION_NAME,
+    SECRET_ACCESS_KEY, SESSION_TOKEN, VERCEL_OIDC_TOKEN,
+};
+
 /// The DynamoDB table holding runs, logs, leases and sandbox instances.
 pub const TABLE: &str = "REAPER_TABLE";
 /// Where `reaper-sandboxd` listens.
@@ -129,6 +134,48 @@ pub const SETTINGS: &[Setting] = &[
         default: "30d",
         accepted: "a duration from 1h to 3650d",
     },
+    Setting {
+        name: ROLE_ARN,
+        required: false,
+        secret: false,
+        default: "",
+        accepted: "an IAM role ARN, arn:aws:iam::<12-digit account>:role/<name>: the role the OIDC stack creates (infra/aws/vercel-oidc.yaml, output RoleArn)",
+    },
+    Setting {
+        name: ROLE_SESSION_NAME,
+        required: false,
+        secret: false,
+        default: DEFAULT_SESSION_NAME,
+        accepted: "2 to 64 characters of A-Z a-z 0-9 _ + = , . @ -",
+    },
+    Setting {
+        name: VERCEL_OIDC_TOKEN,
+        required: false,
+        secret: true,
+        default: "",
+        accepted: "a Vercel OIDC token (a JWT) without surrounding whitespace; Vercel sets it",
+    },
+    Setting {
+        name: ACCESS_KEY_ID,
+        required: false,
+        secret: true,
+        default: "",
+        accepted: "an AWS access key id without surrounding whitespace",
+    },
+    Setting {
+        name: SECRET_ACCESS_KEY,
+        required: false,
+        secret: true,
+        default: "",
+        accepted: "the secret access key of AWS_ACCESS_KEY_ID, without surrounding whitespace",
+    },
+    Setting {
+        name: SESSION_TOKEN,
+        required: false,
+        secret: true,
+        default: "",
+        accepted: "the session token of temporary keys, without surrounding whitespace",
+    },
 ];
 
 /// Looks a setting up in [`SETTINGS`].
@@ -156,6 +203,9 @@ pub struct ServerlessConfig {
     pub deadline_margin: Option<Duration>,
     pub per_run_reserve: Option<Duration>,
     pub log_retention: Duration,
+    /// How the DynamoDB store authenticates (`AWS_ROLE_ARN`, else `AWS_ACCESS_KEY_ID`, else the
+    /// SDK's default chain).
+    pub aws_credentials: AwsCredentialsConfig,
 }
 
 impl std::fmt::Debug for ServerlessConfig {
@@ -177,6 +227,7 @@ impl std::fmt::Debug for ServerlessConfig {
             .field("deadline_margin", &self.deadline_margin)
             .field("per_run_reserve", &self.per_run_reserve)
             .field("log_retention", &self.log_retention)
+            .field("aws_credentials", &self.aws_credentials)
             .finish()
     }
 }
@@ -245,6 +296,10 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
             }
             _ => None,
         }
+    }
+
+    fn is_set(&self, name: &str) -> bool {
+        (self.get)(name).is_some_and(|v| !v.is_empty())
     }
 
     fn fail(&mut self, name: &'static str, value: Option<&str>, problem: String) {
@@ -372,6 +427,65 @@ fn check_dir(v: &str) -> Result<(), String> {
     Ok(())
 }
 
+fn check_role_arn(v: &str) -> Result<(), String> {
+    let parts: Vec<&str> = v.splitn(6, ':').collect();
+    let well_formed = matches!(parts.as_slice(),
+        ["arn", partition, "iam", "", account, resource]
+            if partition.starts_with("aws")
+                && account.len() == 12
+                && account.bytes().all(|b| b.is_ascii_digit())
+                && resource.strip_prefix("role/").is_some_and(|name| !name.is_empty())
+                && !resource.contains(char::is_whitespace));
+    if well_formed {
+        Ok(())
+    } else {
+        Err("is not an IAM role ARN".into())
+    }
+}
+
+fn check_session_name(v: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "_+=,.@-".contains(c);
+    if !(2..=64).contains(&v.len()) || !v.chars().all(allowed) {
+        return Err("is not a valid STS session name".into());
+    }
+    Ok(())
+}
+
+impl<G: Fn(&str) -> Option<String>> Reader<G> {
+    /// `AWS_ROLE_ARN` wins; keys count only without it (they are not even read then); neither
+    /// leaves the SDK's default chain.
+    fn aws_credentials(&mut self) -> Option<AwsCredentialsConfig> {
+        if self.is_set(ROLE_ARN) {
+            let role_arn = self.string(ROLE_ARN, check_role_arn);
+            let session_name = self.string(ROLE_SESSION_NAME, check_session_name);
+            let env_token = self.string(VERCEL_OIDC_TOKEN, check_token);
+            return Some(AwsCredentialsConfig::WebIdentity {
+                role_arn: role_arn?,
+                session_name: session_name.unwrap_or_else(|| DEFAULT_SESSION_NAME.into()),
+                env_token: env_token.map(Secret::new),
+            });
+        }
+        if !self.is_set(ACCESS_KEY_ID) {
+            return Some(AwsCredentialsConfig::DefaultChain);
+        }
+        let access_key_id = self.string(ACCESS_KEY_ID, check_token);
+        let secret_access_key = self.string(SECRET_ACCESS_KEY, check_token);
+        let session_token = self.string(SESSION_TOKEN, check_token);
+        if !self.is_set(SECRET_ACCESS_KEY) {
+            self.fail(
+                SECRET_ACCESS_KEY,
+                None,
+                format!("is not set, but {ACCESS_KEY_ID} is"),
+            );
+        }
+        Some(AwsCredentialsConfig::StaticKeys {
+            access_key_id: Secret::new(access_key_id?),
+            secret_access_key: Secret::new(secret_access_key?),
+            session_token: session_token.map(Secret::new),
+        })
+    }
+}
+
 impl ServerlessConfig {
     /// Reads every setting of [`SETTINGS`] through `get` (`|k| std::env::var(k).ok()` in a
     /// handler). An empty value counts as unset. Fails with every problem found, each naming
@@ -394,15 +508,29 @@ impl ServerlessConfig {
         let deadline_margin = r.duration(DEADLINE_MARGIN, Duration::ZERO, 5 * MINUTE);
         let per_run_reserve = r.duration(PER_RUN_RESERVE, Duration::from_millis(1), HOUR);
         let log_retention = r.duration(LOG_RETENTION, HOUR, 3650 * DAY);
+        let aws_credentials = r.aws_credentials();
         if !r.problems.is_empty() {
             return Err(ConfigError {
                 problems: r.problems,
             });
         }
-        let (Some(table), Some(sandboxd_url), Some(sandboxd_token), Some(detached_ttl)) =
-            (table, sandboxd_url, sandboxd_token, detached_ttl)
+        let (
+            Some(table),
+            Some(sandboxd_url),
+            Some(sandboxd_token),
+            Some(detached_ttl),
+            Some(aws_credentials),
+        ) = (
+            table,
+            sandboxd_url,
+            sandboxd_token,
+            detached_ttl,
+            aws_credentials,
+        )
         else {
-            unreachable!("a missing required setting is a problem above");
+            unreachable!(
+                "a missing required setting or a bad credential setting is a problem above"
+            );
         };
         Ok(ServerlessConfig {
             table,
@@ -421,6 +549,7 @@ impl ServerlessConfig {
             deadline_margin,
             per_run_reserve,
             log_retention: log_retention.unwrap_or(reaper_dynamodb::DEFAULT_LOG_RETENTION),
+            aws_credentials,
         })
     }
 }
@@ -471,7 +600,10 @@ mod tests {
         )])))
         .unwrap();
         let shown = format!("{c:?}");
-        assert!(!shown.contains("hunter2") && !shown.contains("admin"), "{shown}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("admin"),
+            "{shown}"
+        );
         assert!(shown.contains("sandboxes.example.com"), "{shown}");
         let refused = error_for(&with(&[(SANDBOXD_URL, "https://admin:hunter2@ bad host")]));
         let message = refused.to_string();
@@ -657,6 +789,166 @@ mod tests {
         assert_eq!((c.budget, c.journal_dir), (None, None));
     }
 
+    const ROLE: &str = "arn:aws:iam::123456789012:role/reaper-vercel";
+    const OIDC: &str = "eyJhbGciOiJSUzI1NiJ9.oidc-payload-s3cr3t.signature";
+    const KEY_ID: &str = "AKIAKEYIDS3CR3T";
+    const SECRET_KEY: &str = "wJalrXUtnFEMI-secret-key-s3cr3t";
+
+    #[test]
+    fn a_role_arn_selects_web_identity_and_the_keys_beside_it_are_ignored() {
+        let c = ServerlessConfig::from_env(env(&with(&[
+            (ROLE_ARN, ROLE),
+            (VERCEL_OIDC_TOKEN, OIDC),
+            (ACCESS_KEY_ID, KEY_ID),
+            // Not even read while a role is set: a leftover key cannot block the start.
+            (SECRET_ACCESS_KEY, " padded"),
+        ])))
+        .unwrap();
+        assert_eq!(
+            c.aws_credentials,
+            AwsCredentialsConfig::WebIdentity {
+                role_arn: ROLE.into(),
+                session_name: DEFAULT_SESSION_NAME.into(),
+                env_token: Some(Secret::new(OIDC)),
+            }
+        );
+        assert!(c.aws_credentials.require_explicit().is_ok());
+        let named = ServerlessConfig::from_env(env(&with(&[
+            (
+                ROLE_ARN,
+                "arn:aws-us-gov:iam::123456789012:role/path/reaper",
+            ),
+            (ROLE_SESSION_NAME, "reaper-prod@vercel"),
+        ])))
+        .unwrap();
+        let AwsCredentialsConfig::WebIdentity {
+            session_name,
+            env_token,
+            ..
+        } = named.aws_credentials
+        else {
+            panic!("expected web identity: {named:?}");
+        };
+        assert_eq!(
+            (session_name.as_str(), env_token),
+            ("reaper-prod@vercel", None)
+        );
+    }
+
+    #[test]
+    fn access_keys_without_a_role_are_used_as_set_and_need_their_secret() {
+        let c = ServerlessConfig::from_env(env(&with(&[
+            (ACCESS_KEY_ID, KEY_ID),
+            (SECRET_ACCESS_KEY, SECRET_KEY),
+            (SESSION_TOKEN, "session-s3cr3t"),
+        ])))
+        .unwrap();
+        assert_eq!(
+            c.aws_credentials,
+            AwsCredentialsConfig::StaticKeys {
+                access_key_id: Secret::new(KEY_ID),
+                secret_access_key: Secret::new(SECRET_KEY),
+                session_token: Some(Secret::new("session-s3cr3t")),
+            }
+        );
+        assert!(c.aws_credentials.require_explicit().is_ok());
+
+        let e = error_for(&with(&[(ACCESS_KEY_ID, KEY_ID)]));
+        assert_eq!(e.problems.len(), 1, "{e}");
+        assert_eq!(e.problems[0].name, SECRET_ACCESS_KEY);
+        assert!(
+            e.to_string()
+                .contains("AWS_SECRET_ACCESS_KEY is not set, but AWS_ACCESS_KEY_ID is"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn neither_a_role_nor_keys_leaves_the_default_chain_which_a_handler_can_refuse() {
+        let c = ServerlessConfig::from_env(env(&minimal())).unwrap();
+        assert_eq!(c.aws_credentials, AwsCredentialsConfig::DefaultChain);
+        let e = c
+            .aws_credentials
+            .require_explicit()
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "no AWS credentials are configured",
+            "set AWS_ROLE_ARN to the role the OIDC stack creates",
+            "infra/aws/vercel-oidc.yaml",
+            "AWS_REGION",
+            "or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ] {
+            assert!(e.contains(part), "{part:?} missing from {e}");
+        }
+        // Empty values are how templates spell unset.
+        let empty = ServerlessConfig::from_env(env(&with(&[(ROLE_ARN, ""), (ACCESS_KEY_ID, "")])));
+        assert_eq!(
+            empty.unwrap().aws_credentials,
+            AwsCredentialsConfig::DefaultChain
+        );
+    }
+
+    #[test]
+    fn a_malformed_role_arn_or_session_name_is_refused_naming_the_variable() {
+        for (name, value) in [
+            (ROLE_ARN, "reaper-vercel"),
+            (ROLE_ARN, "arn:aws:iam::12345:role/reaper"),
+            (ROLE_ARN, "arn:aws:iam::123456789012:user/reaper"),
+            (ROLE_ARN, "arn:aws:s3:::123456789012:role/reaper"),
+            (ROLE_ARN, "arn:aws:iam::123456789012:role/"),
+        ] {
+            let e = error_for(&with(&[(name, value)]));
+            assert_eq!(e.problems.len(), 1, "{value}: {e}");
+            assert_eq!(e.problems[0].name, ROLE_ARN);
+            assert_eq!(e.problems[0].value.as_deref(), Some(value));
+            assert!(e.to_string().contains("is not an IAM role ARN"), "{e}");
+        }
+        let too_long: &'static str = Box::leak("n".repeat(65).into_boxed_str());
+        for session in ["x", "has space", too_long] {
+            let e = error_for(&with(&[(ROLE_ARN, ROLE), (ROLE_SESSION_NAME, session)]));
+            assert_eq!(e.problems[0].name, ROLE_SESSION_NAME, "{session}");
+        }
+    }
+
+    #[test]
+    fn keys_and_the_oidc_token_never_appear_in_the_debug_output_or_an_error() {
+        let role =
+            ServerlessConfig::from_env(env(&with(&[(ROLE_ARN, ROLE), (VERCEL_OIDC_TOKEN, OIDC)])))
+                .unwrap();
+        let keys = ServerlessConfig::from_env(env(&with(&[
+            (ACCESS_KEY_ID, KEY_ID),
+            (SECRET_ACCESS_KEY, SECRET_KEY),
+            (SESSION_TOKEN, "session-s3cr3t"),
+        ])))
+        .unwrap();
+        let shown = format!("{role:?} {keys:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(
+            shown.contains(ROLE),
+            "the role ARN is not a secret: {shown}"
+        );
+        for (name, value) in [
+            (VERCEL_OIDC_TOKEN, "padded-oidc-s3cr3t\n"),
+            (SECRET_ACCESS_KEY, " padded-s3cr3t"),
+            (ACCESS_KEY_ID, "AKIA S3CR3T"),
+        ] {
+            let mut pairs = with(&[(ACCESS_KEY_ID, KEY_ID), (SECRET_ACCESS_KEY, SECRET_KEY)]);
+            if name == VERCEL_OIDC_TOKEN {
+                pairs = with(&[(ROLE_ARN, ROLE)]);
+            }
+            pairs.retain(|(k, _)| *k != name);
+            pairs.push((name, value));
+            let e = error_for(&pairs);
+            assert_eq!(e.problems[0].name, name);
+            let shown = format!("{e} {e:?}");
+            assert!(
+                !shown.contains("S3CR3T") && !shown.contains("s3cr3t"),
+                "{shown}"
+            );
+        }
+    }
+
     #[test]
     fn the_readme_table_lists_exactly_the_settings_read() {
         let readme = include_str!("../README.md");
@@ -664,7 +956,9 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("| `"))
             .filter_map(|l| l.split('`').next())
-            .filter(|n| n.starts_with("REAPER_"))
+            .filter(|n| {
+                n.starts_with("REAPER_") || n.starts_with("AWS_") || n.starts_with("VERCEL_")
+            })
             .collect();
         let read: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
         assert_eq!(documented, read);

@@ -3,6 +3,8 @@
 //! - [`ServerlessConfig::from_env`]: every setting from the environment ([`config::SETTINGS`],
 //!   documented in `README.md`), with one error naming every missing or bad variable, what was
 //!   wrong and what is accepted, never repeating the sandboxd token;
+//! - [`credentials`]: how the store authenticates to AWS: a role assumed with the deployment's
+//!   OIDC token (`AWS_ROLE_ARN`, no stored keys), explicit keys, or the SDK's default chain;
 //! - [`build_deps`]: the DynamoDB store (every store port on one table), the sandboxd HTTP
 //!   provider, the journal exit probe, the journal replay drive, the sandbox reclaimer and system
 //!   time, composed into the core's [`ReapDeps`](reaper_core::reap::ReapDeps);
@@ -15,6 +17,7 @@
 
 pub mod compose;
 pub mod config;
+pub mod credentials;
 pub mod plan;
 
 pub use compose::{
@@ -22,6 +25,7 @@ pub use compose::{
     ServerlessReport,
 };
 pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
+pub use credentials::{AwsCredentialsConfig, NoAwsCredentials, OidcTokens, WebIdentityCredentials};
 pub use plan::{check_budget, minimum_budget, plan, BudgetTooShort, SweepPlan};
 /// The wall clock the serverless handlers run on (their deadlines are wall time).
 pub use reaper_local::SystemClock;

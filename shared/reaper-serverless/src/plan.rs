@@ -250,6 +250,7 @@ mod tests {
             deadline_margin: None,
             per_run_reserve: None,
             log_retention: Duration::from_secs(86_400),
+            aws_credentials: crate::AwsCredentialsConfig::DefaultChain,
         }
     }
 
