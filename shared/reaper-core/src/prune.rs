@@ -8,12 +8,15 @@
 //! # Deviation from the reference: batched deletion
 //!
 //! The reference issues one `rm` `exec` per deleted run; against a remote sandbox every `exec`
-//! is a network round trip. Here every group is decided first (the same store lookups, in the
-//! same order), and the deletions then go out in batches: one `exec` per batch, whose script runs
-//! the reference's `rm -f '<journal>' '<stderr>'` for each run followed by
-//! `printf 'rm <index> %d\n' "$?"`, so each run still gets its own verdict. A run without its
-//! status line is `delete-failed` (fail closed), and a batch whose `exec` fails fails every run
-//! in it with that error. A batch is bounded by [`PruneOptions::delete_batch_bytes`].
+//! is a network round trip, and every `rm` a process. Here every group is decided first (the same
+//! store lookups, in the same order), and the deletions then go out in batches: one `exec` per
+//! batch, whose script runs one `rm -f --` over all the batch's files and then, with shell
+//! builtins only, prints a status line per run saying whether any of its files is left. So each
+//! run still gets its own verdict (deleted when none of its files is left after the `rm`), and
+//! 1,000 journals cost a few processes instead of one per run. A run without its status line is
+//! `delete-failed` (fail closed), and a batch whose `exec` fails fails every run in it with that
+//! error. A batch is bounded by [`PruneOptions::delete_batch_bytes`], which also bounds the `rm`'s
+//! argument list.
 //!
 //! A batch of a single run is exactly the reference's command, judged by the `exec`'s exit code,
 //! so `delete_batch_bytes: 0` reproduces the reference's one-`rm`-per-run command sequence.
@@ -29,7 +32,7 @@ use crate::domain::EpochMs;
 use crate::journal::{
     decode_journal_run_id, journal_cleanup_command, journal_list_command,
     journal_mtime_list_command, journal_paths, js_trim, normalize_dir, parse_mtime_listing,
-    DecodedJournalName, MtimeListing, DEFAULT_MAX_DELETES, DEFAULT_ORPHAN_TTL_MS,
+    shell_quote, DecodedJournalName, MtimeListing, DEFAULT_MAX_DELETES, DEFAULT_ORPHAN_TTL_MS,
 };
 use crate::ports::{ExecOptions, RunStore, SandboxHandle};
 
@@ -388,6 +391,15 @@ fn orphan_verdict(
 
 type Deletions = HashMap<usize, Result<(), String>>;
 
+/// A scheduled run's share of a batch: its index in `groups` and its two quoted paths.
+struct Scheduled {
+    index: usize,
+    /// ` '<journal>' '<stderr>'`, ready to append to `set --`.
+    operands: String,
+    /// The reference's own command, used when the run is alone in its batch.
+    alone: String,
+}
+
 /// Runs the scheduled deletions in batches; returns each group's outcome and the `exec` count.
 async fn delete_batches(
     handle: &dyn SandboxHandle,
@@ -402,46 +414,59 @@ async fn delete_batches(
     let mut outcomes = Deletions::new();
     // Paths are re-derived from the runId, never taken from the listed names: only the
     // canonical journal and sidecar of a run are ever removed.
-    let mut commands = Vec::with_capacity(scheduled.len());
-    for &i in scheduled {
-        match journal_paths(&groups[i].run_id, Some(dir)) {
-            Ok(paths) => commands.push((i, journal_cleanup_command(&paths))),
+    let mut runs = Vec::with_capacity(scheduled.len());
+    for &index in scheduled {
+        match journal_paths(&groups[index].run_id, Some(dir)) {
+            Ok(paths) => runs.push(Scheduled {
+                index,
+                operands: format!(
+                    " {} {}",
+                    shell_quote(&paths.journal),
+                    shell_quote(&paths.stderr)
+                ),
+                alone: journal_cleanup_command(&paths),
+            }),
             Err(e) => {
-                outcomes.insert(i, Err(e.to_string()));
+                outcomes.insert(index, Err(e.to_string()));
             }
         }
     }
     let mut execs = 0;
-    for batch in batch_by_length(&commands, options.delete_batch_bytes) {
+    for batch in batch_by_length(&runs, options.delete_batch_bytes) {
         execs += 1;
-        let script = batch_script(batch);
-        let result = handle.exec(&script, exec).await;
+        let result = match batch {
+            [run] => handle.exec(&run.alone, exec).await,
+            _ => handle.exec(&batch_script(batch), exec).await,
+        };
         match result {
             Err(e) => {
                 let message = e.to_string();
                 tracing::warn!(runs = batch.len(), error = %message, "journal delete failed");
-                for (i, _) in batch {
-                    outcomes.insert(*i, Err(message.clone()));
+                for run in batch {
+                    outcomes.insert(run.index, Err(message.clone()));
                 }
             }
             Ok(out) if batch.len() == 1 => {
                 let verdict = (out.exit_code == 0)
                     .then_some(())
                     .ok_or_else(|| format!("rm exited {}", out.exit_code));
-                outcomes.insert(batch[0].0, verdict);
+                outcomes.insert(batch[0].index, verdict);
             }
             Ok(out) => {
-                let mut statuses: HashMap<usize, i64> = HashMap::new();
+                let mut statuses: HashMap<usize, Status> = HashMap::new();
                 for line in out.stdout.split('\n') {
-                    if let Some((index, code)) = parse_status_line(line) {
-                        statuses.entry(index).or_insert(code);
+                    if let Some((position, status)) = parse_status_line(line) {
+                        statuses.entry(position).or_insert(status);
                     }
                 }
                 let mut unreported = 0;
-                for (position, (i, _)) in batch.iter().enumerate() {
+                for (position, run) in batch.iter().enumerate() {
                     let verdict = match statuses.get(&position) {
-                        Some(0) => Ok(()),
-                        Some(code) => Err(format!("rm exited {code}")),
+                        Some(Status::Gone) => Ok(()),
+                        Some(Status::Left(0)) => Err("rm exited 0 but a file of this run was \
+                                                      still there after it (recreated meanwhile?)"
+                            .to_string()),
+                        Some(Status::Left(code)) => Err(format!("rm exited {code}")),
                         None => {
                             unreported += 1;
                             Err(format!(
@@ -451,7 +476,7 @@ async fn delete_batches(
                             ))
                         }
                     };
-                    outcomes.insert(*i, verdict);
+                    outcomes.insert(run.index, verdict);
                 }
                 if unreported > 0 {
                     tracing::warn!(
@@ -467,54 +492,79 @@ async fn delete_batches(
     (outcomes, execs)
 }
 
-/// Splits commands into consecutive batches whose scripts stay within `limit` bytes (each line
-/// counted with its status print); a command longer than `limit` forms a batch of its own.
-fn batch_by_length(commands: &[(usize, String)], limit: usize) -> Vec<&[(usize, String)]> {
+/// The batch script's first line, before the operands.
+const BATCH_PROLOGUE: &str = "set --";
+
+/// The rest of a batch script, after the operands (pairs of journal and sidecar paths): one `rm`
+/// for every file of the batch, then, with shell builtins only (`[`, `printf`, `shift`), one
+/// status line per run: `rm <position> gone` when neither of its files is left (a dangling
+/// symlink counts as left), else `rm <position> left <rm's exit code>`. `rm`'s stderr is
+/// silenced so that a provider folding stderr into stdout cannot mix a path (which may hold a
+/// newline) into the status lines.
+const BATCH_EPILOGUE: &str = "\nrm -f -- \"$@\" 2>/dev/null; rc=$?; i=0\n\
+while [ \"$#\" -ge 2 ]; do\n\
+if [ -e \"$1\" ] || [ -L \"$1\" ] || [ -e \"$2\" ] || [ -L \"$2\" ]; \
+then printf 'rm %d left %d\\n' \"$i\" \"$rc\"; else printf 'rm %d gone\\n' \"$i\"; fi\n\
+i=$((i + 1)); shift 2\n\
+done";
+
+/// Splits the runs into consecutive batches whose scripts stay within `limit` bytes; a run that
+/// does not fit a batch with another one goes alone (as the reference's own command).
+fn batch_by_length(runs: &[Scheduled], limit: usize) -> Vec<&[Scheduled]> {
+    let overhead = BATCH_PROLOGUE.len() + BATCH_EPILOGUE.len();
     let mut batches = Vec::new();
     let mut start = 0;
-    let mut len = 0;
-    for (k, (_, command)) in commands.iter().enumerate() {
-        let line = command.len() + status_print(k - start).len() + 1;
-        if k > start && len + line > limit {
-            batches.push(&commands[start..k]);
+    let mut len = overhead;
+    for (k, run) in runs.iter().enumerate() {
+        if k > start && len + run.operands.len() > limit {
+            batches.push(&runs[start..k]);
             start = k;
-            len = command.len() + status_print(0).len() + 1;
-        } else {
-            len += line;
+            len = overhead;
         }
+        len += run.operands.len();
     }
-    if start < commands.len() {
-        batches.push(&commands[start..]);
+    if start < runs.len() {
+        batches.push(&runs[start..]);
     }
     batches
 }
 
-fn status_print(position: usize) -> String {
-    format!("; printf 'rm {position} %d\\n' \"$?\"")
-}
-
-/// One run alone is the reference's exact command; several get a status line each.
-fn batch_script(batch: &[(usize, String)]) -> String {
-    if let [(_, command)] = batch {
-        return command.clone();
+/// `set -- '<journal 0>' '<stderr 0>' '<journal 1>' …`, then [`BATCH_EPILOGUE`].
+fn batch_script(batch: &[Scheduled]) -> String {
+    let operands: usize = batch.iter().map(|run| run.operands.len()).sum();
+    let mut script = String::with_capacity(BATCH_PROLOGUE.len() + operands + BATCH_EPILOGUE.len());
+    script.push_str(BATCH_PROLOGUE);
+    for run in batch {
+        script.push_str(&run.operands);
     }
-    let mut script = String::new();
-    for (position, (_, command)) in batch.iter().enumerate() {
-        if position > 0 {
-            script.push('\n');
-        }
-        script.push_str(command);
-        script.push_str(&status_print(position));
-    }
+    script.push_str(BATCH_EPILOGUE);
     script
 }
 
-/// `rm <position> <exit code>`; anything else (including stderr folded into stdout) is ignored.
-fn parse_status_line(line: &str) -> Option<(usize, i64)> {
-    let (position, code) = js_trim(line).strip_prefix("rm ")?.split_once(' ')?;
+/// One run's outcome in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    /// None of its files is left.
+    Gone,
+    /// A file is left; `rm` exited with this code.
+    Left(i64),
+}
+
+/// `rm <position> gone` or `rm <position> left <code>`; anything else is ignored.
+fn parse_status_line(line: &str) -> Option<(usize, Status)> {
     let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !all_digits(position) || !all_digits(code.strip_prefix('-').unwrap_or(code)) {
+    let (position, rest) = js_trim(line).strip_prefix("rm ")?.split_once(' ')?;
+    if !all_digits(position) {
         return None;
     }
-    Some((position.parse().ok()?, code.parse().ok()?))
+    let status = if rest == "gone" {
+        Status::Gone
+    } else {
+        let code = rest.strip_prefix("left ")?;
+        if !all_digits(code.strip_prefix('-').unwrap_or(code)) {
+            return None;
+        }
+        Status::Left(code.parse().ok()?)
+    };
+    Some((position.parse().ok()?, status))
 }

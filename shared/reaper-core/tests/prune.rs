@@ -32,11 +32,16 @@ struct SandboxState {
     rm_exit: HashMap<String, i32>,
     /// Journal paths whose status line the batch output loses.
     rm_unreported: HashSet<String>,
+    /// Journal paths whose files a writer puts back right after the `rm` (which exits 0).
+    rm_recreated: HashSet<String>,
+    /// Lines a batch prints before its status lines.
+    batch_noise: Vec<String>,
     commands: Vec<String>,
 }
 
-/// A sandbox holding a journal directory, answering `ls -1`, `stat -c` and deletion scripts by
-/// parsing them as a shell would (quotes, `;`, the status `printf`).
+/// A sandbox holding a journal directory, answering `ls -1`, `stat -c`, the reference's
+/// single-run `rm -f` and the batched deletion script (its `set --` operands parsed as a shell
+/// would; the real shell runs it in reaper-local's tests).
 #[derive(Debug, Clone)]
 struct FakeJournalSandbox(Arc<Mutex<SandboxState>>);
 
@@ -65,7 +70,7 @@ impl FakeJournalSandbox {
     fn delete_execs(&self) -> Vec<String> {
         self.commands()
             .into_iter()
-            .filter(|c| c.starts_with("rm -f "))
+            .filter(|c| c.starts_with("rm -f ") || c.starts_with("set -- "))
             .collect()
     }
     fn remaining(&self) -> Vec<String> {
@@ -104,39 +109,75 @@ impl FakeJournalSandbox {
             }
             return out(listing, 0);
         }
-        if command.starts_with("rm -f ") {
+        if command.starts_with("rm -f ") || command.starts_with("set -- ") {
             if let Some((_, message)) = s.rm_reject.iter().find(|(p, _)| command.contains(p)) {
                 return Err(SandboxError::Other(message.clone()));
             }
-            let mut stdout = String::new();
-            let mut last = 0;
-            for line in command.split('\n') {
-                let words = shell_words(line);
-                assert_eq!(words[..2], ["rm", "-f"], "in {line}");
-                let (journal, stderr) = (&words[2], &words[3]);
-                let code = s.rm_exit.get(journal).copied().unwrap_or(0);
-                if code == 0 {
-                    let gone = [base_name(journal), base_name(stderr)];
-                    s.files.retain(|(n, _)| !gone.contains(&n.as_str()));
-                }
-                if words.len() > 4 {
-                    assert_eq!(words[4..6], [";", "printf"], "in {line}");
-                    assert_eq!(words[7], "$?");
-                    let position = words[6]
-                        .strip_prefix("rm ")
-                        .and_then(|f| f.strip_suffix(" %d\\n"))
-                        .expect("status format");
-                    if !s.rm_unreported.contains(journal) {
-                        stdout.push_str(&format!("rm {position} {code}\n"));
-                    }
-                } else {
-                    assert_eq!(words.len(), 4, "in {line}");
-                }
-                last = code;
-            }
-            return out(stdout, last);
+            return Ok(s.delete(command));
         }
         Err(SandboxError::Other(format!("unexpected command {command}")))
+    }
+}
+
+impl SandboxState {
+    /// Removes a run's files unless its `rm` is set to fail; returns `rm`'s exit code.
+    fn rm(&mut self, journal: &str, stderr: &str) -> i32 {
+        let code = self.rm_exit.get(journal).copied().unwrap_or(0);
+        if code == 0 && !self.rm_recreated.contains(journal) {
+            let gone = [base_name(journal), base_name(stderr)];
+            self.files.retain(|(n, _)| !gone.contains(&n.as_str()));
+        }
+        code
+    }
+
+    fn is_left(&self, path: &str) -> bool {
+        self.files.iter().any(|(n, _)| n == base_name(path))
+    }
+
+    /// The reference's `rm -f '<journal>' '<stderr>'`, or a batch: `set --` with the operands,
+    /// one `rm -f -- "$@"`, then a status line per pair.
+    fn delete(&mut self, command: &str) -> ExecOutput {
+        let output = |stdout: String, exit_code: i32| ExecOutput {
+            stdout,
+            stderr: String::new(),
+            exit_code,
+        };
+        let Some((set, rest)) = command.split_once('\n') else {
+            let words = shell_words(command);
+            assert_eq!(words[..2], ["rm", "-f"], "in {command}");
+            assert_eq!(words.len(), 4, "in {command}");
+            return output(String::new(), self.rm(&words[2], &words[3]));
+        };
+        assert!(
+            rest.starts_with("rm -f -- \"$@\" 2>/dev/null; rc=$?;"),
+            "one rm over every operand: {rest}"
+        );
+        assert_eq!(rest.matches("rm -f").count(), 1, "{rest}");
+        let words = shell_words(set);
+        assert_eq!(words[..2], ["set", "--"], "in {set}");
+        let pairs: Vec<(String, String)> = words[2..]
+            .chunks(2)
+            .map(|pair| match pair {
+                [journal, stderr] => (journal.clone(), stderr.clone()),
+                _ => panic!("operands come in pairs: {set}"),
+            })
+            .collect();
+        let mut rc = 0;
+        for (journal, stderr) in &pairs {
+            rc = rc.max(self.rm(journal, stderr));
+        }
+        let mut stdout: String = self.batch_noise.iter().map(|l| format!("{l}\n")).collect();
+        for (position, (journal, stderr)) in pairs.iter().enumerate() {
+            if self.rm_unreported.contains(journal) {
+                continue;
+            }
+            if self.is_left(journal) || self.is_left(stderr) {
+                stdout.push_str(&format!("rm {position} left {rc}\n"));
+            } else {
+                stdout.push_str(&format!("rm {position} gone\n"));
+            }
+        }
+        output(stdout, 0)
     }
 }
 
@@ -782,21 +823,80 @@ async fn several_deletions_go_out_in_one_exec_with_a_verdict_per_run() {
             message: "rm exited 1".into(),
         }]
     );
-    let rms = sandbox.delete_execs();
-    assert_eq!(rms.len(), 1);
-    let lines: Vec<&str> = rms[0].split('\n').collect();
-    assert_eq!(lines.len(), 3);
-    for (i, (line, id)) in lines.iter().zip(&ids).enumerate() {
-        let paths = journal_paths(id, Some(DIR)).unwrap();
-        assert_eq!(
-            *line,
-            format!(
-                "rm -f '{}' '{}'; printf 'rm {i} %d\\n' \"$?\"",
-                paths.journal, paths.stderr
-            )
-        );
-    }
+    assert_eq!(sandbox.delete_execs().len(), 1);
     assert_eq!(sandbox.remaining(), both(&ids[1]));
+}
+
+#[tokio::test]
+async fn a_batch_is_one_rm_over_all_its_files_then_a_builtin_status_line_per_run() {
+    let sandbox = FakeJournalSandbox::new(DIR);
+    let (store, ids) = completed_runs(&sandbox, 2);
+    prune(&sandbox, &store).await;
+    let operands: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            let paths = journal_paths(id, Some(DIR)).unwrap();
+            format!("'{}' '{}'", paths.journal, paths.stderr)
+        })
+        .collect();
+    // No process per run: `[`, `printf`, `shift` and `$((…))` are shell builtins.
+    assert_eq!(
+        sandbox.delete_execs(),
+        [format!(
+            "set -- {}\n\
+             rm -f -- \"$@\" 2>/dev/null; rc=$?; i=0\n\
+             while [ \"$#\" -ge 2 ]; do\n\
+             if [ -e \"$1\" ] || [ -L \"$1\" ] || [ -e \"$2\" ] || [ -L \"$2\" ]; \
+             then printf 'rm %d left %d\\n' \"$i\" \"$rc\"; else printf 'rm %d gone\\n' \"$i\"; fi\n\
+             i=$((i + 1)); shift 2\n\
+             done",
+            operands.join(" ")
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_run_whose_files_are_back_after_an_rm_that_exited_zero_is_delete_failed() {
+    let sandbox = FakeJournalSandbox::new(DIR);
+    let (store, ids) = completed_runs(&sandbox, 2);
+    let recreated = journal_paths(&ids[0], Some(DIR)).unwrap().journal;
+    sandbox.state().rm_recreated.insert(recreated);
+    let report = prune(&sandbox, &store).await;
+    assert_eq!(report.deleted, [ids[1].clone()]);
+    assert_eq!(
+        report.kept,
+        [kept(&ids[0], both(&ids[0]), KeptReason::DeleteFailed)]
+    );
+    assert!(
+        report.failures[0].message.contains("still there"),
+        "{}",
+        report.failures[0].message
+    );
+}
+
+#[tokio::test]
+async fn only_exact_status_lines_count_and_a_run_without_one_is_delete_failed() {
+    let sandbox = FakeJournalSandbox::new(DIR);
+    let (store, ids) = completed_runs(&sandbox, 2);
+    let lost = journal_paths(&ids[0], Some(DIR)).unwrap().journal;
+    sandbox.state().rm_unreported.insert(lost);
+    // Near misses for run 0 printed before the real lines: none of them may decide it.
+    sandbox.state().batch_noise = [
+        "rm 0 gonex",
+        "rm 0 left",
+        "rm 0 left x",
+        "rm -0 gone",
+        "rm 0  gone",
+    ]
+    .map(String::from)
+    .to_vec();
+    let report = prune(&sandbox, &store).await;
+    assert_eq!(report.deleted, [ids[1].clone()]);
+    assert_eq!(
+        report.kept,
+        [kept(&ids[0], both(&ids[0]), KeptReason::DeleteFailed)]
+    );
+    assert!(report.failures[0].message.contains("no rm status"));
 }
 
 #[tokio::test]
@@ -850,14 +950,20 @@ async fn batches_stay_within_the_byte_limit_and_keep_listing_order() {
     let sandbox = FakeJournalSandbox::new(DIR);
     let (store, ids) = completed_runs(&sandbox, 5);
     let options = PruneOptions {
-        delete_batch_bytes: 250,
+        delete_batch_bytes: 450,
         ..options()
     };
     let report = prune_journals(&sandbox, &store, &options).await;
     assert_eq!(report.deleted, ids);
     let rms = sandbox.delete_execs();
     assert!(rms.len() > 1 && rms.len() < 5, "{} batches", rms.len());
-    assert!(rms.iter().all(|c| c.len() <= 250));
+    assert!(rms.iter().all(|c| c.len() <= 450));
+    // Listing order: the batches' operands, concatenated, name the runs in order.
+    let named: Vec<&String> = rms
+        .iter()
+        .flat_map(|c| ids.iter().filter(move |id| c.contains(id.as_str())))
+        .collect();
+    assert_eq!(named, ids.iter().collect::<Vec<_>>());
     assert!(sandbox.remaining().is_empty());
 }
 
