@@ -68,6 +68,7 @@ macro_rules! ensure_eq {
 pub mod delivery_log;
 pub mod lease_store;
 pub mod message_store;
+pub mod provider;
 pub mod reclaim_ledger;
 pub mod run_store;
 pub mod sandbox_instance_store;
@@ -343,5 +344,19 @@ macro_rules! store_conformance {
         $crate::sandbox_instance_store_conformance!($factory);
         $crate::message_store_conformance!($factory);
         $crate::reclaim_ledger_conformance!($factory);
+    };
+}
+
+/// The sandbox-provider suite, in a module `provider_conformance`. The factory evaluates to an
+/// `Option` of something that dereferences to a [`provider::ProviderFixture`]; `None` skips
+/// every case (the factory says why, e.g. no daemon configured outside CI).
+#[macro_export]
+macro_rules! provider_conformance {
+    ($factory:expr $(,)?) => {
+        mod provider_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__reaper_provider_cases! { tests { factory: $factory } }
+        }
     };
 }
