@@ -9,12 +9,12 @@ use http::Response;
 use reaper_core::{Clock, EpochMs};
 use reaper_serverless::{
     build_deps, check_budget, plan, run_sweep, BudgetTooShort, ComposeError, ConfigError,
-    ServerlessConfig, ServerlessDeps, ServerlessReport,
+    NoAwsCredentials, OidcTokens, ServerlessConfig, ServerlessDeps, ServerlessReport,
 };
 
 use crate::auth::{CronSecret, SecretError, CRON_SECRET_ENV};
 use crate::budget::budget;
-use crate::request::{gate, report_response};
+use crate::request::{gate, oidc_token, report_response};
 
 /// Runs one single-flight sweep that starts no run it cannot finish by `deadline`.
 #[async_trait::async_trait]
@@ -74,6 +74,8 @@ pub enum StartupError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
+    Credentials(#[from] NoAwsCredentials),
+    #[error(transparent)]
     Budget(#[from] BudgetTooShort),
     #[error(transparent)]
     Compose(#[from] ComposeError),
@@ -95,6 +97,8 @@ pub struct App {
     pub budget: Duration,
     pub sweeper: Arc<dyn Sweeper>,
     pub clock: Arc<dyn Clock>,
+    /// Where each authorized request's OIDC token goes, when the store assumes a role with it.
+    pub oidc_tokens: Option<OidcTokens>,
 }
 
 impl std::fmt::Debug for App {
@@ -102,6 +106,7 @@ impl std::fmt::Debug for App {
         f.debug_struct("App")
             .field("secret", &self.secret)
             .field("budget", &self.budget)
+            .field("oidc_tokens", &self.oidc_tokens)
             .finish_non_exhaustive()
     }
 }
@@ -109,8 +114,9 @@ impl std::fmt::Debug for App {
 impl App {
     /// Reads `CRON_SECRET` and the shared settings through `get`, and builds the stores and the
     /// sandboxd client (no request is made). An unset secret starts a function that refuses
-    /// every request; a padded one, any bad setting, or a budget that fits no run after the
-    /// margin (every cron would answer 200 and reap nothing) does not start.
+    /// every request; a padded one, any bad setting, neither `AWS_ROLE_ARN` nor AWS keys (Vercel
+    /// has no ambient credentials), or a budget that fits no run after the margin (every cron
+    /// would answer 200 and reap nothing) does not start.
     pub async fn from_env(
         get: impl Fn(&str) -> Option<String>,
         clock: Arc<dyn Clock>,
@@ -118,14 +124,17 @@ impl App {
         let secret = get(CRON_SECRET_ENV);
         let secret = CronSecret::from_env_value(secret.as_deref().map(std::ffi::OsStr::new))?;
         let config = ServerlessConfig::from_env(get)?;
+        config.aws_credentials.require_explicit()?;
         let budget = budget(config.budget);
         check_budget(&config, budget, budget_source(config.budget))?;
         let deps = build_deps(&config).await?;
+        let oidc_tokens = deps.oidc_tokens.clone();
         Ok(App {
             secret,
             budget,
             sweeper: Arc::new(ServerlessSweeper::new(config, deps)),
             clock,
+            oidc_tokens,
         })
     }
 
@@ -136,6 +145,10 @@ impl App {
         if let Err(refusal) = gate(parts, &self.secret) {
             refusal.log(parts);
             return refusal.response();
+        }
+        // Only after the gate: an unauthenticated caller cannot swap the token the store uses.
+        if let (Some(tokens), Some(token)) = (&self.oidc_tokens, oidc_token(parts)) {
+            tokens.offer(token);
         }
         let header = |name: &str| {
             parts
@@ -305,6 +318,7 @@ pub(crate) mod tests {
             budget: Duration::from_secs(300),
             sweeper: sweeper.clone(),
             clock: Arc::new(ManualClock::new(1_700_000_000_000)),
+            oidc_tokens: None,
         };
         (app, sweeper)
     }
@@ -384,12 +398,73 @@ pub(crate) mod tests {
         move |k| map.get(k).cloned()
     }
 
-    const SETTINGS: [(&str, &str); 4] = [
+    const SETTINGS: [(&str, &str); 5] = [
         ("REAPER_TABLE", "reaper-runs"),
         ("REAPER_SANDBOXD_URL", "http://127.0.0.1:9"),
         ("REAPER_SANDBOXD_TOKEN", "sandboxd-token-0123456789"),
         ("REAPER_DETACHED_TTL", "30m"),
+        (
+            "AWS_ROLE_ARN",
+            "arn:aws:iam::123456789012:role/reaper-vercel",
+        ),
     ];
+
+    #[tokio::test]
+    async fn start_up_without_a_role_or_aws_keys_is_refused_saying_what_to_set() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let mut pairs = SETTINGS.to_vec();
+        pairs.retain(|(k, _)| *k != "AWS_ROLE_ARN");
+        pairs.push((CRON_SECRET_ENV, SECRET));
+        let err = App::from_env(env(&pairs), clock.clone()).await.unwrap_err();
+        assert!(matches!(err, StartupError::Credentials(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("set AWS_ROLE_ARN") && text.contains("vercel-oidc.yaml"),
+            "{text}"
+        );
+
+        pairs.push(("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE"));
+        pairs.push(("AWS_SECRET_ACCESS_KEY", "secret-key-example"));
+        let app = App::from_env(env(&pairs), clock).await.unwrap();
+        assert!(app.oidc_tokens.is_none(), "static keys need no token");
+    }
+
+    #[tokio::test]
+    async fn an_authorized_requests_oidc_token_is_kept_and_a_refused_requests_is_not() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let mut pairs = SETTINGS.to_vec();
+        pairs.push((CRON_SECRET_ENV, SECRET));
+        let mut app = App::from_env(env(&pairs), clock).await.unwrap();
+        let tokens = app
+            .oidc_tokens
+            .clone()
+            .expect("a role is assumed with the token");
+        assert!(tokens.current().is_none());
+        let (recording, _) = recording_app(Some(SECRET), SweepStatus::Swept);
+        app.sweeper = recording.sweeper;
+
+        let with_token = |auth: &str, token: &str| {
+            let mut parts = cron("GET", Some(auth));
+            parts
+                .headers
+                .insert(crate::OIDC_TOKEN_HEADER, token.parse().unwrap());
+            parts
+        };
+        app.handle(&with_token("Bearer wrong", "forged-token"))
+            .await;
+        assert!(
+            tokens.current().is_none(),
+            "a refused request's token is dropped"
+        );
+        let right = format!("Bearer {SECRET}");
+        app.handle(&with_token(&right, "token-of-request-1")).await;
+        app.handle(&with_token(&right, "token-of-request-2")).await;
+        assert_eq!(
+            tokens.current().as_ref().map(Secret::expose),
+            Some("token-of-request-2")
+        );
+        assert!(!format!("{app:?}").contains("token-of-request"));
+    }
 
     #[tokio::test]
     async fn start_up_takes_the_budget_from_reaper_budget_or_the_vercel_json_default() {

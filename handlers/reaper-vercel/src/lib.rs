@@ -8,6 +8,10 @@
 //! Invariants:
 //! - Nothing sweeps without the exact bearer secret; an unset secret refuses everything (500).
 //! - The secret never reaches a log line, an error message or a `Debug` output.
+//! - DynamoDB is reached with a role assumed with the deployment's OIDC token (`AWS_ROLE_ARN`;
+//!   each authorized request's `x-vercel-oidc-token` is offered to the store's credentials), or
+//!   with explicit keys; with neither the function refuses to start. No token or credential is
+//!   ever logged.
 //! - Vercel's runtime does not tell the function its deadline: the budget is `REAPER_BUDGET`
 //!   (default [`DEFAULT_MAX_DURATION_SECS`], kept equal to `maxDuration` in `vercel.json` by a
 //!   tidy test), measured from the request's arrival.
@@ -24,4 +28,4 @@ pub mod request;
 pub use app::{App, Sweeper};
 pub use auth::{CronSecret, SecretError, CRON_SECRET_ENV};
 pub use budget::{budget, DEFAULT_MAX_DURATION_SECS};
-pub use request::{gate, Refusal, CRON_PATH};
+pub use request::{gate, oidc_token, Refusal, CRON_PATH, OIDC_TOKEN_HEADER};

@@ -12,6 +12,18 @@ use crate::auth::{authorize, AuthFailure, CronSecret, CRON_SECRET_ENV};
 /// (a tidy test keeps the three equal).
 pub const CRON_PATH: &str = "/api/reap";
 
+/// The header carrying the deployment's OIDC token on every request to a function (when OIDC
+/// federation is on). Only an authorized cron request's token is kept.
+pub const OIDC_TOKEN_HEADER: &str = "x-vercel-oidc-token";
+
+/// The request's OIDC token, if it carries one that is valid header text.
+pub fn oidc_token(parts: &http::request::Parts) -> Option<&str> {
+    parts
+        .headers
+        .get(OIDC_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+}
+
 /// Why a request gets no sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
