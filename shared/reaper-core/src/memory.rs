@@ -15,7 +15,8 @@ use crate::domain::{
 use crate::error::StoreError;
 use crate::ports::{
     Appended, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore, MessageStore,
-    ReclaimLedger, RunStore, RunStoreCapabilities, SandboxInstanceStore,
+    ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
+    RunStoreCapabilities, SandboxInstanceStore,
 };
 
 #[derive(Debug, Default)]
@@ -145,6 +146,34 @@ impl RunStore for MemoryStore {
             })
             .cloned()
             .collect())
+    }
+
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        let s = self.lock();
+        let mut runs: Vec<&RunRecord> = s.runs.values().filter(|r| query.admits(r)).collect();
+        // Only the page is sorted and copied: a partial selection, not a sort of the backlog.
+        let key = |r: &&RunRecord| (r.detached_since, r.run_id.clone());
+        if runs.len() > query.limit {
+            if query.limit > 0 {
+                runs.select_nth_unstable_by_key(query.limit - 1, key);
+            }
+            runs.truncate(query.limit);
+        }
+        runs.sort_by_key(key);
+        let runs: Vec<RunRecord> = runs.into_iter().cloned().collect();
+        let next = if runs.len() == query.limit {
+            runs.last().and_then(ReclaimableCursor::of)
+        } else {
+            None
+        };
+        Ok(ReclaimablePage {
+            runs,
+            corrupt: Vec::new(),
+            next,
+        })
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

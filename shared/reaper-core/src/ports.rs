@@ -104,6 +104,68 @@ pub struct ReclaimableListing {
     pub corrupt: Vec<StoreError>,
 }
 
+/// A position in the reclaimable listing: the `(detachedSince, runId)` keyset every store
+/// orders it by. Small and serializable, so a handler can keep it between sweeps.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimableCursor {
+    pub detached_since: EpochMs,
+    pub run_id: String,
+}
+
+impl ReclaimableCursor {
+    /// The position of a listed run (`None` for a run that is not detached).
+    pub fn of(record: &RunRecord) -> Option<Self> {
+        record
+            .detached_since
+            .map(|detached_since| ReclaimableCursor {
+                detached_since,
+                run_id: record.run_id.clone(),
+            })
+    }
+}
+
+/// One bounded page of the reclaimable listing: `running` runs with
+/// `detached_after < detachedSince <= detached_until`, strictly after `after` in
+/// `(detachedSince, runId)` order, at most `limit` of them, in that order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReclaimableQuery {
+    /// Exclusive lower bound on `detachedSince` (`None`: no bound).
+    pub detached_after: Option<EpochMs>,
+    /// Inclusive upper bound on `detachedSince`.
+    pub detached_until: EpochMs,
+    /// Resume strictly after this position (`None`: from the start of the range).
+    pub after: Option<ReclaimableCursor>,
+    /// Rows per page, corrupt rows included. Zero answers an empty page without a request.
+    pub limit: usize,
+}
+
+impl ReclaimableQuery {
+    /// Whether a run falls in the query's range and after its cursor (the contract, in one place).
+    pub fn admits(&self, record: &RunRecord) -> bool {
+        let Some(position) = ReclaimableCursor::of(record) else {
+            return false;
+        };
+        record.status == RunStatus::Running
+            && self
+                .detached_after
+                .is_none_or(|a| position.detached_since > a)
+            && position.detached_since <= self.detached_until
+            && self.after.as_ref().is_none_or(|after| &position > after)
+    }
+}
+
+/// What a page found. `next` is where the following page starts; `None` means the range is
+/// exhausted (a page shorter than its limit always ends the range).
+#[derive(Debug, Clone, Default)]
+pub struct ReclaimablePage {
+    pub runs: Vec<RunRecord>,
+    pub corrupt: Vec<StoreError>,
+    pub next: Option<ReclaimableCursor>,
+}
+
 /// The run store: the same store the chat routes write runs into.
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
@@ -146,6 +208,45 @@ pub trait RunStore: MaybeSend + MaybeSync {
         Ok(ReclaimableListing {
             runs: self.list_reclaimable(now, ttl_ms).await?,
             corrupt: Vec::new(),
+        })
+    }
+
+    /// One bounded page of the listing (see [`ReclaimableQuery`]), so a sweep reads only what it
+    /// uses. Stores push the range, the keyset and the limit down to the backend; this default
+    /// reads the whole listing and slices it (correct, but unbounded), and reports corrupt rows on
+    /// the first page of a range only, since it cannot place them.
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        if query.limit == 0 {
+            return Ok(ReclaimablePage::default());
+        }
+        let listing = self
+            .list_reclaimable_listing(query.detached_until, 0)
+            .await?;
+        let mut runs: Vec<RunRecord> = listing
+            .runs
+            .into_iter()
+            .filter(|r| query.admits(r))
+            .collect();
+        runs.sort_by(|a, b| (a.detached_since, &a.run_id).cmp(&(b.detached_since, &b.run_id)));
+        let full = runs.len() > query.limit;
+        runs.truncate(query.limit);
+        let next = if full {
+            runs.last().and_then(ReclaimableCursor::of)
+        } else {
+            None
+        };
+        let corrupt = if query.after.is_none() {
+            listing.corrupt
+        } else {
+            Vec::new()
+        };
+        Ok(ReclaimablePage {
+            runs,
+            corrupt,
+            next,
         })
     }
 

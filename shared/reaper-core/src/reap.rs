@@ -2,6 +2,7 @@
 //! finished, expire the overdue, reclaim what became terminal — one run at a time, every
 //! per-run problem an entry in the report, never an error for the whole sweep.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::future::{select, Either};
@@ -17,7 +18,8 @@ use crate::error::{ClaimRefusal, OptionsError, ReapError, ReclaimError};
 use crate::pipe::{pipe_to_run_log, PipeContext};
 use crate::ports::{
     CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe, LeaseGrant,
-    LeaseStore, Reclaim, ReclaimLedger, Reclaimed, RunExitProbe, RunStore, Sleeper,
+    LeaseStore, Reclaim, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery,
+    Reclaimed, RunExitProbe, RunStore, Sleeper,
 };
 
 pub const DEFAULT_MAX_RUNS: usize = 25;
@@ -215,6 +217,10 @@ pub struct ReapReport {
     pub reclaims: ReclaimReport,
     /// The figures an operator sets objectives on.
     pub slo: SweepSlo,
+    /// Where the next sweep resumes the round-robin among runs inside the TTL: pass it back as
+    /// [`ReapOptions::resume_after`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<ReclaimableCursor>,
 }
 
 /// Service-level figures of one sweep: how big and how old the backlog is, and how long runs
@@ -224,7 +230,8 @@ pub struct ReapReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SweepSlo {
-    /// Detached runs the listing matched (corrupt rows included).
+    /// Detached runs the bounded listing read (corrupt rows included): at most the batch, so a
+    /// full batch means at least this many.
     pub backlog: usize,
     /// How long the oldest listed run has been detached.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -359,6 +366,9 @@ pub struct ReapOptions {
     pub concurrency: usize,
     /// The deadline of a probe and of a reclaim (see [`DEFAULT_STEP_TIMEOUT_MS`]).
     pub step_timeout_ms: u64,
+    /// Where the round-robin among runs inside the TTL resumes: the previous sweep's
+    /// [`ReapReport::cursor`]. `None` starts from the longest detached.
+    pub resume_after: Option<ReclaimableCursor>,
 }
 
 impl ReapOptions {
@@ -376,6 +386,7 @@ impl ReapOptions {
             max_reclaim_retries: DEFAULT_MAX_RECLAIM_RETRIES,
             concurrency: DEFAULT_CONCURRENCY,
             step_timeout_ms: DEFAULT_STEP_TIMEOUT_MS,
+            resume_after: None,
         }
     }
 
@@ -633,6 +644,66 @@ fn out_of_time(deps: &ReapDeps, options: &ReapOptions, stop: Option<&Cancellatio
     })
 }
 
+/// The sweep's batch, in bounded pages, so a sweep reads only what it can use: first the runs
+/// past the TTL, oldest first (they need no probe and free money), then the rest of the batch
+/// from the round-robin cursor among the runs inside the TTL, wrapping around once. Every
+/// detached run is therefore visited within ⌈backlog / batch⌉ sweeps, however long the runs
+/// ahead of it keep producing. Returns the batch and the index of its first run inside the TTL.
+async fn list_batch(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    now: EpochMs,
+    cutoff: EpochMs,
+) -> Result<(ReclaimablePage, usize), crate::error::StoreError> {
+    let limit = options.max_runs;
+    let mut batch = deps
+        .runs
+        .list_reclaimable_page(ReclaimableQuery {
+            detached_after: None,
+            detached_until: cutoff,
+            after: None,
+            limit,
+        })
+        .await?;
+    let fresh_from = batch.runs.len();
+    let mut after = options.resume_after.clone();
+    let mut wrapped = after.is_none();
+    let mut seen: HashSet<String> = batch.runs.iter().map(|r| r.run_id.clone()).collect();
+    let mut known: HashSet<String> = batch.corrupt.iter().map(|e| e.to_string()).collect();
+    while batch.runs.len() < limit {
+        let page = deps
+            .runs
+            .list_reclaimable_page(ReclaimableQuery {
+                detached_after: Some(cutoff),
+                detached_until: now,
+                after: after.clone(),
+                limit: limit - batch.runs.len(),
+            })
+            .await?;
+        // A store that cannot place corrupt rows reports them with every first page.
+        let corrupt = page.corrupt.into_iter();
+        batch
+            .corrupt
+            .extend(corrupt.filter(|e| known.insert(e.to_string())));
+        // After the wrap, a page can reach runs the first fresh page already took.
+        let before = batch.runs.len();
+        let runs = page.runs.into_iter();
+        batch
+            .runs
+            .extend(runs.filter(|r| seen.insert(r.run_id.clone())));
+        let added = batch.runs.len() - before;
+        match page.next {
+            Some(next) if added > 0 => after = Some(next),
+            _ if wrapped => break,
+            _ => {
+                wrapped = true;
+                after = None;
+            }
+        }
+    }
+    Ok((batch, fresh_from))
+}
+
 async fn reap_listed(
     deps: &ReapDeps,
     options: &ReapOptions,
@@ -645,34 +716,36 @@ async fn reap_listed(
         tracing::debug!(target: "reaper", "the run store has no list_reclaimable; nothing to sweep");
         return;
     }
-    let candidates = match deps.runs.list_reclaimable_listing(now, 0).await {
-        Ok(listing) => {
-            for error in listing.corrupt {
-                tracing::error!(target: "reaper", %error, "a detached run's record is corrupt; it is skipped");
-                let key = match &error {
-                    crate::error::StoreError::Corrupt { key, .. } => Some(key.clone()),
-                    _ => None,
-                };
-                report.corrupt.push(CorruptRow {
-                    key,
-                    error: error.to_string(),
-                });
-            }
-            listing.runs
-        }
+    let cutoff = now.saturating_sub(options.detached_run_ttl_ms as i64);
+    let (candidates, fresh_from) = match list_batch(deps, options, now, cutoff).await {
+        Ok(listed) => listed,
         Err(error) => {
             tracing::error!(target: "reaper", %error, "listing reclaimable runs failed");
             report.listing_error = Some(error.to_string());
             return;
         }
     };
+    for error in candidates.corrupt {
+        tracing::error!(target: "reaper", %error, "a detached run's record is corrupt; it is skipped");
+        let key = match &error {
+            crate::error::StoreError::Corrupt { key, .. } => Some(key.clone()),
+            _ => None,
+        };
+        report.corrupt.push(CorruptRow {
+            key,
+            error: error.to_string(),
+        });
+    }
+    let candidates = candidates.runs;
+    // Bounded listing: what this sweep read, not the whole backlog.
     report.slo.backlog = candidates.len() + report.corrupt.len();
     report.slo.oldest_detached_ms = candidates
         .iter()
         .filter_map(|r| r.detached_since)
         .min()
         .map(|d| now.saturating_sub(d).max(0));
-    let cutoff = now.saturating_sub(options.detached_run_ttl_ms as i64);
+    // Without any run started inside the TTL, the cursor stays where it was.
+    report.cursor = options.resume_after.clone();
     let batch = &candidates[..candidates.len().min(options.max_runs)];
     // Up to `concurrency` runs in flight, each under its own claim. Runs start in listing order,
     // each only after the deadline check; entries are reported in listing order whatever order
@@ -694,6 +767,10 @@ async fn reap_listed(
             report.considered += 1;
             let index = next;
             next += 1;
+            if index >= fresh_from {
+                // The round-robin position moves past every fresh run this sweep started.
+                report.cursor = ReclaimableCursor::of(&batch[index]);
+            }
             done.push(None);
             in_flight.push(async move {
                 let mut probed = 0;
