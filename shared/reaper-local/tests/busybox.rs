@@ -10,12 +10,14 @@ use std::path::{Path, PathBuf};
 
 use common::{age_file, busybox, now_ms, provider, run_agent, run_record, sh, wait_for_lines};
 use reaper_core::journal::{
-    journal_mtime_list_command, journal_paths, parse_mtime_listing, MtimeListing,
+    journal_mtime_list_command, journal_paths, parse_mtime_listing, shell_quote, MtimeListing,
 };
 use reaper_core::memory::MemoryStore;
 use reaper_core::probe::{probe_run_exit, ProbeOptions};
 use reaper_core::prune::{prune_journals, AgeGate, KeptReason, PruneOptions, PruneReport};
-use reaper_core::{RunExitProbe, RunStatus, SandboxProvider};
+use reaper_core::{
+    ExecOptions, ExecOutput, RunExitProbe, RunStatus, SandboxError, SandboxHandle, SandboxProvider,
+};
 use reaper_local::{CreateOptions, LocalSandbox, LocalSandboxProvider};
 
 /// The applets the probe and the prune run.
@@ -236,4 +238,100 @@ async fn without_a_stat_applet_the_age_gate_is_unavailable_and_nothing_is_delete
         probe_run_exit(&reader, "nostat-orphan-1", &probe).await,
         RunExitProbe::Finished { exit_code: 0 }
     );
+}
+
+/// The sandbox, with every command run by BusyBox's own `sh` (ash) instead of `/bin/sh`.
+struct BusyBoxShell {
+    inner: LocalSandbox,
+    busybox: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl SandboxHandle for BusyBoxShell {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError> {
+        // `exec` replaces the outer shell: the command's only shell is BusyBox's.
+        let wrapped = format!(
+            "exec {} sh -c {}",
+            shell_quote(&self.busybox.display().to_string()),
+            shell_quote(command)
+        );
+        self.inner.exec(&wrapped, options).await
+    }
+}
+
+#[tokio::test]
+async fn a_batched_delete_under_busybox_sh_gives_each_run_its_own_verdict() {
+    let (root, provider) = provider();
+    let applets = [&APPLETS[..], &SUPPORT[..], &["readlink"][..]].concat();
+    let bb = applet_dir(root.path(), "bb-sh", &applets);
+    let handle = BusyBoxShell {
+        inner: sandbox_with_path(&provider, bb.display().to_string()).await,
+        busybox: busybox(),
+    };
+    assert!(sh(&handle, "readlink /proc/$$/exe")
+        .await
+        .contains("busybox"));
+    let dir = handle.inner.journal_dir().to_string();
+    let paths = |run: &str| journal_paths(run, Some(&dir)).unwrap();
+    let runs = MemoryStore::new();
+    for run in ["bb-done", "bb-stuck", "bb-link", "bb-live", "bb-old-orphan"] {
+        let p = paths(run);
+        if run == "bb-stuck" {
+            // `rm -f` cannot remove a directory: this run's files are left.
+            std::fs::create_dir(&p.journal).unwrap();
+        } else if run == "bb-link" {
+            // A dangling symlink is removed like a file.
+            std::os::unix::fs::symlink(root.path().join("nowhere"), &p.journal).unwrap();
+        } else {
+            std::fs::write(&p.journal, "{\"delta\":\"1\"}\n").unwrap();
+        }
+        std::fs::write(&p.stderr, "").unwrap();
+        match run {
+            "bb-live" => runs.put_run(run_record(run, RunStatus::Running)),
+            "bb-old-orphan" => {
+                age_file(&p.journal, 7_200);
+                age_file(&p.stderr, 7_200);
+            }
+            _ => runs.put_run(run_record(run, RunStatus::Completed)),
+        }
+    }
+
+    let report = prune_journals(
+        &handle,
+        &runs,
+        &PruneOptions {
+            dir: Some(dir.clone()),
+            ..PruneOptions::new(now_ms())
+        },
+    )
+    .await;
+
+    let mut deleted = report.deleted.clone();
+    deleted.sort();
+    assert_eq!(deleted, ["bb-done", "bb-link", "bb-old-orphan"]);
+    let mut kept: Vec<(String, KeptReason)> = report
+        .kept
+        .iter()
+        .map(|k| (k.run_id.clone().unwrap(), k.reason))
+        .collect();
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        kept,
+        [
+            ("bb-live".into(), KeptReason::NonTerminal),
+            ("bb-stuck".into(), KeptReason::DeleteFailed),
+        ]
+    );
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    assert_eq!(report.failures[0].message, "rm exited 1");
+    for run in ["bb-done", "bb-link", "bb-old-orphan"] {
+        let p = paths(run);
+        assert!(std::fs::symlink_metadata(&p.journal).is_err(), "{run}");
+        assert!(!Path::new(&p.stderr).exists(), "{run}");
+    }
+    assert!(Path::new(&paths("bb-stuck").journal).is_dir());
+    assert!(Path::new(&paths("bb-live").journal).is_file());
 }
