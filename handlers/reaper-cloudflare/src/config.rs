@@ -15,6 +15,7 @@ pub const CPU_PER_RUN: &str = "REAPER_CPU_PER_RUN";
 pub const WALL_LIMIT: &str = "REAPER_WALL_LIMIT";
 pub const SUBREQUESTS: &str = "REAPER_SUBREQUESTS";
 pub const SUBREQUESTS_PER_RUN: &str = "REAPER_SUBREQUESTS_PER_RUN";
+pub const LOG_RETENTION: &str = "REAPER_LOG_RETENTION";
 /// Secrets (`wrangler secret put`), never `[vars]`.
 pub const SANDBOXD_TOKEN: &str = "REAPER_SANDBOXD_TOKEN";
 pub const ADMIN_TOKEN: &str = "REAPER_ADMIN_TOKEN";
@@ -95,6 +96,12 @@ pub const SETTINGS: &[Setting] = &[
         accepted:
             "a whole number from 1 to 100000: D1 queries and sandboxd requests one run may make",
     },
+    Setting {
+        name: LOG_RETENTION,
+        default: "30d",
+        accepted: "a duration from 1h to 3650d: how long a finished run's delivery-log events \
+                   stay in D1 (transcripts stay for ever)",
+    },
 ];
 
 pub use reaper_core::secret::Secret;
@@ -116,6 +123,7 @@ pub struct Config {
     pub wall_limit: Duration,
     pub subrequests: u64,
     pub subrequests_per_run: u64,
+    pub log_retention: Duration,
 }
 
 /// Every problem with the settings, so one deploy fixes them all.
@@ -218,6 +226,7 @@ impl Config {
         let wall_limit = r.duration(WALL_LIMIT, secs(1), secs(900));
         let subrequests = r.number(SUBREQUESTS, 10, 10_000_000);
         let subrequests_per_run = r.number(SUBREQUESTS_PER_RUN, 1, 100_000);
+        let log_retention = r.duration(LOG_RETENTION, secs(3_600), secs(3_650 * 86_400));
         let journal_dir = r.raw(JOURNAL_DIR);
         if let Some(dir) = &journal_dir {
             if !dir.starts_with('/') {
@@ -256,6 +265,7 @@ impl Config {
                 wall_limit,
                 subrequests,
                 subrequests_per_run,
+                log_retention,
             })
         } else {
             Err(ConfigError {

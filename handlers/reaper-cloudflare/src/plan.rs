@@ -228,10 +228,12 @@ mod tests {
 
     #[test]
     fn the_event_retention_s_round_trips_come_out_of_the_runs_share() {
-        // (1000 - 8 - 8) / 36 = 27 runs; without the retention's share it would be 27.3, so
-        // pick a per-run figure where the 8 decide: (1000 - 16) / 123 = 8, (1000 - 8) / 123 = 8.06.
+        // (1000 - 8 - 8) / 124 = 7 runs, where the sweep's overhead alone would leave 8.
         let p = plan(
-            &config(&[("REAPER_SUBREQUESTS", "1000"), ("REAPER_SUBREQUESTS_PER_RUN", "124")]),
+            &config(&[
+                ("REAPER_SUBREQUESTS", "1000"),
+                ("REAPER_SUBREQUESTS_PER_RUN", "124"),
+            ]),
             "o",
             T0,
         );
@@ -241,7 +243,10 @@ mod tests {
     #[test]
     fn the_event_retention_runs_first_hourly_after_and_every_alarm_while_it_is_behind() {
         assert!(retention_due(None, T0));
-        let kept_up = RetentionMark { at: T0, more: false };
+        let kept_up = RetentionMark {
+            at: T0,
+            more: false,
+        };
         assert!(!retention_due(Some(kept_up), T0 + RETENTION_EVERY_MS - 1));
         assert!(retention_due(Some(kept_up), T0 + RETENTION_EVERY_MS));
         let behind = RetentionMark { at: T0, more: true };

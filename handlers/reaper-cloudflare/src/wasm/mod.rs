@@ -37,6 +37,7 @@ const BAD_CONFIG_RETRY_MS: i64 = 5 * 60 * 1000;
 const KEY_LAST_SWEEP: &str = "lastSweep";
 const KEY_SWEEPS: &str = "sweeps";
 const KEY_ATTEMPTS: &str = "attempts";
+const KEY_LAST_RETENTION: &str = "lastRetention";
 
 pub(crate) fn config(env: &Env) -> std::result::Result<Config, crate::config::ConfigError> {
     Config::from_lookup(|name| {
@@ -155,6 +156,7 @@ impl RunReaper {
             "sweeps": storage.get::<u64>(KEY_SWEEPS).await?.unwrap_or(0),
             "attempts": storage.get::<u64>(KEY_ATTEMPTS).await?.unwrap_or(0),
             "lastSweep": last,
+            "lastRetention": storage.get::<plan::RetentionMark>(KEY_LAST_RETENTION).await?,
         }))
     }
 
@@ -169,11 +171,54 @@ impl RunReaper {
         &self,
         config: &Config,
         start: EpochMs,
-    ) -> Result<(SweepReport, plan::SweepPlan)> {
+    ) -> Result<(SweepReport, plan::SweepPlan, D1Store)> {
         let owner = format!("cloudflare:{}:{start}", self.state.id());
         let plan = plan::plan(config, owner, start);
-        let deps = deps(config, open_store(&self.env).await?)?;
-        Ok((sweep(&deps, &plan.options, plan.lease_ttl_ms).await, plan))
+        let store = open_store(&self.env).await?;
+        let deps = deps(config, store.clone())?;
+        let report = sweep(&deps, &plan.options, plan.lease_ttl_ms).await;
+        Ok((report, plan, store))
+    }
+
+    /// Ages out delivery-log events after a sweep, when due ([`plan::retention_due`]) and
+    /// before the sweep's deadline, within [`plan::RETENTION_ROUND_TRIPS`] D1 round trips.
+    /// Best effort: a failure is logged and the next alarm tries again.
+    async fn retention(&self, config: &Config, store: &D1Store, deadline: EpochMs) -> Result<()> {
+        let storage = self.state.storage();
+        let last = storage
+            .get::<plan::RetentionMark>(KEY_LAST_RETENTION)
+            .await?;
+        let now = now_ms();
+        if now >= deadline || !plan::retention_due(last, now) {
+            return Ok(());
+        }
+        let retention_ms = u64::try_from(config.log_retention.as_millis()).unwrap_or(u64::MAX);
+        match store
+            .prune_events(
+                now,
+                retention_ms,
+                plan::RETENTION_BATCH_EVENTS,
+                plan::RETENTION_ROUND_TRIPS,
+            )
+            .await
+        {
+            Ok(r) => {
+                tracing::info!(target: TARGET, runs = r.runs, events_deleted = r.events_deleted, batches = r.batches, more = r.more, retention_ms, "event retention");
+                storage
+                    .put(
+                        KEY_LAST_RETENTION,
+                        plan::RetentionMark {
+                            at: now,
+                            more: r.more,
+                        },
+                    )
+                    .await?;
+            }
+            Err(e) => {
+                tracing::error!(target: TARGET, error = %e, damaged = reaper_d1::is_damaged(&e), "event retention failed");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -233,11 +278,12 @@ impl DurableObject for RunReaper {
         // Re-arm before anything else can fail: the report is best effort.
         storage.set_alarm(absolute(next)).await?;
         match outcome {
-            Ok((report, plan)) => {
+            Ok((report, plan, store)) => {
                 logging::sweep_summary(&report, &plan, next);
                 self.count(KEY_SWEEPS).await?;
                 self.record(json!({ "report": report, "plan": plan, "nextAlarm": next }))
                     .await?;
+                self.retention(&config, &store, plan.deadline).await?;
             }
             Err(e) => {
                 tracing::error!(target: TARGET, error = %e, next_alarm = next, "the sweep could not start");
