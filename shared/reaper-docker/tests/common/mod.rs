@@ -2,7 +2,7 @@
 //! sandboxes on it, a fault-injecting socket, and the conformance fixtures.
 
 // Each test binary uses its own subset.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,620 @@
+//! The Docker provider against a real dockerd: what only this provider does (labels, exact ids,
+//! container states, an unreachable daemon), the H14 journal behaviours and the BusyBox
+//! prune/probe inside a BusyBox container, a sweep end to end (probe, replay, finalize, reclaim
+//! the container), and the Engine API requests each operation costs.
+//!
+//! Every test skips loudly when REAPER_DOCKER_HOST is unset, and fails when it is unset in CI.
+
+mod common;
+
+use std::sync::Arc;
+
+use bollard::models::ContainerCreateBody;
+use common::{docker, file_exists, now_ms, run_record, sandbox, sh, unique};
+use reaper_core::journal::{
+    journal_mtime_list_command, journal_paths, journaled_command, parse_mtime_listing, shell_quote,
+    MtimeListing,
+};
+use reaper_core::memory::MemoryStore;
+use reaper_core::probe::{probe_run_exit, JournalExitProbe, ProbeOptions};
+use reaper_core::prune::{prune_journals, AgeGate, KeptJournal, KeptReason, PruneOptions};
+use reaper_core::reap::{reap_detached_runs, ReapDeps, ReapOptions, ReapOutcome, SandboxFate};
+use reaper_core::reclaim::SandboxReclaimer;
+use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
+use reaper_core::{
+    ExecOptions, ExitProbe, MessageStore, Reclaim, ReclaimIntent, Reclaimed, RunExitProbe,
+    RunStatus, RunStore, SandboxError, SandboxHandle, SandboxInstanceRecord, SandboxInstanceStore,
+    SandboxProvider,
+};
+use reaper_docker::{
+    ConfigError, CreateOptions, DockerProvider, DockerProviderOptions, DockerSandbox,
+    RequestCounts, SANDBOX_LABEL,
+};
+use reaper_local::{SystemClock, TokioSleeper};
+
+/// Runs an agent under the journaled wrapper in the container, to its end.
+async fn run_agent(sbx: &DockerSandbox, run_id: &str, command: &str) {
+    let paths = journal_paths(run_id, None).unwrap();
+    let out = sbx
+        .exec(&journaled_command(command, &paths), ExecOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("agent {run_id:?}: {e}"));
+    assert_eq!(
+        out.exit_code, 0,
+        "the journaled wrapper of {run_id:?} failed: {out:?}"
+    );
+}
+
+/// Starts an agent under the journaled wrapper in the background, and waits until its journal
+/// has `lines` lines.
+async fn start_agent(sbx: &DockerSandbox, run_id: &str, command: &str, lines: usize) {
+    let paths = journal_paths(run_id, None).unwrap();
+    let script = journaled_command(command, &paths);
+    sh(
+        sbx,
+        &format!(
+            "sh -c {} >/dev/null 2>&1 </dev/null &",
+            shell_quote(&script)
+        ),
+    )
+    .await;
+    let journal = shell_quote(&paths.journal);
+    let ready = reaper_e2e::util::eventually(std::time::Duration::from_secs(20), || async {
+        let n = sh(sbx, &format!("cat {journal} 2>/dev/null | wc -l")).await;
+        n.trim().parse::<usize>().unwrap_or(0) >= lines
+    })
+    .await;
+    assert!(ready, "agent {run_id:?} never wrote {lines} lines");
+}
+
+/// `(sidecar, journal)` names of a run, in listing order.
+fn names(run_id: &str) -> Vec<String> {
+    let encoded = reaper_core::journal::encode_run_id(run_id).unwrap();
+    vec![format!("{encoded}.err"), format!("{encoded}.ndjson")]
+}
+
+fn prune_options() -> PruneOptions {
+    PruneOptions::new(now_ms())
+}
+
+// ---------------------------------------------------------------------------------------------
+// What only the Docker provider does.
+
+#[tokio::test]
+async fn a_sandbox_runs_busybox_with_no_network_but_loopback() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    assert!(sh(&sbx, "sh --help 2>&1; true").await.contains("BusyBox"));
+    assert_eq!(sh(&sbx, "ls /sys/class/net").await, "lo\n");
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_container_without_the_provider_label_is_refused_and_left_running() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let raw = common::raw_client();
+    let name = format!("reaper-stranger-{}", unique());
+    raw.create_container(
+        Some(bollard::query_parameters::CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        }),
+        ContainerCreateBody {
+            image: Some(image.clone()),
+            cmd: Some(vec!["sleep".into(), "600".into()]),
+            host_config: Some(bollard::models::HostConfig {
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    raw.start_container(&name, None).await.unwrap();
+
+    let resumed = provider.resume(&name).await;
+    assert!(
+        matches!(&resumed, Err(SandboxError::Refused(m)) if m.contains(SANDBOX_LABEL)),
+        "{:?}",
+        resumed.map(|h| h.map(|h| h.id().to_string()))
+    );
+    let destroyed = provider.destroy(&name).await;
+    assert!(
+        matches!(&destroyed, Err(SandboxError::Refused(_))),
+        "{destroyed:?}"
+    );
+    let state = raw
+        .inspect_container(&name, None)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(
+        state.running,
+        Some(true),
+        "a stranger's container was stopped"
+    );
+    raw.remove_container(
+        &name,
+        Some(bollard::query_parameters::RemoveContainerOptions {
+            force: true,
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_provider_of_another_name_refuses_this_providers_sandboxes() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let (host, _) = common::docker_env().unwrap();
+    let other = common::connect(&host, Some("docker-other")).await;
+    let sbx = sandbox(&provider, &image).await;
+    assert!(matches!(
+        other.resume(sbx.id()).await,
+        Err(SandboxError::Refused(_))
+    ));
+    assert!(matches!(
+        other.destroy(sbx.id()).await,
+        Err(SandboxError::Refused(_))
+    ));
+    assert!(provider.resume(sbx.id()).await.unwrap().is_some());
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_id_prefix_of_a_sandbox_names_no_sandbox_and_destroys_nothing() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let prefix = &sbx.id()[..12];
+    assert!(provider.resume(prefix).await.unwrap().is_none());
+    provider.destroy(prefix).await.unwrap();
+    assert!(
+        provider.resume(sbx.id()).await.unwrap().is_some(),
+        "destroying an id prefix removed the sandbox it prefixes"
+    );
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stopped_sandbox_is_gone_for_resume_and_exec_and_destroy_still_removes_it() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let raw = common::raw_client();
+    raw.stop_container(sbx.id(), None).await.unwrap();
+    assert!(provider.resume(sbx.id()).await.unwrap().is_none());
+    assert!(matches!(
+        sbx.exec("true", ExecOptions::default()).await,
+        Err(SandboxError::NotFound(_))
+    ));
+    provider.destroy(sbx.id()).await.unwrap();
+    assert!(
+        raw.inspect_container(sbx.id(), None).await.is_err(),
+        "still there"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_daemon_is_an_error_never_gone() {
+    let Some(_) = docker().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // A socket file nobody listens on: connection refused.
+    let socket = dir.path().join("dead.sock");
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let provider = common::provider_on(&socket).await;
+    let resumed = provider.resume("reaper-anything").await;
+    assert!(
+        matches!(resumed, Err(SandboxError::Unreachable(_))),
+        "{:?}",
+        resumed.map(|h| h.is_some())
+    );
+    let destroyed = provider.destroy("reaper-anything").await;
+    assert!(
+        matches!(destroyed, Err(SandboxError::Unreachable(_))),
+        "{destroyed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_daemon_failing_the_request_is_an_error_never_gone() {
+    let Some(_) = docker().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let provider = common::provider_on(&common::failing_daemon(dir.path())).await;
+    let resumed = provider.resume("reaper-anything").await;
+    assert!(
+        matches!(&resumed, Err(SandboxError::Other(m)) if m.contains("500")),
+        "{:?}",
+        resumed.map(|h| h.is_some())
+    );
+    assert!(matches!(
+        provider.destroy("reaper-anything").await,
+        Err(SandboxError::Other(_))
+    ));
+}
+
+#[tokio::test]
+async fn connecting_to_a_missing_socket_is_a_configuration_error_naming_it() {
+    let Some(_) = docker().await else { return };
+    let err = DockerProvider::connect(DockerProviderOptions::new("/nonexistent/docker.sock"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::Connect { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("/nonexistent/docker.sock"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn creating_from_an_image_the_daemon_lacks_is_refused_without_pulling() {
+    let Some((provider, _)) = docker().await else {
+        return;
+    };
+    let err = provider
+        .create(CreateOptions::new("reaper-no-such-image:never"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SandboxError::Refused(m) if m.contains("never pull")),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// H14 and the BusyBox prune/probe, in a BusyBox container, journals in the default directory.
+
+#[tokio::test]
+async fn h14_prune_deletes_the_terminal_run_keeps_the_live_one_and_a_stray_file() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let n = unique();
+    let (done, live) = (format!("dk-done-{n}"), format!("dk-live-{n}"));
+    run_agent(&sbx, &done, "echo '{\"delta\":\"1\"}'; echo warn >&2").await;
+    run_agent(&sbx, &live, "echo '{\"delta\":\"1\"}'; echo warn >&2").await;
+    let dir = journal_paths(&done, None).unwrap().dir;
+    let stray = "reaper-conformance-stray_1.ndjson";
+    sh(&sbx, &format!("echo x > {dir}/{stray}")).await;
+    let runs = MemoryStore::new();
+    runs.put_run(run_record(&done, RunStatus::Completed));
+    runs.put_run(run_record(&live, RunStatus::Running));
+
+    let report = prune_journals(&sbx, &runs, &prune_options()).await;
+    assert_eq!(report.deleted, vec![done.clone()]);
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        report.kept,
+        vec![
+            // Listing order: the stray name sorts before the run's in the C locale.
+            KeptJournal {
+                run_id: None,
+                names: vec![stray.into()],
+                reason: KeptReason::UndecodableName,
+            },
+            KeptJournal {
+                run_id: Some(live.clone()),
+                names: names(&live),
+                reason: KeptReason::NonTerminal,
+            },
+        ]
+    );
+    let (d, l) = (
+        journal_paths(&done, None).unwrap(),
+        journal_paths(&live, None).unwrap(),
+    );
+    assert!(!file_exists(&sbx, &d.journal).await && !file_exists(&sbx, &d.stderr).await);
+    assert!(file_exists(&sbx, &l.journal).await && file_exists(&sbx, &l.stderr).await);
+
+    let again = prune_journals(&sbx, &runs, &prune_options()).await;
+    assert!(again.deleted.is_empty() && again.failures.is_empty());
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn h14_busybox_age_gate_deletes_the_older_orphan_and_keeps_the_newer_one() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let n = unique();
+    let (old, new) = (format!("dk-old-{n}"), format!("dk-new-{n}"));
+    run_agent(&sbx, &old, "echo old").await;
+    run_agent(&sbx, &new, "echo new").await;
+    let old_paths = journal_paths(&old, None).unwrap();
+    let old_secs = now_ms() / 1000 - 7_200;
+    for path in [&old_paths.journal, &old_paths.stderr] {
+        sh(&sbx, &format!("touch -d @{old_secs} {}", shell_quote(path))).await;
+    }
+    let listing = sh(&sbx, &journal_mtime_list_command(None)).await;
+    let MtimeListing::Listed(entries) = parse_mtime_listing(&listing, None) else {
+        panic!("no witness line in {listing:?}");
+    };
+    assert!(entries
+        .iter()
+        .any(|e| names(&old).contains(&e.name) && e.mtime_ms == old_secs * 1000));
+    let options = PruneOptions {
+        orphan_ttl_ms: 3_600_000,
+        ..prune_options()
+    };
+
+    let report = prune_journals(&sbx, &MemoryStore::new(), &options).await;
+    assert_eq!(report.age_gate, AgeGate::Listed);
+    assert_eq!(report.deleted, vec![old.clone()]);
+    assert_eq!(
+        report.kept,
+        vec![KeptJournal {
+            run_id: Some(new.clone()),
+            names: names(&new),
+            reason: KeptReason::OrphanTooRecent,
+        }]
+    );
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn h14_a_shell_hostile_run_id_cannot_inject_and_is_probed_and_pruned() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let n = unique();
+    let canary = format!("/tmp/dk-pwn-{n}");
+    let run_id = format!("dk-a;touch {canary};b c/d$(x)-{n}");
+    run_agent(&sbx, &run_id, "echo '{\"delta\":\"1\"}'; echo boom >&2").await;
+    assert!(!file_exists(&sbx, &canary).await, "command injection");
+    assert_eq!(
+        probe_run_exit(&sbx, &run_id, &ProbeOptions::default()).await,
+        RunExitProbe::Finished { exit_code: 0 }
+    );
+    let runs = MemoryStore::new();
+    runs.put_run(run_record(&run_id, RunStatus::Completed));
+    let report = prune_journals(&sbx, &runs, &prune_options()).await;
+    assert_eq!(report.deleted, vec![run_id.clone()]);
+    assert!(!file_exists(&sbx, &canary).await, "command injection");
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The core's real probe and a sweep end to end.
+
+/// A store holding a detached `running` run whose instance record names `sbx`.
+async fn detached(store: &MemoryStore, provider: &str, sbx: &DockerSandbox, run_id: &str) {
+    let detached_at = now_ms();
+    let mut record = run_record(run_id, RunStatus::Running);
+    record.started_at = detached_at - 1_000;
+    record.detached_since = Some(detached_at);
+    record.sandbox_key = Some(format!("key-{run_id}"));
+    store.put_run(record);
+    store
+        .upsert(SandboxInstanceRecord {
+            key: format!("key-{run_id}"),
+            provider: provider.into(),
+            provider_sandbox_id: sbx.id().into(),
+            latest_snapshot_id: None,
+            thread_id: "thread".into(),
+            latest_run_id: Some(run_id.into()),
+            updated_at: detached_at,
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_journal_exit_probe_reads_finished_producing_and_gone_through_docker() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let provider = Arc::new(provider);
+    let store = Arc::new(MemoryStore::new());
+    let n = unique();
+    let (done, live, gone) = (
+        format!("dk-p3-{n}"),
+        format!("dk-pl-{n}"),
+        format!("dk-pg-{n}"),
+    );
+    let a = sandbox(&provider, &image).await;
+    run_agent(&a, &done, "echo '{\"delta\":\"1\"}'; exit 3").await;
+    start_agent(&a, &live, "echo '{\"delta\":\"1\"}'; sleep 600", 1).await;
+    let b = sandbox(&provider, &image).await;
+    run_agent(&b, &gone, "echo hi").await;
+    for (run, sbx) in [(&done, &a), (&live, &a), (&gone, &b)] {
+        detached(&store, provider.name(), sbx, run).await;
+    }
+    provider.destroy(b.id()).await.unwrap();
+    let probe = JournalExitProbe::new(provider.clone(), store.clone(), ProbeOptions::default());
+    let answer = |run: &str| {
+        let (probe, store, run) = (&probe, store.clone(), run.to_string());
+        async move {
+            let record = RunStore::get(store.as_ref(), &run).await.unwrap().unwrap();
+            probe.has_finished(&record).await.unwrap()
+        }
+    };
+    assert_eq!(answer(&done).await, RunExitProbe::Finished { exit_code: 3 });
+    assert_eq!(answer(&live).await, RunExitProbe::Producing);
+    assert_eq!(answer(&gone).await.state(), "unknown");
+    provider.destroy(a.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sweep_finalizes_a_finished_run_reclaims_its_container_and_leaves_a_live_one_alone() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let provider = Arc::new(provider);
+    let store = Arc::new(MemoryStore::new());
+    let n = unique();
+    let (done, live) = (format!("dk-sweep-done-{n}"), format!("dk-sweep-live-{n}"));
+    let finished = sandbox(&provider, &image).await;
+    run_agent(
+        &finished,
+        &done,
+        "for d in 1 2 3; do echo \"{\\\"delta\\\":\\\"$d\\\"}\"; done",
+    )
+    .await;
+    let working = sandbox(&provider, &image).await;
+    start_agent(&working, &live, "echo '{\"delta\":\"1\"}'; sleep 600", 1).await;
+    detached(&store, provider.name(), &finished, &done).await;
+    detached(&store, provider.name(), &working, &live).await;
+
+    let dyn_provider: Arc<dyn SandboxProvider> = provider.clone();
+    let drive = JournalReplayDrive::new(
+        ReplayDeps {
+            runs: store.clone(),
+            instances: store.clone(),
+            provider: dyn_provider.clone(),
+            logs: store.clone(),
+            messages: store.clone(),
+            clock: Arc::new(SystemClock),
+            sleeper: Arc::new(TokioSleeper),
+        },
+        ReplayOptions::default(),
+    );
+    let deps = ReapDeps {
+        runs: store.clone(),
+        logs: store.clone(),
+        leases: store.clone(),
+        ledger: store.clone(),
+        probe: Arc::new(JournalExitProbe::new(
+            dyn_provider.clone(),
+            store.clone(),
+            ProbeOptions::default(),
+        )),
+        drive: Arc::new(drive),
+        reclaim: Some(Arc::new(SandboxReclaimer {
+            provider: dyn_provider,
+            instances: store.clone(),
+            runs: store.clone(),
+        })),
+        clock: Arc::new(SystemClock),
+        sleeper: Arc::new(TokioSleeper),
+    };
+    let mut options = ReapOptions::new(3_600_000, format!("docker-sweep-{n}"));
+    options.fence_quiet_ms = 25;
+    let before = provider.request_counts();
+
+    let report = reap_detached_runs(&deps, &options).await.unwrap();
+    let cost = provider.request_counts().since(&before);
+    eprintln!("docker: a sweep of one finished and one live run cost {cost}");
+    assert_eq!(report.considered, 2);
+    let entry = |run: &str| report.runs.iter().find(|e| e.run_id == run).unwrap();
+    assert_eq!(entry(&done).outcome, ReapOutcome::Finalized);
+    assert_eq!(entry(&done).status, Some(RunStatus::Completed));
+    assert_eq!(entry(&done).sandbox, Some(SandboxFate::Destroyed));
+    assert_eq!(entry(&live).outcome, ReapOutcome::Producing);
+    let transcript = store.get_transcript(&done).await.unwrap().unwrap();
+    assert_eq!(transcript.messages[0].content, "123");
+    assert_eq!(
+        RunStore::get(store.as_ref(), &live)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        RunStatus::Running
+    );
+    assert!(
+        provider.resume(finished.id()).await.unwrap().is_none(),
+        "the finished run's container was not reclaimed"
+    );
+    assert!(
+        provider.resume(working.id()).await.unwrap().is_some(),
+        "the live run's container was destroyed"
+    );
+    assert_eq!(
+        sh(&working, "ps | grep -c ' sleep 600$'").await,
+        "1\n",
+        "the live agent is no longer running"
+    );
+    assert_eq!(cost.remove_container, 1, "{cost}");
+    provider.destroy(working.id()).await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// What each operation costs the daemon.
+
+#[tokio::test]
+async fn engine_api_requests_per_resume_exec_probe_and_reclaim() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let provider = Arc::new(provider);
+    let store = Arc::new(MemoryStore::new());
+    let sbx = sandbox(&provider, &image).await;
+    let run = format!("dk-cost-{}", unique());
+    run_agent(&sbx, &run, "echo '{\"delta\":\"1\"}'").await;
+    detached(&store, provider.name(), &sbx, &run).await;
+    let measure = |before: RequestCounts| provider.request_counts().since(&before);
+
+    let before = provider.request_counts();
+    provider.resume(sbx.id()).await.unwrap().unwrap();
+    let resume = measure(before);
+
+    let before = provider.request_counts();
+    sh(&sbx, "true").await;
+    let exec = measure(before);
+
+    let before = provider.request_counts();
+    let probe = JournalExitProbe::new(provider.clone(), store.clone(), ProbeOptions::default());
+    let record = RunStore::get(store.as_ref(), &run).await.unwrap().unwrap();
+    let answer = probe.has_finished(&record).await.unwrap();
+    assert_eq!(answer, RunExitProbe::Finished { exit_code: 0 });
+    let probed = measure(before);
+
+    let before = provider.request_counts();
+    let reclaimer = SandboxReclaimer {
+        provider: provider.clone(),
+        instances: store.clone(),
+        runs: store.clone(),
+    };
+    // The run became terminal: its sandbox may go.
+    let mut record = record;
+    record.status = RunStatus::Completed;
+    store.put_run(record.clone());
+    let reclaimed = reclaimer
+        .reclaim(&record, &ReclaimIntent::new(&record, now_ms()))
+        .await
+        .unwrap();
+    assert_eq!(reclaimed, Reclaimed::Destroyed);
+    let reclaim = measure(before);
+
+    let before = provider.request_counts();
+    provider.destroy(sbx.id()).await.unwrap();
+    let destroy_gone = measure(before);
+
+    eprintln!("docker: resume costs {resume}");
+    eprintln!("docker: exec costs {exec}");
+    eprintln!("docker: probe (JournalExitProbe, finished run) costs {probed}");
+    eprintln!("docker: reclaim (SandboxReclaimer, live sandbox) costs {reclaim}");
+    eprintln!("docker: destroy of a gone sandbox costs {destroy_gone}");
+    assert_eq!(resume.total(), 1);
+    assert_eq!(resume.inspect_container, 1);
+    assert_eq!((exec.create_exec, exec.start_exec), (1, 1));
+    assert!(exec.inspect_exec >= 1 && exec.total() == 2 + exec.inspect_exec);
+    assert_eq!(probed.inspect_container, 1);
+    assert!(probed.create_exec >= 1);
+    assert_eq!(probed.create_exec, probed.start_exec);
+    assert_eq!(
+        (
+            reclaim.inspect_container,
+            reclaim.remove_container,
+            reclaim.total()
+        ),
+        (1, 1, 2)
+    );
+    assert_eq!(
+        (destroy_gone.inspect_container, destroy_gone.total()),
+        (1, 1)
+    );
+}
