@@ -394,7 +394,8 @@ type Deletions = HashMap<usize, Result<(), String>>;
 /// A scheduled run's share of a batch: its index in `groups` and its two quoted paths.
 struct Scheduled {
     index: usize,
-    /// ` '<journal>' '<stderr>'`, ready to append to `set --`.
+    /// ` "$d"/'<journal name>' "$d"/'<stderr name>'`, ready to append to `set --`: the
+    /// directory is said once per batch (in `d`), which about halves a batch's bytes.
     operands: String,
     /// The reference's own command, used when the run is alone in its batch.
     alone: String,
@@ -421,8 +422,8 @@ async fn delete_batches(
                 index,
                 operands: format!(
                     " {} {}",
-                    shell_quote(&paths.journal),
-                    shell_quote(&paths.stderr)
+                    in_dir(&paths.journal, dir),
+                    in_dir(&paths.stderr, dir)
                 ),
                 alone: journal_cleanup_command(&paths),
             }),
@@ -431,12 +432,13 @@ async fn delete_batches(
             }
         }
     }
+    let prologue = batch_prologue(dir);
     let mut execs = 0;
-    for batch in batch_by_length(&runs, options.delete_batch_bytes) {
+    for batch in batch_by_length(&runs, prologue.len(), options.delete_batch_bytes) {
         execs += 1;
         let result = match batch {
             [run] => handle.exec(&run.alone, exec).await,
-            _ => handle.exec(&batch_script(batch), exec).await,
+            _ => handle.exec(&batch_script(&prologue, batch), exec).await,
         };
         match result {
             Err(e) => {
@@ -492,8 +494,19 @@ async fn delete_batches(
     (outcomes, execs)
 }
 
-/// The batch script's first line, before the operands.
-const BATCH_PROLOGUE: &str = "set --";
+/// The batch script's first line, before the operands: the directory, then `set --`.
+fn batch_prologue(dir: &str) -> String {
+    format!("d={}; set --", shell_quote(dir))
+}
+
+/// A path under `dir` as a batch operand, `"$d"/'<name>'`. Every path comes from
+/// [`journal_paths`], which puts it directly under `dir`; anything else is quoted whole.
+fn in_dir(path: &str, dir: &str) -> String {
+    match path.strip_prefix(dir).and_then(|p| p.strip_prefix('/')) {
+        Some(name) => format!("\"$d\"/{}", shell_quote(name)),
+        None => shell_quote(path),
+    }
+}
 
 /// The rest of a batch script, after the operands (pairs of journal and sidecar paths): one `rm`
 /// for every file of the batch, then, with shell builtins only (`[`, `printf`, `shift`), one
@@ -510,8 +523,8 @@ done";
 
 /// Splits the runs into consecutive batches whose scripts stay within `limit` bytes; a run that
 /// does not fit a batch with another one goes alone (as the reference's own command).
-fn batch_by_length(runs: &[Scheduled], limit: usize) -> Vec<&[Scheduled]> {
-    let overhead = BATCH_PROLOGUE.len() + BATCH_EPILOGUE.len();
+fn batch_by_length(runs: &[Scheduled], prologue: usize, limit: usize) -> Vec<&[Scheduled]> {
+    let overhead = prologue + BATCH_EPILOGUE.len();
     let mut batches = Vec::new();
     let mut start = 0;
     let mut len = overhead;
@@ -529,11 +542,11 @@ fn batch_by_length(runs: &[Scheduled], limit: usize) -> Vec<&[Scheduled]> {
     batches
 }
 
-/// `set -- '<journal 0>' '<stderr 0>' '<journal 1>' …`, then [`BATCH_EPILOGUE`].
-fn batch_script(batch: &[Scheduled]) -> String {
+/// `d='<dir>'; set -- "$d"/'<journal 0>' "$d"/'<stderr 0>' …`, then [`BATCH_EPILOGUE`].
+fn batch_script(prologue: &str, batch: &[Scheduled]) -> String {
     let operands: usize = batch.iter().map(|run| run.operands.len()).sum();
-    let mut script = String::with_capacity(BATCH_PROLOGUE.len() + operands + BATCH_EPILOGUE.len());
-    script.push_str(BATCH_PROLOGUE);
+    let mut script = String::with_capacity(prologue.len() + operands + BATCH_EPILOGUE.len());
+    script.push_str(prologue);
     for run in batch {
         script.push_str(&run.operands);
     }

@@ -70,7 +70,7 @@ impl FakeJournalSandbox {
     fn delete_execs(&self) -> Vec<String> {
         self.commands()
             .into_iter()
-            .filter(|c| c.starts_with("rm -f ") || c.starts_with("set -- "))
+            .filter(|c| c.starts_with("rm -f ") || c.starts_with("d="))
             .collect()
     }
     fn remaining(&self) -> Vec<String> {
@@ -109,7 +109,7 @@ impl FakeJournalSandbox {
             }
             return out(listing, 0);
         }
-        if command.starts_with("rm -f ") || command.starts_with("set -- ") {
+        if command.starts_with("rm -f ") || command.starts_with("d=") {
             if let Some((_, message)) = s.rm_reject.iter().find(|(p, _)| command.contains(p)) {
                 return Err(SandboxError::Other(message.clone()));
             }
@@ -153,12 +153,18 @@ impl SandboxState {
             "one rm over every operand: {rest}"
         );
         assert_eq!(rest.matches("rm -f").count(), 1, "{rest}");
+        // `d='<dir>'; set -- "$d"/'<name>' …`: expand `$d` as the shell would.
         let words = shell_words(set);
-        assert_eq!(words[..2], ["set", "--"], "in {set}");
-        let pairs: Vec<(String, String)> = words[2..]
+        let d = words[0].strip_prefix("d=").expect("the directory first");
+        assert_eq!(words[1..4], [";", "set", "--"], "in {set}");
+        let expand = |w: &String| match w.strip_prefix("$d/") {
+            Some(name) => format!("{d}/{name}"),
+            None => w.clone(),
+        };
+        let pairs: Vec<(String, String)> = words[4..]
             .chunks(2)
             .map(|pair| match pair {
-                [journal, stderr] => (journal.clone(), stderr.clone()),
+                [journal, stderr] => (expand(journal), expand(stderr)),
                 _ => panic!("operands come in pairs: {set}"),
             })
             .collect();
@@ -835,15 +841,15 @@ async fn a_batch_is_one_rm_over_all_its_files_then_a_builtin_status_line_per_run
     let operands: Vec<String> = ids
         .iter()
         .map(|id| {
-            let paths = journal_paths(id, Some(DIR)).unwrap();
-            format!("'{}' '{}'", paths.journal, paths.stderr)
+            let (journal, stderr) = names(id);
+            format!("\"$d\"/'{journal}' \"$d\"/'{stderr}'")
         })
         .collect();
     // No process per run: `[`, `printf`, `shift` and `$((…))` are shell builtins.
     assert_eq!(
         sandbox.delete_execs(),
         [format!(
-            "set -- {}\n\
+            "d='{DIR}'; set -- {}\n\
              rm -f -- \"$@\" 2>/dev/null; rc=$?; i=0\n\
              while [ \"$#\" -ge 2 ]; do\n\
              if [ -e \"$1\" ] || [ -L \"$1\" ] || [ -e \"$2\" ] || [ -L \"$2\" ]; \
