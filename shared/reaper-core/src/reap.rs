@@ -904,7 +904,7 @@ async fn reap_one(
         match settle(deps, options, &stored, driven.intent).await {
             Ok(fate) => sandbox = Some(fate),
             Err(e) => {
-                tracing::error!(target: "reaper", run_id, status = %status, error = %e, "reclaiming the run's sandbox failed; the reclaim ledger retries it");
+                tracing::error!(target: "reaper", run_id, status = %status, error = %e, retried_by = "the reclaim ledger", "reclaiming the run's sandbox failed");
                 outcome = ReapOutcome::ReclaimFailed;
                 sandbox = Some(SandboxFate::Leaked);
                 error = Some(e);
