@@ -28,6 +28,38 @@ pub const LIST_RECLAIMABLE: &str = concat!(
      AND detached_since <= ?1 ORDER BY detached_since, rowid"
 );
 
+/// One bounded page of the reclaimable listing (the run store's `ReclaimableQuery`): running runs
+/// with `?2 < detached_since <= ?1`, strictly after the keyset `(?3, ?4)` in
+/// `(detached_since, run_id)` order, at most `?5` of them. The range on `detached_since` is what
+/// the partial index `runs_reclaimable` answers; the LIMIT stops the scan at the page. Bind with
+/// [`page_params`]. Selects the `rowid` after [`COLUMNS`], as [`LIST_RECLAIMABLE`] does.
+pub const LIST_RECLAIMABLE_PAGE: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    ", rowid AS rowid FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+     AND detached_since <= ?1 AND detached_since > ?2 \
+     AND detached_since >= ?3 AND (detached_since > ?3 OR run_id > ?4) \
+     ORDER BY detached_since, run_id LIMIT ?5"
+);
+
+/// The parameters of [`LIST_RECLAIMABLE_PAGE`], in order: an absent lower bound or cursor
+/// becomes the smallest value, which every row passes.
+pub fn page_params(
+    detached_until: i64,
+    detached_after: Option<i64>,
+    after: Option<(i64, &str)>,
+    limit: usize,
+) -> (i64, i64, i64, String, i64) {
+    let (cursor_since, cursor_id) = after.unwrap_or((i64::MIN, ""));
+    (
+        detached_until,
+        detached_after.unwrap_or(i64::MIN),
+        cursor_since,
+        cursor_id.to_string(),
+        i64::try_from(limit).unwrap_or(i64::MAX),
+    )
+}
+
 /// How a listing names a row whose `run_id` cannot be read: by its `rowid`.
 pub fn row_key(rowid: Option<i64>) -> String {
     rowid.map_or_else(
@@ -188,6 +220,7 @@ mod tests {
         for sql in [
             SELECT_BY_ID,
             LIST_RECLAIMABLE,
+            LIST_RECLAIMABLE_PAGE,
             FIND_ACTIVE,
             LIST_BY_THREAD,
             BUMP_EPOCH,
@@ -206,6 +239,7 @@ mod tests {
             .unwrap();
         let condition = index.split("WHERE ").nth(1).unwrap();
         assert!(LIST_RECLAIMABLE.contains(condition), "{condition}");
+        assert!(LIST_RECLAIMABLE_PAGE.contains(condition), "{condition}");
     }
 
     #[test]

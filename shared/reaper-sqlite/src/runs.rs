@@ -1,8 +1,9 @@
 //! The `runs` table: [`RunStore`], and the read-only listings `reaper status` needs.
 
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableListing, RunError, RunPatch, RunRecord,
-    RunStatus, RunStore, RunStoreCapabilities, StoreError, TerminalWrite,
+    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimableListing,
+    ReclaimablePage, ReclaimableQuery, RunError, RunPatch, RunRecord, RunStatus, RunStore,
+    RunStoreCapabilities, StoreError, TerminalWrite,
 };
 use reaper_sql::runs::{self as sql, COLUMNS};
 use rusqlite::types::Value;
@@ -96,6 +97,51 @@ fn list_reclaimable_rows(conn: &Connection, cutoff: i64) -> Result<ReclaimableLi
         }
     }
     Ok(listing)
+}
+
+/// One page of the reclaimable listing, pushed down: the range, keyset and LIMIT are the
+/// statement's, so only the page's rows are read.
+fn list_reclaimable_page_rows(
+    conn: &Connection,
+    q: &ReclaimableQuery,
+) -> Result<ReclaimablePage, StoreError> {
+    let cursor = q
+        .after
+        .as_ref()
+        .map(|c| (c.detached_since, c.run_id.as_str()));
+    let params = sql::page_params(q.detached_until, q.detached_after, cursor, q.limit);
+    let mut stmt = conn
+        .prepare_cached(sql::LIST_RECLAIMABLE_PAGE)
+        .map_err(store_err)?;
+    let mut rows = stmt
+        .query(params![params.0, params.1, params.2, params.3, params.4])
+        .map_err(store_err)?;
+    let mut page = ReclaimablePage::default();
+    let mut read = 0;
+    while let Some(row) = rows.next().map_err(store_err)? {
+        read += 1;
+        // The keyset of every row, a corrupt one included, so the next page starts past it.
+        let position = (row.get::<_, i64>(9), row.get::<_, String>(0));
+        if let (Ok(detached_since), Ok(run_id)) = position {
+            page.next = Some(ReclaimableCursor {
+                detached_since,
+                run_id,
+            });
+        }
+        let rowid = match row.get_ref(COLUMN_COUNT).map_err(store_err)? {
+            rusqlite::types::ValueRef::Integer(r) => Some(r),
+            _ => None,
+        };
+        match decode_run(row, &sql::row_key(rowid)) {
+            Ok(record) => page.runs.push(record),
+            Err(e @ StoreError::Corrupt { .. }) => page.corrupt.push(e),
+            Err(e) => return Err(e),
+        }
+    }
+    if read < q.limit {
+        page.next = None;
+    }
+    Ok(page)
 }
 
 /// How many columns [`COLUMNS`] names: the listing's `rowid` comes right after them.
@@ -361,6 +407,17 @@ impl RunStore for SqliteStore {
         self.call(move |c| list_reclaimable_rows(c, cutoff)).await
     }
 
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        if query.limit == 0 {
+            return Ok(ReclaimablePage::default());
+        }
+        self.call(move |c| list_reclaimable_page_rows(c, &query))
+            .await
+    }
+
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_reclaimable: true,
@@ -477,9 +534,33 @@ mod tests {
     }
 
     #[test]
+    fn a_page_of_the_listing_is_answered_from_the_partial_index() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let conn = store.inner_conn();
+        let mut stmt = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                sql::LIST_RECLAIMABLE_PAGE
+            ))
+            .unwrap();
+        let p = sql::page_params(10, Some(1), Some((2, "run")), 25);
+        let plan = stmt
+            .query_map(params![p.0, p.1, p.2, p.3, p.4], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap()
+            .join("; ");
+        assert!(
+            plan.contains("USING INDEX runs_reclaimable"),
+            "query plan does not use the partial index: {plan}"
+        );
+    }
+
+    #[test]
     fn the_listing_reads_the_rowid_right_after_the_run_columns() {
         assert_eq!(COLUMNS.split(", ").count(), COLUMN_COUNT);
         assert!(sql::LIST_RECLAIMABLE.contains(&format!("{COLUMNS}, rowid AS rowid FROM")));
+        assert!(sql::LIST_RECLAIMABLE_PAGE.contains(&format!("{COLUMNS}, rowid AS rowid FROM")));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! agree (`Unsupported`) and report a skip; an undeclared gap is a failure.
 
 use futures::future::join_all;
-use reaper_core::ports::{EpochBump, Fenced, RunStore};
+use reaper_core::ports::{EpochBump, Fenced, ReclaimableCursor, ReclaimableQuery, RunStore};
 use reaper_core::{
     EpochMs, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, StoreError, TerminalStatus,
     TerminalWrite,
@@ -39,6 +39,10 @@ macro_rules! __reaper_run_store_cases {
             list_reclaimable_with_zero_ttl_returns_a_run_detached_at_exactly_now_when_capable,
             list_reclaimable_drops_a_run_whose_detached_since_is_cleared_when_capable,
             list_reclaimable_never_lists_terminal_or_interrupted_runs_when_capable,
+            list_reclaimable_page_is_ordered_by_detached_since_then_run_id_up_to_its_limit_when_capable,
+            list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_past_the_last_when_capable,
+            list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upper_when_capable,
+            list_reclaimable_pages_see_inserts_after_the_cursor_and_not_runs_that_left_when_capable,
             durable_fields_of_a_fresh_row_read_back_absent,
             durable_fields_round_trip,
             overwriting_one_durable_field_leaves_the_others_unchanged,
@@ -590,6 +594,229 @@ pub async fn list_reclaimable_never_lists_terminal_or_interrupted_runs_when_capa
         own_ids(&store.list_reclaimable(1_000_000, 0).await?, ctx),
         vec![ctx.id("running")],
         "reclaimable among runs detached long ago"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// A band of `detachedSince` values of this case's own, far above every other case's, so a page
+/// of a store other cases share holds this case's runs only.
+fn band(ctx: &CaseContext) -> EpochMs {
+    // FNV-1a over the prefix: stable, and distinct bands for distinct cases.
+    let hash = ctx.prefix.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    // Below 2^53, the largest instant every store accepts (a JSON-safe integer).
+    8_000_000_000_000_000 + (hash % (1 << 30)) as EpochMs * 1_000
+}
+
+fn page_query(
+    detached_after: Option<EpochMs>,
+    detached_until: EpochMs,
+    after: Option<ReclaimableCursor>,
+    limit: usize,
+) -> ReclaimableQuery {
+    ReclaimableQuery {
+        detached_after,
+        detached_until,
+        after,
+        limit,
+    }
+}
+
+fn cursor(detached_since: EpochMs, run_id: String) -> Option<ReclaimableCursor> {
+    Some(ReclaimableCursor {
+        detached_since,
+        run_id,
+    })
+}
+
+/// The page's run ids, in the page's order.
+fn page_ids(page: &reaper_core::ports::ReclaimablePage) -> Vec<String> {
+    page.runs.iter().map(|r| r.run_id.clone()).collect()
+}
+
+/// Issue 13: a page is ordered by `(detachedSince, runId)` and holds at most `limit` runs; a full
+/// page names where the next one starts. Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_page_is_ordered_by_detached_since_then_run_id_up_to_its_limit_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    for (name, at) in [("b", 2), ("a", 2), ("c", 1), ("e", 3), ("d", 3)] {
+        seed(store, &ctx.id(name), &thread, 1, detached(base + at)).await?;
+    }
+    let page = store
+        .list_reclaimable_page(page_query(Some(base), base + 10, None, 3))
+        .await?;
+    ensure_eq!(
+        page_ids(&page),
+        vec![ctx.id("c"), ctx.id("a"), ctx.id("b")],
+        "the first page of 3"
+    );
+    ensure_eq!(
+        page.next,
+        cursor(base + 2, ctx.id("b")),
+        "a full page names its last run as the next page's start"
+    );
+    let all = store
+        .list_reclaimable_page(page_query(Some(base), base + 10, None, 10))
+        .await?;
+    ensure_eq!(
+        page_ids(&all),
+        ["c", "a", "b", "d", "e"].map(|n| ctx.id(n)).to_vec(),
+        "a page larger than the range"
+    );
+    ensure_eq!(all.next, None, "a short page ends the range");
+    Ok(Verdict::Passed)
+}
+
+/// Issue 13: the next page starts strictly after the cursor (equal `detachedSince` broken by
+/// `runId`), and a page past the last run is empty and ends the range, which is where a sweep
+/// wraps around. Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_past_the_last_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    for (name, at) in [("a", 1), ("b", 2), ("c", 2), ("d", 3)] {
+        seed(store, &ctx.id(name), &thread, 1, detached(base + at)).await?;
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    for _ in 0..4 {
+        let page = store
+            .list_reclaimable_page(page_query(Some(base), base + 10, after, 2))
+            .await?;
+        seen.extend(page_ids(&page));
+        after = page.next;
+        if after.is_none() {
+            break;
+        }
+    }
+    ensure_eq!(
+        seen,
+        ["a", "b", "c", "d"].map(|n| ctx.id(n)).to_vec(),
+        "every run once, in order, across pages of 2"
+    );
+    let past_the_last = store
+        .list_reclaimable_page(page_query(
+            Some(base),
+            base + 10,
+            cursor(base + 3, ctx.id("d")),
+            2,
+        ))
+        .await?;
+    ensure_eq!(
+        page_ids(&past_the_last),
+        Vec::<String>::new(),
+        "a page past the last run"
+    );
+    ensure_eq!(
+        past_the_last.next,
+        None,
+        "a page past the last run ends the range"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Issue 13: `detached_after < detachedSince <= detached_until`, so the runs past the TTL and the
+/// runs inside it are two disjoint ranges; terminal runs are never paged. Capability-gated
+/// (`list_reclaimable`).
+pub async fn list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upper_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    for (name, at) in [
+        ("at-lower", 1),
+        ("inside", 2),
+        ("at-upper", 3),
+        ("above", 4),
+    ] {
+        seed(store, &ctx.id(name), &thread, 1, detached(base + at)).await?;
+    }
+    let mut done = detached(base + 2);
+    done.status = Some(RunStatus::Completed);
+    seed(store, &ctx.id("completed"), &thread, 1, done).await?;
+    let page = store
+        .list_reclaimable_page(page_query(Some(base + 1), base + 3, None, 10))
+        .await?;
+    ensure_eq!(
+        page_ids(&page),
+        vec![ctx.id("inside"), ctx.id("at-upper")],
+        "runs in (base+1, base+3]"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Issue 13: the keyset cursor is a position, not a row: a run inserted after it between pages
+/// is on the next page, a run that went terminal or was re-attached is not, and nothing is
+/// repeated. Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_pages_see_inserts_after_the_cursor_and_not_runs_that_left_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    for (name, at) in [("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)] {
+        seed(store, &ctx.id(name), &thread, 1, detached(base + at)).await?;
+    }
+    let first = store
+        .list_reclaimable_page(page_query(Some(base), base + 10, None, 2))
+        .await?;
+    ensure_eq!(
+        page_ids(&first),
+        vec![ctx.id("a"), ctx.id("b")],
+        "the first page"
+    );
+    // The cursor row itself leaves: the position still holds.
+    store
+        .update(&ctx.id("b"), status(RunStatus::Completed))
+        .await?;
+    store
+        .update(&ctx.id("c"), status(RunStatus::Failed))
+        .await?;
+    store
+        .update(
+            &ctx.id("d"),
+            RunPatch {
+                detached_since: Patch::Clear,
+                ..Default::default()
+            },
+        )
+        .await?;
+    seed(store, &ctx.id("before"), &thread, 1, detached(base + 1)).await?;
+    seed(store, &ctx.id("new"), &thread, 1, detached(base + 4)).await?;
+    let second = store
+        .list_reclaimable_page(page_query(Some(base), base + 10, first.next, 10))
+        .await?;
+    ensure_eq!(
+        page_ids(&second),
+        vec![ctx.id("new"), ctx.id("e")],
+        "the second page after inserts and departures"
     );
     Ok(Verdict::Passed)
 }
