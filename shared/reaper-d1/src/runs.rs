@@ -1,8 +1,9 @@
 //! The `runs` table: [`RunStore`].
 
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableListing, RunError, RunPatch, RunRecord,
-    RunStatus, RunStore, RunStoreCapabilities, StoreError, TerminalWrite,
+    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimableListing,
+    ReclaimablePage, ReclaimableQuery, RunError, RunPatch, RunRecord, RunStatus, RunStore,
+    RunStoreCapabilities, StoreError, TerminalWrite,
 };
 
 use reaper_sql::runs as sql;
@@ -246,6 +247,63 @@ impl RunStore for D1Store {
             }
         }
         Ok(listing)
+    }
+
+    /// One page, pushed down: the range, keyset and LIMIT are the statement's, so a page stays
+    /// far inside D1's result-size and time limits whatever the backlog.
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        if query.limit == 0 {
+            return Ok(ReclaimablePage::default());
+        }
+        let cursor = query
+            .after
+            .as_ref()
+            .map(|c| (c.detached_since, c.run_id.as_str()));
+        let (until, after, cursor_since, cursor_id, limit) = sql::page_params(
+            query.detached_until,
+            query.detached_after,
+            cursor,
+            query.limit,
+        );
+        let rows = self
+            .one(Statement::new(
+                sql::LIST_RECLAIMABLE_PAGE,
+                vec![
+                    safe(until).into(),
+                    safe(after).into(),
+                    safe(cursor_since).into(),
+                    cursor_id.into(),
+                    safe(limit).into(),
+                ],
+            ))
+            .await?;
+        let mut page = ReclaimablePage::default();
+        for row in &rows {
+            // The keyset of every row, a corrupt one included, so the next page starts past it.
+            let position = (
+                row.opt_int("detached_since", "runs"),
+                row.text("run_id", "runs"),
+            );
+            if let (Ok(Some(detached_since)), Ok(run_id)) = position {
+                page.next = Some(ReclaimableCursor {
+                    detached_since,
+                    run_id,
+                });
+            }
+            let rowid = row.opt_int("rowid", "runs").ok().flatten();
+            match decode_run(row, &sql::row_key(rowid)) {
+                Ok(record) => page.runs.push(record),
+                Err(e @ StoreError::Corrupt { .. }) => page.corrupt.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if rows.len() < query.limit {
+            page.next = None;
+        }
+        Ok(page)
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {
