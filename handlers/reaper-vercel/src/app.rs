@@ -237,14 +237,50 @@ pub(crate) mod tests {
     #[derive(Clone, Default)]
     struct Captured(Arc<Mutex<Vec<u8>>>);
 
-    impl std::io::Write for Captured {
+    thread_local! {
+        /// Where this thread's log lines go while a test captures them.
+        static CAPTURE: std::cell::RefCell<Option<Captured>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// Writes to the current thread's capture, if any; drops the line otherwise.
+    struct ThreadCapture;
+
+    impl std::io::Write for ThreadCapture {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
+            CAPTURE.with(|c| {
+                if let Some(captured) = &*c.borrow() {
+                    captured.0.lock().unwrap().extend_from_slice(buf);
+                }
+            });
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// Captures the JSON log lines this thread writes until the guard drops. One process-wide
+    /// subscriber, installed once: a thread-scoped one (`set_default`) races tracing's
+    /// per-callsite interest cache against other test threads and can miss a line.
+    fn capture_logs() -> (Captured, impl Drop) {
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .with_writer(|| ThreadCapture)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in these tests");
+        });
+        let captured = Captured::default();
+        CAPTURE.with(|c| *c.borrow_mut() = Some(captured.clone()));
+        struct Uncapture;
+        impl Drop for Uncapture {
+            fn drop(&mut self) {
+                CAPTURE.with(|c| *c.borrow_mut() = None);
+            }
+        }
+        (captured, Uncapture)
     }
 
     struct ReclaimFailing;
@@ -260,13 +296,7 @@ pub(crate) mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_sweep_that_could_not_destroy_sandboxes_says_so_in_the_body_and_an_error_line() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_writer(move || writer.clone())
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (captured, _guard) = capture_logs();
         let (mut app, _) = recording_app(Some(SECRET), SweepStatus::Swept);
         app.sweeper = Arc::new(ReclaimFailing);
 
