@@ -123,7 +123,13 @@ fn vercel_json_uses_only_keys_vercels_schema_knows() {
     keys.sort();
     assert_eq!(
         keys,
-        ["$schema", "crons", "functions", "outputDirectory", "regions"]
+        [
+            "$schema",
+            "crons",
+            "functions",
+            "outputDirectory",
+            "regions"
+        ]
     );
     let function: Vec<&String> = json["functions"][FUNCTION]
         .as_object()
