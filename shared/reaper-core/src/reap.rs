@@ -644,6 +644,10 @@ fn out_of_time(deps: &ReapDeps, options: &ReapOptions, stop: Option<&Cancellatio
     })
 }
 
+/// Listing requests one sweep sends at most, whatever the backlog (half of them at most for the
+/// runs past the TTL).
+const MAX_LISTING_REQUESTS: usize = 6;
+
 /// The sweep's batch, in bounded pages, so a sweep reads only what it can use: first the runs
 /// past the TTL, oldest first (they need no probe and free money), then the rest of the batch
 /// from the round-robin cursor among the runs inside the TTL, wrapping around once. Every
@@ -656,44 +660,59 @@ async fn list_batch(
     cutoff: EpochMs,
 ) -> Result<(ReclaimablePage, usize), crate::error::StoreError> {
     let limit = options.max_runs;
-    let mut batch = deps
-        .runs
-        .list_reclaimable_page(ReclaimableQuery {
-            detached_after: None,
-            detached_until: cutoff,
-            after: None,
-            limit,
-        })
-        .await?;
-    let fresh_from = batch.runs.len();
-    let mut after = options.resume_after.clone();
-    let mut wrapped = after.is_none();
-    let mut seen: HashSet<String> = batch.runs.iter().map(|r| r.run_id.clone()).collect();
-    let mut known: HashSet<String> = batch.corrupt.iter().map(|e| e.to_string()).collect();
-    while batch.runs.len() < limit {
-        let page = deps
-            .runs
-            .list_reclaimable_page(ReclaimableQuery {
-                detached_after: Some(cutoff),
-                detached_until: now,
-                after: after.clone(),
-                limit: limit - batch.runs.len(),
-            })
-            .await?;
-        // A store that cannot place corrupt rows reports them with every first page.
+    let mut batch = ReclaimablePage::default();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut known: HashSet<String> = HashSet::new();
+    // Corrupt rows count toward a store's page, so a page can come back short of runs with more
+    // behind it: the sweep pages on, within a fixed number of requests per sweep.
+    let mut requests = 0;
+    let mut list = async |range: ReclaimableQuery, batch: &mut ReclaimablePage| {
+        requests += 1;
+        let page = deps.runs.list_reclaimable_page(range).await?;
+        let unreadable = page.corrupt.len();
         let corrupt = page.corrupt.into_iter();
+        // A store that cannot place corrupt rows reports them with every first page.
         batch
             .corrupt
             .extend(corrupt.filter(|e| known.insert(e.to_string())));
-        // After the wrap, a page can reach runs the first fresh page already took.
+        // After the wrap, a page can reach runs an earlier page already took.
         let before = batch.runs.len();
         let runs = page.runs.into_iter();
         batch
             .runs
             .extend(runs.filter(|r| seen.insert(r.run_id.clone())));
-        let added = batch.runs.len() - before;
-        match page.next {
-            Some(next) if added > 0 => after = Some(next),
+        let read = batch.runs.len() - before + unreadable;
+        Ok::<_, crate::error::StoreError>((page.next, read, requests))
+    };
+    let mut after = None;
+    while batch.runs.len() < limit {
+        let range = ReclaimableQuery {
+            detached_after: None,
+            detached_until: cutoff,
+            after: after.take(),
+            limit: limit - batch.runs.len(),
+        };
+        match list(range, &mut batch).await? {
+            (Some(next), _, sent) if sent < MAX_LISTING_REQUESTS / 2 => after = Some(next),
+            _ => break,
+        }
+    }
+    let fresh_from = batch.runs.len();
+    let mut after = options.resume_after.clone();
+    let mut wrapped = after.is_none();
+    while batch.runs.len() < limit {
+        let range = ReclaimableQuery {
+            detached_after: Some(cutoff),
+            detached_until: now,
+            after: after.clone(),
+            limit: limit - batch.runs.len(),
+        };
+        let (next, read, sent) = list(range, &mut batch).await?;
+        if sent >= MAX_LISTING_REQUESTS {
+            break;
+        }
+        match next {
+            Some(next) if read > 0 => after = Some(next),
             _ if wrapped => break,
             _ => {
                 wrapped = true;

@@ -5,8 +5,9 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
 };
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, RunPatch, RunRecord, RunStatus, RunStore,
-    RunStoreCapabilities, StoreError, TerminalWrite,
+    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimablePage,
+    ReclaimableQuery, RunPatch, RunRecord, RunStatus, RunStore, RunStoreCapabilities, StoreError,
+    TerminalWrite,
 };
 
 use crate::error::CONDITION_FAILED;
@@ -54,6 +55,23 @@ where
         SdkError::ServiceError(ctx) if ctx.err().code() == Some(CONDITION_FAILED) => {
             Some(ctx.err().old_item())
         }
+        _ => None,
+    }
+}
+
+/// The listing position of an index key (`LastEvaluatedKey`): its `detachedSince` and the run
+/// id its item key names (for an id too long for a key, the key's digest form, which
+/// [`run_pk`] maps back to the same key).
+fn position_of(k: &Item) -> Option<ReclaimableCursor> {
+    let detached_since = match k.get(GSI1_SK) {
+        Some(AttributeValue::N(v)) => v.parse().ok()?,
+        _ => return None,
+    };
+    match k.get(PK) {
+        Some(AttributeValue::S(pk)) => Some(ReclaimableCursor {
+            detached_since,
+            run_id: pk.strip_prefix("RUN#")?.to_string(),
+        }),
         _ => None,
     }
 }
@@ -122,6 +140,74 @@ impl DynamoStore {
         }
         self.counters.corrupt_skipped(listing.corrupt.len() as u64);
         Ok(listing)
+    }
+
+    /// One bounded page of the listing: a Query on the sparse index over the page's
+    /// `detachedSince` range with `Limit`, resumed with an `ExclusiveStartKey` built from the
+    /// cursor, so a page reads about `limit` items whatever the backlog. Runs detached in the
+    /// same millisecond come in the index's own stable order (see LAYOUT.md). Items that do not
+    /// parse are reported and count toward the page.
+    pub async fn list_reclaimable_page_report(
+        &self,
+        q: &ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        let mut page = ReclaimablePage::default();
+        let lower = q.detached_after.map_or(i64::MIN, |a| a.saturating_add(1));
+        if q.limit == 0 || lower > q.detached_until {
+            return Ok(page);
+        }
+        let mut start = q.after.as_ref().map(|c| {
+            let mut k = key(run_pk(&c.run_id), RUN_SK);
+            k.insert(GSI1_PK.into(), s(DETACHED));
+            k.insert(GSI1_SK.into(), n(c.detached_since));
+            k
+        });
+        loop {
+            let want = q.limit - page.runs.len() - page.corrupt.len();
+            let want = i32::try_from(want).unwrap_or(i32::MAX);
+            let want = self.options.page_limit.map_or(want, |p| p.min(want));
+            let res = self
+                .client
+                .query()
+                .table_name(self.table_name())
+                .index_name(RECLAIMABLE_INDEX)
+                .key_condition_expression("#pk = :pk AND #sk BETWEEN :lower AND :upper")
+                .expression_attribute_names("#pk", GSI1_PK)
+                .expression_attribute_names("#sk", GSI1_SK)
+                .expression_attribute_values(":pk", s(DETACHED))
+                .expression_attribute_values(":lower", n(lower))
+                .expression_attribute_values(":upper", n(q.detached_until))
+                .limit(want)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            self.track("list_reclaimable_page", &res);
+            let out = res.map_err(|e| self.map_err("Query", e))?;
+            for item in out.items() {
+                match run_from_item(item) {
+                    // The index is eventually consistent: `running` rows only.
+                    Ok(r) if indexed(r.status, r.detached_since) => page.runs.push(r),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(run_id = %run_id_of(item), error = %e,
+                            "skipping a corrupt run item in the reclaimable listing");
+                        page.corrupt.push(e);
+                    }
+                }
+            }
+            let Some(last) = out.last_evaluated_key.filter(|k| !k.is_empty()) else {
+                break;
+            };
+            if page.runs.len() + page.corrupt.len() >= q.limit {
+                // The last evaluated item's position, whether it parsed or not.
+                page.next = position_of(&last);
+                break;
+            }
+            start = Some(last);
+        }
+        self.counters.corrupt_skipped(page.corrupt.len() as u64);
+        Ok(page)
     }
 
     /// Runs of a thread from the thread index, ascending or descending by `startedAt`, stopping
@@ -398,6 +484,13 @@ impl RunStore for DynamoStore {
         ttl_ms: u64,
     ) -> Result<ReclaimableListing, StoreError> {
         self.list_reclaimable_report(now, ttl_ms).await
+    }
+
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        self.list_reclaimable_page_report(&query).await
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

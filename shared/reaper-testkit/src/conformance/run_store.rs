@@ -39,7 +39,7 @@ macro_rules! __reaper_run_store_cases {
             list_reclaimable_with_zero_ttl_returns_a_run_detached_at_exactly_now_when_capable,
             list_reclaimable_drops_a_run_whose_detached_since_is_cleared_when_capable,
             list_reclaimable_never_lists_terminal_or_interrupted_runs_when_capable,
-            list_reclaimable_page_is_ordered_by_detached_since_then_run_id_up_to_its_limit_when_capable,
+            list_reclaimable_page_is_ordered_by_detached_since_up_to_its_limit_when_capable,
             list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_past_the_last_when_capable,
             list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upper_when_capable,
             list_reclaimable_pages_see_inserts_after_the_cursor_and_not_runs_that_left_when_capable,
@@ -630,14 +630,33 @@ fn cursor(detached_since: EpochMs, run_id: String) -> Option<ReclaimableCursor> 
     })
 }
 
+/// The page's run ids grouped by `detachedSince`, groups in the page's order, each sorted.
+fn tie_groups(page: &reaper_core::ports::ReclaimablePage) -> Vec<Vec<String>> {
+    let mut groups: Vec<(Option<EpochMs>, Vec<String>)> = Vec::new();
+    for r in &page.runs {
+        match groups.last_mut() {
+            Some((at, ids)) if *at == r.detached_since => ids.push(r.run_id.clone()),
+            _ => groups.push((r.detached_since, vec![r.run_id.clone()])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, mut ids)| {
+            ids.sort();
+            ids
+        })
+        .collect()
+}
+
 /// The page's run ids, in the page's order.
 fn page_ids(page: &reaper_core::ports::ReclaimablePage) -> Vec<String> {
     page.runs.iter().map(|r| r.run_id.clone()).collect()
 }
 
-/// Issue 13: a page is ordered by `(detachedSince, runId)` and holds at most `limit` runs; a full
-/// page names where the next one starts. Capability-gated (`list_reclaimable`).
-pub async fn list_reclaimable_page_is_ordered_by_detached_since_then_run_id_up_to_its_limit_when_capable<
+/// Issue 13: a page is ordered by `detachedSince` (runs detached in the same millisecond in the
+/// store's own stable order) and holds at most `limit` runs; a full page names its last run as
+/// where the next one starts. Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_page_is_ordered_by_detached_since_up_to_its_limit_when_capable<
     S: RunStore + ?Sized,
 >(
     store: &S,
@@ -655,30 +674,39 @@ pub async fn list_reclaimable_page_is_ordered_by_detached_since_then_run_id_up_t
         .list_reclaimable_page(page_query(Some(base), base + 10, None, 3))
         .await?;
     ensure_eq!(
-        page_ids(&page),
-        vec![ctx.id("c"), ctx.id("a"), ctx.id("b")],
-        "the first page of 3"
+        tie_groups(&page),
+        vec![vec![ctx.id("c")], vec![ctx.id("a"), ctx.id("b")]],
+        "the first page of 3, by detachedSince"
     );
+    let last = page
+        .runs
+        .last()
+        .map(|r| r.run_id.clone())
+        .unwrap_or_default();
     ensure_eq!(
         page.next,
-        cursor(base + 2, ctx.id("b")),
+        cursor(base + 2, last),
         "a full page names its last run as the next page's start"
     );
     let all = store
         .list_reclaimable_page(page_query(Some(base), base + 10, None, 10))
         .await?;
     ensure_eq!(
-        page_ids(&all),
-        ["c", "a", "b", "d", "e"].map(|n| ctx.id(n)).to_vec(),
-        "a page larger than the range"
+        tie_groups(&all),
+        vec![
+            vec![ctx.id("c")],
+            vec![ctx.id("a"), ctx.id("b")],
+            vec![ctx.id("d"), ctx.id("e")]
+        ],
+        "a page larger than the range, by detachedSince"
     );
     ensure_eq!(all.next, None, "a short page ends the range");
     Ok(Verdict::Passed)
 }
 
-/// Issue 13: the next page starts strictly after the cursor (equal `detachedSince` broken by
-/// `runId`), and a page past the last run is empty and ends the range, which is where a sweep
-/// wraps around. Capability-gated (`list_reclaimable`).
+/// Issue 13: the next page starts strictly after the cursor, also inside a run of equal
+/// `detachedSince`, and a page past the last run is empty and ends the range, which is where a
+/// sweep wraps around. Capability-gated (`list_reclaimable`).
 pub async fn list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_past_the_last_when_capable<
     S: RunStore + ?Sized,
 >(
@@ -706,9 +734,15 @@ pub async fn list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_pa
         }
     }
     ensure_eq!(
+        seen.first().zip(seen.last()),
+        Some((&ctx.id("a"), &ctx.id("d"))),
+        "pages in detachedSince order: {seen:?}"
+    );
+    seen.sort();
+    ensure_eq!(
         seen,
         ["a", "b", "c", "d"].map(|n| ctx.id(n)).to_vec(),
-        "every run once, in order, across pages of 2"
+        "every run once across pages of 2"
     );
     let past_the_last = store
         .list_reclaimable_page(page_query(
