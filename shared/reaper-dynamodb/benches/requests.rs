@@ -8,6 +8,9 @@
 //! instance delete, intent resolved (plus the cancel write for an expired run); once per sweep,
 //! the due-intents listing (empty here) and the ledger counts.
 //!
+//! Then (issue 13) 45 real sweeps over 1,000 and over 10,000 detached runs, each resuming from
+//! the previous one's cursor: the most listing requests one sweep sends is the same at both.
+//!
 //! Run: `cargo bench -p reaper-dynamodb --bench requests` (release build), or in debug, which
 //! counts the same: `cargo test -p reaper-dynamodb --bench requests`.
 //!
@@ -231,4 +234,92 @@ async fn main() {
         "\nrequest stats JSON (sweep): {}",
         serde_json::to_string(&sweep).unwrap()
     );
+
+    // Issue 13: the sweep's listing is bounded, so its requests do not grow with the backlog.
+    println!("\nlisting requests per sweep (batch 25, every run producing inside the TTL)");
+    println!(
+        "{:<12} {:>8} {:>14} {:>14}",
+        "backlog", "sweeps", "max requests", "max items read"
+    );
+    for backlog in [1_000, 10_000] {
+        let (sweeps, requests, items) = listing_per_sweep(backlog).await;
+        println!("{backlog:<12} {sweeps:>8} {requests:>14} {items:>14}");
+    }
+}
+
+/// Every run is producing: the sweep only lists and probes (the probe is the sandbox's).
+struct Producing;
+
+#[async_trait::async_trait]
+impl reaper_core::ExitProbe for Producing {
+    async fn has_finished(
+        &self,
+        _record: &reaper_core::RunRecord,
+    ) -> Result<reaper_core::RunExitProbe, reaper_core::ProbeError> {
+        Ok(reaper_core::RunExitProbe::Producing)
+    }
+}
+
+/// Never driven here: every run is producing.
+struct NoDrive;
+
+impl reaper_core::Drive for NoDrive {
+    fn drive(
+        &self,
+        r: reaper_core::DriveRequest,
+        _s: reaper_core::CancellationToken,
+    ) -> Result<reaper_core::ChunkStream, reaper_core::DriveError> {
+        panic!("no run is driven here, not even {}", r.run_id)
+    }
+}
+
+/// Real sweeps over `backlog` detached runs, each resuming from the previous one's cursor:
+/// how many sweeps ran, and the most listing requests and items one of them read.
+async fn listing_per_sweep(backlog: usize) -> (usize, u64, u64) {
+    use std::sync::Arc;
+    let store = common::fresh_store(&format!("bench-listing-{backlog}")).await;
+    for i in 0..backlog {
+        let id = format!("run-{i:05}");
+        store
+            .create_or_resume(NewRun {
+                run_id: id.clone(),
+                thread_id: format!("thread-{i:05}"),
+                started_at: NOW - 4 * TTL as i64,
+                status: None,
+            })
+            .await
+            .unwrap();
+        store
+            .update(&id, RunPatch::detach(NOW - 60_000 + i as i64, None))
+            .await
+            .unwrap();
+    }
+    store.take_request_stats();
+    let deps = reaper_core::reap::ReapDeps {
+        runs: Arc::new(store.as_ref().clone()),
+        logs: Arc::new(store.as_ref().clone()),
+        leases: Arc::new(store.as_ref().clone()),
+        ledger: Arc::new(store.as_ref().clone()),
+        probe: Arc::new(Producing),
+        drive: Arc::new(NoDrive),
+        reclaim: None,
+        clock: Arc::new(reaper_core::time::ManualClock::new(NOW)),
+        sleeper: Arc::new(reaper_testkit::fakes::TokioSleeper),
+    };
+    let mut options = reaper_core::reap::ReapOptions::new(TTL, "bench");
+    options.now = Some(NOW);
+    // Enough sweeps to wrap around 1,000 runs once.
+    let sweeps = 45;
+    let (mut most, mut most_items) = (0, 0);
+    for _ in 0..sweeps {
+        let report = reaper_core::reap::reap_detached_runs(&deps, &options)
+            .await
+            .unwrap();
+        assert_eq!(report.outcomes.producing, 25);
+        let listing = store.take_request_stats().op("list_reclaimable_page");
+        most = most.max(listing.requests);
+        most_items = most_items.max(report.slo.backlog as u64);
+        options.resume_after = report.cursor;
+    }
+    (sweeps, most, most_items)
 }
