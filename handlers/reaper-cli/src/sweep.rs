@@ -215,6 +215,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         DriveTuning::default(),
     );
     let options = reap_options(&settings, owner.clone());
+    let mut resume_after = None;
     let lines = Lines {
         json: a.output.json,
     };
@@ -247,7 +248,9 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         // The first signal stops the sweep at the next run boundary (the run in progress
         // finishes; the rest is deferred to the next sweep); a second one abandons it.
         let boundary = CancellationToken::new();
-        let sweep = sweep_once(&sweeper, &options, Some(&boundary));
+        let mut this_sweep = options.clone();
+        this_sweep.resume_after = resume_after.take();
+        let sweep = sweep_once(&sweeper, &this_sweep, Some(&boundary));
         tokio::pin!(sweep);
         let swept = tokio::select! {
             swept = &mut sweep => swept,
@@ -274,6 +277,9 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
                 }
             }
         };
+        // The round robin over runs inside the TTL goes on where this sweep stopped, so every
+        // detached run is visited within ceil(backlog / batch) sweeps.
+        resume_after = swept.report.report.cursor.clone();
         let mut fields = swept.json();
         fields["n"] = json!(n);
         let r = &swept.report.report;
