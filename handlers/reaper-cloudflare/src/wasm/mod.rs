@@ -38,6 +38,8 @@ const KEY_LAST_SWEEP: &str = "lastSweep";
 const KEY_SWEEPS: &str = "sweeps";
 const KEY_ATTEMPTS: &str = "attempts";
 const KEY_LAST_RETENTION: &str = "lastRetention";
+/// Where the round robin over runs inside the TTL goes on at the next alarm.
+const KEY_CURSOR: &str = "listingCursor";
 
 pub(crate) fn config(env: &Env) -> std::result::Result<Config, crate::config::ConfigError> {
     Config::from_lookup(|name| {
@@ -173,10 +175,23 @@ impl RunReaper {
         start: EpochMs,
     ) -> Result<(SweepReport, plan::SweepPlan, D1Store)> {
         let owner = format!("cloudflare:{}:{start}", self.state.id());
-        let plan = plan::plan(config, owner, start);
+        let mut plan = plan::plan(config, owner, start);
+        let storage = self.state.storage();
+        // A cursor that cannot be read (a format from another version) restarts the round robin.
+        plan.options.resume_after = storage
+            .get::<reaper_core::ReclaimableCursor>(KEY_CURSOR)
+            .await
+            .ok()
+            .flatten();
         let store = open_store(&self.env).await?;
         let deps = deps(config, store.clone())?;
         let report = sweep(&deps, &plan.options, plan.lease_ttl_ms).await;
+        match &report.report.cursor {
+            Some(cursor) => storage.put(KEY_CURSOR, cursor).await?,
+            None => {
+                storage.delete(KEY_CURSOR).await?;
+            }
+        }
         Ok((report, plan, store))
     }
 
