@@ -208,6 +208,7 @@ pub(crate) mod tests {
             detached_ttl: Duration::from_secs(1800),
             run_budget: Duration::from_secs(30),
             max_runs: 25,
+            concurrency: 4,
             fence_quiet: Duration::from_secs(5),
             journal_dir: None,
             budget: None,

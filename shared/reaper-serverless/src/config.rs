@@ -20,6 +20,9 @@ pub const SANDBOX_PROVIDER_NAME: &str = "REAPER_SANDBOX_PROVIDER_NAME";
 pub const DETACHED_TTL: &str = "REAPER_DETACHED_TTL";
 pub const RUN_BUDGET: &str = "REAPER_RUN_BUDGET";
 pub const MAX_RUNS: &str = "REAPER_MAX_RUNS";
+pub const CONCURRENCY: &str = "REAPER_CONCURRENCY";
+/// Runs in flight by default: overlaps slow sandbox hosts without crowding sandboxd or DynamoDB.
+pub const DEFAULT_CONCURRENCY: usize = 4;
 pub const FENCE_QUIET: &str = "REAPER_FENCE_QUIET";
 pub const JOURNAL_DIR: &str = "REAPER_JOURNAL_DIR";
 pub const BUDGET: &str = "REAPER_BUDGET";
@@ -91,6 +94,13 @@ pub const SETTINGS: &[Setting] = &[
         secret: false,
         default: "25",
         accepted: "a whole number from 1 to 1000",
+    },
+    Setting {
+        name: CONCURRENCY,
+        required: false,
+        secret: false,
+        default: "4",
+        accepted: "a whole number from 1 to 64",
     },
     Setting {
         name: FENCE_QUIET,
@@ -196,6 +206,8 @@ pub struct ServerlessConfig {
     pub detached_ttl: Duration,
     pub run_budget: Duration,
     pub max_runs: usize,
+    /// Runs in flight at once (`REAPER_CONCURRENCY`).
+    pub concurrency: usize,
     pub fence_quiet: Duration,
     pub journal_dir: Option<String>,
     /// `REAPER_BUDGET`: caps the invocation's time from its start.
@@ -221,6 +233,7 @@ impl std::fmt::Debug for ServerlessConfig {
             .field("detached_ttl", &self.detached_ttl)
             .field("run_budget", &self.run_budget)
             .field("max_runs", &self.max_runs)
+            .field("concurrency", &self.concurrency)
             .field("fence_quiet", &self.fence_quiet)
             .field("journal_dir", &self.journal_dir)
             .field("budget", &self.budget)
@@ -502,6 +515,7 @@ impl ServerlessConfig {
         let detached_ttl = r.duration(DETACHED_TTL, SECOND, 365 * DAY);
         let run_budget = r.duration(RUN_BUDGET, Duration::from_millis(10), HOUR);
         let max_runs = r.count(MAX_RUNS, 1, 1000);
+        let concurrency = r.count(CONCURRENCY, 1, 64);
         let fence_quiet = r.duration(FENCE_QUIET, Duration::ZERO, MINUTE);
         let journal_dir = r.string(JOURNAL_DIR, check_dir);
         let budget = r.duration(BUDGET, SECOND, HOUR);
@@ -541,6 +555,7 @@ impl ServerlessConfig {
             detached_ttl,
             run_budget: run_budget.unwrap_or(Duration::from_millis(DEFAULT_RUN_BUDGET_MS)),
             max_runs: max_runs.unwrap_or(DEFAULT_MAX_RUNS),
+            concurrency: concurrency.unwrap_or(DEFAULT_CONCURRENCY),
             fence_quiet: fence_quiet.unwrap_or(Duration::from_millis(
                 reaper_core::claim::DEFAULT_FENCE_QUIET_MS,
             )),
@@ -634,6 +649,7 @@ mod tests {
         let c = ServerlessConfig::from_env(env(&with(&[
             (RUN_BUDGET, "2s"),
             (MAX_RUNS, "7"),
+            (CONCURRENCY, "12"),
             (FENCE_QUIET, "150ms"),
             (JOURNAL_DIR, "/var/journals"),
             (BUDGET, "5m"),
@@ -645,6 +661,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.run_budget, Duration::from_secs(2));
         assert_eq!(c.max_runs, 7);
+        assert_eq!(c.concurrency, 12);
         assert_eq!(c.fence_quiet, Duration::from_millis(150));
         assert_eq!(c.journal_dir.as_deref(), Some("/var/journals"));
         assert_eq!(c.budget, Some(Duration::from_secs(300)));
@@ -652,6 +669,18 @@ mod tests {
         assert_eq!(c.per_run_reserve, Some(Duration::from_secs(40)));
         assert_eq!(c.log_retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(c.provider_name, "edge-daemon");
+    }
+
+    #[test]
+    fn runs_in_flight_default_to_four_and_stay_within_one_to_sixty_four() {
+        let c = ServerlessConfig::from_env(env(&minimal())).unwrap();
+        assert_eq!(c.concurrency, DEFAULT_CONCURRENCY);
+        for bad in ["0", "65", "many"] {
+            let e = error_for(&with(&[(CONCURRENCY, bad)]));
+            assert!(e.names(CONCURRENCY), "{bad}: {e}");
+        }
+        let p = crate::plan(&c, "me", 0, 300_000);
+        assert_eq!(p.options.concurrency, DEFAULT_CONCURRENCY);
     }
 
     #[test]

@@ -81,6 +81,7 @@ pub fn plan(
     options.run_budget_ms = run_budget_ms;
     options.fence_quiet_ms = fence_quiet_ms;
     options.max_runs = config.max_runs;
+    options.concurrency = config.concurrency;
     options.deadline = Some(sweep_deadline);
     options.per_run_reserve_ms = Some(reserve_ms);
     SweepPlan {
@@ -244,6 +245,7 @@ mod tests {
             detached_ttl: Duration::from_secs(1800),
             run_budget: Duration::from_secs(30),
             max_runs: 25,
+            concurrency: 4,
             fence_quiet: Duration::from_secs(5),
             journal_dir: None,
             budget: None,
@@ -462,6 +464,9 @@ mod tests {
         let mut c = config();
         c.deadline_margin = Some(Duration::from_secs(2));
         c.per_run_reserve = Some(Duration::from_secs(10));
+        // One at a time: the probe below advances a shared manual clock by the whole reserve,
+        // which models runs in sequence (runs in flight are covered by the core's own tests).
+        c.concurrency = 1;
         let p = plan(&c, "me", START, deadline);
         let clock = ManualClock::new(START);
         let store = Arc::new(MemoryStore::new());
