@@ -147,7 +147,7 @@ fn a_read_only_database_directory_is_a_clear_error_and_nothing_changes() {
     // `nobody` must be able to reach the binary: the build's target directory may sit under a
     // private (0700) checkout, so run a copy from this world-readable directory.
     let bin = tmp.path().join("reaper");
-    std::fs::copy(env!("CARGO_BIN_EXE_reaper"), &bin).unwrap();
+    common::copy_reaper_binary(&bin);
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
 
     for args in [&["sweep", "--detached-ttl", "10m"][..], &["prune"]] {

@@ -90,7 +90,7 @@ fn status_on_a_read_only_database_says_exactly_why_it_cannot_read_it_and_changes
     let db = dir.join("reaper.db");
     drop(reaper_sqlite::SqliteStore::open(&db).unwrap());
     let bin = tmp.path().join("reaper");
-    std::fs::copy(env!("CARGO_BIN_EXE_reaper"), &bin).unwrap();
+    common::copy_reaper_binary(&bin);
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let status = || {
         let mut cmd = reaper_at(&bin);

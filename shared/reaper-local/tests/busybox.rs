@@ -74,12 +74,15 @@ async fn scenario(sbx: &LocalSandbox, old_mtime_secs: i64) -> Observed {
     runs.put_run(run_record("bb-live", RunStatus::Running));
     let live_paths = journal_paths("bb-live", Some(&dir)).unwrap();
     assert!(wait_for_lines(Path::new(&live_paths.journal), 1).await);
-    std::fs::write(format!("{dir}/stray_zz.ndjson"), "x\n").unwrap();
+    let stray = format!("{dir}/stray_zz.ndjson");
+    std::fs::write(&stray, "x\n").unwrap();
     let old = journal_paths("bb-old-orphan", Some(&dir)).unwrap();
-    // The same absolute mtime in both userlands, so the listings compare equal.
+    // The same absolute mtimes in both userlands, so the listings compare equal (the stray
+    // file's own write time would differ whenever the two scenarios straddle a second).
     for path in [&old.journal, &old.stderr] {
         common::touch_at(path, old_mtime_secs);
     }
+    common::touch_at(&stray, old_mtime_secs + 3_600);
 
     let probe = ProbeOptions {
         dir: Some(dir.clone()),

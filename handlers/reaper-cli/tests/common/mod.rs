@@ -22,6 +22,24 @@ pub fn reaper() -> Command {
     reaper_at(Path::new(env!("CARGO_BIN_EXE_reaper")))
 }
 
+/// Copies the `reaper` binary to `to`, executable by anyone. The copy is written by a child
+/// `cp`, never through a file descriptor of this process: another test thread forking while
+/// this process held the new file open for writing would make executing it fail with
+/// ETXTBSY ("Text file busy") until that child execs.
+pub fn copy_reaper_binary(to: &Path) {
+    let status = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_reaper"))
+        .arg(to)
+        .status()
+        .expect("cp runs");
+    assert!(
+        status.success(),
+        "copying the reaper binary failed: {status}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// [`reaper`], for a copy of the binary at `bin`.
 pub fn reaper_at(bin: &Path) -> Command {
     let mut cmd = Command::new(bin);
