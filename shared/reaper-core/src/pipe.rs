@@ -70,6 +70,20 @@ enum Ending {
 /// - the terminal write goes through the writer (suppressed if the claim was lost), `close` is
 ///   called exactly once, and the record is re-read.
 pub async fn pipe_to_run_log(stream: ChunkStream, cx: PipeContext<'_>) -> RunRecord {
+    pipe_and_confirm(stream, cx).await.record
+}
+
+/// The pipe's final record, and whether it is the store's own (re-read after the terminal write
+/// landed or was suppressed) rather than the local copy a failed write or re-read leaves.
+#[derive(Debug, Clone)]
+pub struct Piped {
+    pub record: RunRecord,
+    pub from_store: bool,
+}
+
+/// [`pipe_to_run_log`], saying whether the record came from the store: the sweep reclaims only
+/// on the store's word, and this spares it a second read of the record.
+pub async fn pipe_and_confirm(stream: ChunkStream, cx: PipeContext<'_>) -> Piped {
     let started_at = cx.clock.now_ms();
     let ending = match drain(stream, &cx).await {
         Ok(ending) => ending,
@@ -209,14 +223,18 @@ async fn finish(
     started_at: i64,
     status: TerminalStatus,
     error: Option<RunError>,
-) -> RunRecord {
+) -> Piped {
     let write = TerminalWrite {
         status,
         finished_at: cx.clock.now_ms(),
         error,
     };
-    let mut local = RunRecord::new(cx.run_id, cx.thread_id, started_at);
-    local.apply(&write.to_patch());
+    let mut record = RunRecord::new(cx.run_id, cx.thread_id, started_at);
+    record.apply(&write.to_patch());
+    let local = Piped {
+        record,
+        from_store: false,
+    };
 
     let recorded = match cx.writer.write_terminal(cx.run_id, &write).await {
         Ok(TerminalResult::Written | TerminalResult::Suppressed) => true,
@@ -234,7 +252,10 @@ async fn finish(
         tracing::error!(target: "reaper", run_id = cx.run_id, %error, "closing the run event log failed");
     }
     match cx.writer.runs.get(cx.run_id).await {
-        Ok(Some(record)) => record,
+        Ok(Some(record)) => Piped {
+            record,
+            from_store: true,
+        },
         Ok(None) => {
             tracing::error!(target: "reaper", run_id = cx.run_id, "record vanished before the terminal re-read");
             local

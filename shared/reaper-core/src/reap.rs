@@ -15,7 +15,7 @@ use crate::claim::{
 };
 use crate::domain::{EpochMs, LedgerCounts, ReclaimIntent, RunPatch, RunRecord, RunStatus};
 use crate::error::{ClaimRefusal, OptionsError, ReapError, ReclaimError};
-use crate::pipe::{pipe_to_run_log, PipeContext};
+use crate::pipe::{pipe_and_confirm, PipeContext, Piped};
 use crate::ports::{
     CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe, LeaseGrant,
     LeaseStore, Reclaim, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery,
@@ -831,7 +831,8 @@ async fn renew_sweep_lease(deps: &ReapDeps, lease: &mut crate::ports::Lease, ttl
 
 /// What happened inside the claim.
 struct Driven {
-    final_record: RunRecord,
+    /// The pipe's final record, and whether the store confirmed it.
+    piped: Piped,
     budget_fired: bool,
     /// The ledger entry recorded before the drive.
     intent: ReclaimIntent,
@@ -893,19 +894,23 @@ async fn reap_one(
 
     // The store's word, never the drive's local copy: a terminal write that failed must not be
     // taken for one that landed, or a live agent's sandbox would be destroyed.
-    let stored = match deps.runs.get(run_id).await {
-        Ok(Some(stored)) => stored,
-        Ok(None) => return not_confirmed(run_id, "the run record is gone".into()),
-        Err(e) => return not_confirmed(run_id, format!("re-reading the record failed: {e}")),
-    };
-    let status = stored.status;
-    let terminal = status.is_terminal();
-    if !terminal && driven.final_record.status.is_terminal() {
+    // The pipe re-reads the record after the terminal write; its local copy (a failed write or
+    // re-read) never counts.
+    let Piped {
+        record: stored,
+        from_store,
+    } = driven.piped;
+    if !from_store {
         return not_confirmed(
             run_id,
-            format!("the {} status was not recorded", driven.final_record.status),
+            format!(
+                "the {} status was not recorded, or could not be read back",
+                stored.status
+            ),
         );
     }
+    let status = stored.status;
+    let terminal = status.is_terminal();
     let mut outcome = if driven.budget_fired && !expired {
         ReapOutcome::BudgetExceeded
     } else if !terminal {
@@ -1282,7 +1287,7 @@ async fn drive_claimed(
         log: deps.logs.as_ref(),
         claim: Some(claim),
     };
-    let pipe = pipe_to_run_log(
+    let pipe = pipe_and_confirm(
         stream,
         PipeContext {
             writer,
@@ -1296,8 +1301,8 @@ async fn drive_claimed(
     let mut pipe = Box::pin(pipe);
     let mut budget = Box::pin(budget);
     let mut budget_fired = false;
-    let final_record = match select(pipe.as_mut(), budget.as_mut()).await {
-        Either::Left((record, _)) => record,
+    let piped = match select(pipe.as_mut(), budget.as_mut()).await {
+        Either::Left((piped, _)) => piped,
         Either::Right(((), pipe)) => {
             budget_fired = true;
             signal.cancel();
@@ -1305,7 +1310,7 @@ async fn drive_claimed(
         }
     };
     Ok(Driven {
-        final_record,
+        piped,
         budget_fired,
         intent,
     })
