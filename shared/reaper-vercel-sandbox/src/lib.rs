@@ -1,0 +1,1 @@
+//! A sandbox provider over Vercel Sandbox's HTTP API (native reqwest or a Worker's fetch transport).
