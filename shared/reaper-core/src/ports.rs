@@ -449,6 +449,44 @@ pub trait SandboxProvider: MaybeSend + MaybeSync {
     async fn resume(&self, id: &str) -> Result<Option<Arc<dyn SandboxHandle>>, SandboxError>;
     /// Tears the sandbox down. An error means it may still be running.
     async fn destroy(&self, id: &str) -> Result<(), SandboxError>;
+
+    /// Whether sandboxes recorded under provider `name` are this provider's to read and
+    /// destroy. One provider serves its own name; [`crate::providers::ProviderSet`] serves each
+    /// of its members'. The core asks this before it touches a recorded sandbox, because an id
+    /// from another provider's id space may name an unrelated sandbox here.
+    fn serves(&self, name: &str) -> bool {
+        name == self.name()
+    }
+
+    /// [`resume`](Self::resume) of a sandbox an instance record names under provider `name`.
+    /// A provider that does not serve `name` refuses and touches nothing.
+    async fn resume_recorded(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<Option<Arc<dyn SandboxHandle>>, SandboxError> {
+        if !self.serves(name) {
+            return Err(not_served(self.name(), name));
+        }
+        self.resume(id).await
+    }
+
+    /// [`destroy`](Self::destroy) of a sandbox an instance record names under provider
+    /// `name`. A provider that does not serve `name` refuses and touches nothing.
+    async fn destroy_recorded(&self, name: &str, id: &str) -> Result<(), SandboxError> {
+        if !self.serves(name) {
+            return Err(not_served(self.name(), name));
+        }
+        self.destroy(id).await
+    }
+}
+
+/// The refusal of a provider asked for another provider's sandbox.
+pub fn not_served(this: &str, recorded: &str) -> SandboxError {
+    SandboxError::Refused(format!(
+        "the sandbox is recorded under provider {recorded:?}, which this reaper ({this}) does not serve; \
+         configure that provider too, or let a reaper that has it reclaim the sandbox"
+    ))
 }
 
 /// The probe's three answers.

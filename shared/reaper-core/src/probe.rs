@@ -138,7 +138,7 @@ impl JournalExitProbe {
                 }
             }
         };
-        if instance.provider != self.provider.name() {
+        if !self.provider.serves(&instance.provider) {
             // Not an error of this run: another provider's sandbox is simply not ours to read.
             tracing::warn!(
                 run_id,
@@ -149,7 +149,11 @@ impl JournalExitProbe {
             );
             return UNKNOWN;
         }
-        let handle = match self.provider.resume(&instance.provider_sandbox_id).await {
+        let handle = match self
+            .provider
+            .resume_recorded(&instance.provider, &instance.provider_sandbox_id)
+            .await
+        {
             Ok(Some(handle)) => handle,
             Ok(None) => {
                 tracing::debug!(

@@ -77,14 +77,12 @@ pub async fn reclaim_sandbox(
         // An earlier attempt deleted nothing (it failed) but the application may have: destroy
         // the sandbox that attempt saw, if it is this provider's.
         return match on_file {
-            Some((p, id)) if p == provider.name() => {
-                Ok(destroy(provider, record, key, p, id).await)
-            }
+            Some((p, id)) if provider.serves(p) => Ok(destroy(provider, record, key, p, id).await),
             Some(_) => Ok(ReclaimOutcome::ProviderMismatch),
             None => Ok(ReclaimOutcome::NotFound),
         };
     };
-    if instance.provider != provider.name() {
+    if !provider.serves(&instance.provider) {
         tracing::warn!(
             target: "reaper",
             run_id = %record.run_id,
@@ -132,7 +130,7 @@ async fn destroy(
     provider_name: &str,
     id: &str,
 ) -> ReclaimOutcome {
-    match provider.destroy(id).await {
+    match provider.destroy_recorded(provider_name, id).await {
         Ok(()) => ReclaimOutcome::Destroyed,
         Err(error) => {
             tracing::warn!(

@@ -408,7 +408,7 @@ impl Replay {
                 ))
             })?;
         let provider = self.deps.provider.name();
-        if instance.provider != provider {
+        if !self.deps.provider.serves(&instance.provider) {
             return Err(setup(format!(
                 "cannot replay run {run_id}: sandbox key {key} belongs to provider {}, not {provider}",
                 instance.provider
@@ -418,7 +418,7 @@ impl Replay {
         let handle = self
             .deps
             .provider
-            .resume(&sandbox_id)
+            .resume_recorded(&instance.provider, &sandbox_id)
             .await
             .map_err(|e| {
                 setup(format!(
