@@ -97,7 +97,7 @@ fn instance(key: &str, provider: &str, id: &str) -> SandboxInstanceRecord {
 }
 
 fn finished_run(run_id: &str, key: &str) -> RunRecord {
-    let mut r = RunRecord::new(run_id, &format!("thread-{key}"), 1);
+    let mut r = RunRecord::new(run_id, format!("thread-{key}"), 1);
     r.status = RunStatus::Completed;
     r.finished_at = Some(2);
     r.sandbox_key = Some(key.into());
