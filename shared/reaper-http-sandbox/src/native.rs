@@ -72,6 +72,7 @@ fn map_error(url: &str, timeout_ms: u64, e: reqwest::Error) -> TransportError {
 #[async_trait::async_trait]
 impl HttpTransport for ReqwestTransport {
     async fn send(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
+        let json_body = !request.has_content_type();
         let HttpRequest {
             method,
             url,
@@ -83,6 +84,8 @@ impl HttpTransport for ReqwestTransport {
         let method = match method {
             HttpMethod::Get => reqwest::Method::GET,
             HttpMethod::Post => reqwest::Method::POST,
+            HttpMethod::Put => reqwest::Method::PUT,
+            HttpMethod::Patch => reqwest::Method::PATCH,
             HttpMethod::Delete => reqwest::Method::DELETE,
         };
         let mut builder = self
@@ -93,9 +96,10 @@ impl HttpTransport for ReqwestTransport {
             builder = builder.header(name, value);
         }
         if let Some(body) = body {
-            builder = builder
-                .header("content-type", "application/json")
-                .body(body);
+            if json_body {
+                builder = builder.header("content-type", "application/json");
+            }
+            builder = builder.body(body);
         }
         let mut response = builder
             .send()
@@ -112,6 +116,11 @@ impl HttpTransport for ReqwestTransport {
             return Err(too_large());
         }
         let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
         let mut body = Vec::new();
         // Read chunk by chunk so an oversized body is refused without being held whole.
         while let Some(chunk) = response
@@ -124,6 +133,10 @@ impl HttpTransport for ReqwestTransport {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(HttpResponse { status, body })
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+        })
     }
 }

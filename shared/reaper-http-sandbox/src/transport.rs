@@ -11,6 +11,8 @@ use reaper_core::{MaybeSend, MaybeSync};
 pub enum HttpMethod {
     Get,
     Post,
+    Put,
+    Patch,
     Delete,
 }
 
@@ -19,6 +21,8 @@ impl HttpMethod {
         match self {
             HttpMethod::Get => "GET",
             HttpMethod::Post => "POST",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Patch => "PATCH",
             HttpMethod::Delete => "DELETE",
         }
     }
@@ -31,7 +35,8 @@ pub struct HttpRequest {
     pub method: HttpMethod,
     pub url: String,
     pub headers: Vec<(String, String)>,
-    /// A JSON body, sent with `Content-Type: application/json`.
+    /// The body, sent with `Content-Type: application/json` unless `headers` names another
+    /// content type (a provider's streaming protocol, say).
     pub body: Option<Vec<u8>>,
     /// The whole exchange (connect, send, read the body) must finish within this.
     pub timeout_ms: u64,
@@ -57,7 +62,37 @@ impl std::fmt::Debug for HttpRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpResponse {
     pub status: u16,
+    /// Response headers, names in lower case (`retry-after`, `content-type`).
+    pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// A response with no headers (tests, fakes).
+    pub fn new(status: u16, body: impl Into<Vec<u8>>) -> Self {
+        HttpResponse {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// The first value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl HttpRequest {
+    /// Whether the caller chose the body's content type itself.
+    pub fn has_content_type(&self) -> bool {
+        self.headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    }
 }
 
 /// Why no answer arrived.

@@ -48,10 +48,7 @@ impl HttpTransport for Scripted {
 }
 
 fn reply(status: u16, body: &str) -> Result<HttpResponse, TransportError> {
-    Ok(HttpResponse {
-        status,
-        body: body.as_bytes().to_vec(),
-    })
+    Ok(HttpResponse::new(status, body.as_bytes()))
 }
 
 fn error_body(code: &str, message: &str) -> String {

@@ -67,13 +67,17 @@ impl FetchTransport {
         init.with_method(match request.method {
             HttpMethod::Get => Method::Get,
             HttpMethod::Post => Method::Post,
+            HttpMethod::Put => Method::Put,
+            HttpMethod::Patch => Method::Patch,
             HttpMethod::Delete => Method::Delete,
         })
         .with_redirect(RequestRedirect::Manual);
         if let Some(body) = &request.body {
-            headers
-                .set("content-type", "application/json")
-                .map_err(|e| invalid(url, e))?;
+            if !request.has_content_type() {
+                headers
+                    .set("content-type", "application/json")
+                    .map_err(|e| invalid(url, e))?;
+            }
             init.with_body(Some(js_sys::Uint8Array::from(body.as_slice()).into()));
         }
         init.with_headers(headers);
@@ -83,6 +87,11 @@ impl FetchTransport {
             .await
             .map_err(|e| unreachable(url, e))?;
         let status = response.status_code();
+        let headers = response
+            .headers()
+            .entries()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v))
+            .collect();
         let limit = request.max_response_bytes;
         let too_large = || TransportError::ResponseTooLarge {
             url: url.to_string(),
@@ -103,7 +112,11 @@ impl FetchTransport {
                 body.extend_from_slice(&piece);
             }
         }
-        Ok(HttpResponse { status, body })
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+        })
     }
 }
 
