@@ -33,6 +33,8 @@ struct State {
     runs: HashMap<String, RunRecord>,
     logs: HashMap<String, Log>,
     leases: HashMap<String, Lease>,
+    /// Beside the leases, not in them: a release removes the lease and keeps its note.
+    lease_notes: HashMap<String, String>,
     lease_seq: u64,
     instances: HashMap<String, SandboxInstanceRecord>,
     transcripts: HashMap<String, Transcript>,
@@ -342,6 +344,22 @@ impl LeaseStore for MemoryStore {
             s.leases.remove(&lease.key);
         }
         Ok(())
+    }
+
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.lock().lease_notes.get(key).cloned())
+    }
+
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError> {
+        let mut s = self.lock();
+        let holds = s
+            .leases
+            .get(&lease.key)
+            .is_some_and(|h| h.token == lease.token && h.owner == lease.owner);
+        if holds {
+            s.lease_notes.insert(lease.key.clone(), note.to_string());
+        }
+        Ok(holds)
     }
 }
 

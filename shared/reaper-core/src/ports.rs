@@ -313,8 +313,22 @@ pub trait LeaseStore: MaybeSend + MaybeSync {
         ttl_ms: u64,
     ) -> Result<Option<Lease>, StoreError>;
 
-    /// Releases the lease if this grant still holds it; otherwise a no-op.
+    /// Releases the lease if this grant still holds it; otherwise a no-op. The key's note stays.
     async fn release(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// The note kept with `key` (the sweep keeps its round-robin cursor there), or `None` when
+    /// none was written. A note outlives grants: release and expiry keep it for the next holder.
+    async fn note(&self, _key: &str) -> Result<Option<String>, StoreError> {
+        Err(StoreError::Unsupported("lease notes"))
+    }
+
+    /// Replaces the note of `lease.key` only while this grant still holds the key (`key`,
+    /// `owner` and `token` match, as for [`LeaseStore::renew`]), checked in the same atomic step
+    /// as the write: a holder that lost the key can never overwrite its successor's note.
+    /// `false` means nothing was written.
+    async fn set_note(&self, _lease: &Lease, _note: &str) -> Result<bool, StoreError> {
+        Err(StoreError::Unsupported("lease notes"))
+    }
 }
 
 /// The answer to an append.

@@ -14,7 +14,7 @@ use crate::claim::{
     await_log_quiescence, run_driver_lock_key, Claim, ClaimError, Writer, DEFAULT_FENCE_QUIET_MS,
 };
 use crate::domain::{EpochMs, LedgerCounts, ReclaimIntent, RunPatch, RunRecord, RunStatus};
-use crate::error::{ClaimRefusal, OptionsError, ReapError, ReclaimError};
+use crate::error::{ClaimRefusal, OptionsError, ReapError, ReclaimError, StoreError};
 use crate::pipe::{pipe_and_confirm, PipeContext, Piped};
 use crate::ports::{
     CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe, LeaseGrant,
@@ -565,11 +565,86 @@ pub async fn sweep_until(
             );
         }
     };
+    // A caller that keeps no state between sweeps (Lambda, Vercel, a cron-run CLI) resumes the
+    // round robin from the cursor the last sweep left with the lease: one read and at most one
+    // write per sweep, none per run.
+    let noted = match options.resume_after {
+        Some(_) => None,
+        None => read_cursor_note(deps).await,
+    };
+    let resumed;
+    let options = match &noted {
+        Some(cursor) => {
+            resumed = ReapOptions {
+                resume_after: Some(cursor.clone()),
+                ..options.clone()
+            };
+            &resumed
+        }
+        None => options,
+    };
     let report = reap_with(deps, options, Some((lease.clone(), lease_ttl_ms)), stop).await;
+    write_cursor_note(
+        deps,
+        &lease,
+        options.resume_after.as_ref(),
+        report.cursor.as_ref(),
+    )
+    .await;
     if let Err(error) = deps.leases.release(&lease).await {
         tracing::warn!(target: "reaper", %error, "releasing the sweep lease failed; it will expire");
     }
     done(SweepStatus::Swept, report)
+}
+
+/// The cursor the last sweep left with the sweep lease. Never fatal: a store without notes, a
+/// failed read or a note this build cannot decode (another version's) restarts the round robin.
+async fn read_cursor_note(deps: &ReapDeps) -> Option<ReclaimableCursor> {
+    let note = match deps.leases.note(SWEEP_LEASE_KEY).await {
+        Ok(note) => note?,
+        Err(StoreError::Unsupported(_)) => return None,
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, "reading the listing cursor kept with the sweep lease failed; the round robin restarts");
+            return None;
+        }
+    };
+    match serde_json::from_str(&note) {
+        Ok(cursor) => Some(cursor),
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, note = %note, "the listing cursor kept with the sweep lease is malformed; the round robin restarts");
+            None
+        }
+    }
+}
+
+/// Leaves the sweep's cursor with the sweep lease for the next sweep, while this sweep still
+/// holds it (a sweep that lost the lease must not rewind its successor). Skipped when the cursor
+/// did not move.
+async fn write_cursor_note(
+    deps: &ReapDeps,
+    lease: &crate::ports::Lease,
+    started_from: Option<&ReclaimableCursor>,
+    cursor: Option<&ReclaimableCursor>,
+) {
+    let Some(cursor) = cursor.filter(|c| Some(*c) != started_from) else {
+        return;
+    };
+    let note = match serde_json::to_string(cursor) {
+        Ok(note) => note,
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, "encoding the listing cursor failed");
+            return;
+        }
+    };
+    match deps.leases.set_note(lease, &note).await {
+        Ok(true) | Err(StoreError::Unsupported(_)) => {}
+        Ok(false) => {
+            tracing::warn!(target: "reaper", "the sweep lease was lost; the next sweep resumes from its holder's cursor, not this one's")
+        }
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, "keeping the listing cursor with the sweep lease failed; the next stateless sweep resumes from an older position")
+        }
+    }
 }
 
 /// One sweep without the single-flight lease (spec B). Invalid options are rejected up front

@@ -1,6 +1,7 @@
 //! The lease-store suite: the per-run claim and the sweep-wide single-flight lease (A.5). A busy
 //! key is answered at once; every grant has its own token, so a stale holder can neither renew
-//! nor release a newer grant.
+//! nor release a newer grant. A key's note (the sweep's listing cursor) is written only by the
+//! grant holding the key and outlives the grants.
 
 use reaper_core::ports::{Lease, LeaseGrant, LeaseStore};
 use reaper_core::EpochMs;
@@ -27,6 +28,11 @@ macro_rules! __reaper_lease_store_cases {
             a_regrant_to_the_same_owner_cannot_be_released_by_its_old_grant,
             release_then_reacquire_grants_the_key_before_expiry,
             keys_are_independent,
+            a_missing_note_is_none,
+            a_note_written_by_the_holder_reads_back_and_is_replaced_by_the_next,
+            a_note_from_a_grant_another_owner_took_over_is_refused,
+            a_note_from_a_released_grant_is_refused,
+            a_note_survives_release_and_reacquire,
         ] }
     };
 }
@@ -260,6 +266,162 @@ pub async fn keys_are_independent<S: LeaseStore + ?Sized>(
     ensure!(
         store.renew(&b, 5_200, TTL).await?.is_some(),
         "renewal on key b after releasing key a was refused"
+    );
+    Ok(Verdict::Passed)
+}
+
+async fn note_of<S: LeaseStore + ?Sized>(store: &S, key: &str) -> Result<Option<String>, Failure> {
+    Ok(store.note(key).await?)
+}
+
+pub async fn a_missing_note_is_none<S: LeaseStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("sweep");
+    ensure_eq!(
+        note_of(store, &key).await?,
+        None,
+        "the note of a key never taken"
+    );
+    let lease = must_acquire(store, &key, "owner-a", 5_000).await?;
+    ensure_eq!(note_of(store, &key).await?, None, "the note of a held key");
+    store.release(&lease).await?;
+    ensure_eq!(
+        note_of(store, &key).await?,
+        None,
+        "the note of a released key"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn a_note_written_by_the_holder_reads_back_and_is_replaced_by_the_next<
+    S: LeaseStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("sweep");
+    let other = ctx.id("sweep-other");
+    let lease = must_acquire(store, &key, "owner-a", 5_000).await?;
+    let first = r#"{"detachedSince":1700000000000,"runId":"run-\"é\""}"#;
+    ensure!(
+        store.set_note(&lease, first).await?,
+        "the holder's note was refused"
+    );
+    ensure_eq!(
+        note_of(store, &key).await?.as_deref(),
+        Some(first),
+        "the note after the holder wrote it"
+    );
+    ensure!(
+        store.set_note(&lease, "second").await?,
+        "the holder's second note was refused"
+    );
+    ensure_eq!(
+        note_of(store, &key).await?.as_deref(),
+        Some("second"),
+        "the note after the holder replaced it"
+    );
+    ensure_eq!(
+        note_of(store, &other).await?,
+        None,
+        "the note of another key"
+    );
+    // A renewed grant is the same grant: it still writes.
+    let renewed = store.renew(&lease, 5_500, TTL).await?.unwrap_or(lease);
+    ensure!(
+        store.set_note(&renewed, "third").await?,
+        "the renewed holder's note was refused"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// The fence: a holder paused past its expiry, whose key another owner took, cannot rewind the
+/// new holder's note.
+pub async fn a_note_from_a_grant_another_owner_took_over_is_refused<S: LeaseStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("sweep");
+    let stale = must_acquire(store, &key, "owner-a", 5_000).await?;
+    let current = must_acquire(store, &key, "owner-b", 6_000).await?;
+    ensure!(
+        store.set_note(&current, "owner-b's").await?,
+        "the new holder's note was refused"
+    );
+    ensure!(
+        !store.set_note(&stale, "owner-a's").await?,
+        "the stale grant's note was accepted"
+    );
+    ensure_eq!(
+        note_of(store, &key).await?.as_deref(),
+        Some("owner-b's"),
+        "the note after the stale grant tried to write"
+    );
+    // The same owner taking the key again is a new grant too.
+    let regrant = must_acquire(store, &key, "owner-b", 7_000).await?;
+    ensure!(
+        !store.set_note(&current, "old grant").await?,
+        "the old grant of a re-granted owner wrote its note"
+    );
+    ensure!(
+        store.set_note(&regrant, "new grant").await?,
+        "the re-grant's note was refused"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn a_note_from_a_released_grant_is_refused<S: LeaseStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("sweep");
+    let lease = must_acquire(store, &key, "owner-a", 5_000).await?;
+    ensure!(
+        store.set_note(&lease, "kept").await?,
+        "the holder's note was refused"
+    );
+    store.release(&lease).await?;
+    ensure!(
+        !store.set_note(&lease, "after release").await?,
+        "a released grant's note was accepted"
+    );
+    ensure_eq!(
+        note_of(store, &key).await?.as_deref(),
+        Some("kept"),
+        "the note after a released grant tried to write"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn a_note_survives_release_and_reacquire<S: LeaseStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("sweep");
+    let first = must_acquire(store, &key, "owner-a", 5_000).await?;
+    ensure!(
+        store.set_note(&first, "cursor-1").await?,
+        "the holder's note was refused"
+    );
+    store.release(&first).await?;
+    let second = must_acquire(store, &key, "owner-b", 5_100).await?;
+    ensure_eq!(
+        note_of(store, &key).await?.as_deref(),
+        Some("cursor-1"),
+        "the note the next holder reads after a release"
+    );
+    ensure!(
+        store.set_note(&second, "cursor-2").await?,
+        "the next holder's note was refused"
+    );
+    // Expiry keeps it too: the holder after an expired grant reads it.
+    must_acquire(store, &key, "owner-c", 7_000).await?;
+    ensure_eq!(
+        note_of(store, &key).await?.as_deref(),
+        Some("cursor-2"),
+        "the note after the lease expired and was taken again"
     );
     Ok(Verdict::Passed)
 }

@@ -35,6 +35,10 @@ enum Flaw {
     LeaseExpiryExclusive,
     LeaseTokenIsTheOwner,
     LeaseReleaseIgnoresToken,
+    /// The note is written whoever holds the key.
+    NoteIgnoresGrant,
+    /// The note lives in the lease row, so a release takes it along.
+    ReleaseDropsNote,
     AppendIgnoresFence,
     FenceRefusesMissingRecord,
     CloseIsIgnored,
@@ -268,7 +272,40 @@ impl LeaseStore for Flawed {
                 return self.inner.release(&current).await;
             }
         }
-        self.inner.release(lease).await
+        self.inner.release(lease).await?;
+        if self.flaw == Flaw::ReleaseDropsNote {
+            // Clear it through a grant of our own, then give the key back.
+            if let LeaseGrant::Acquired(own) = self
+                .inner
+                .acquire(&lease.key, "any", EpochMs::MIN, 0)
+                .await?
+            {
+                self.inner.set_note(&own, "").await?;
+                self.inner.release(&own).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let note = self.inner.note(key).await?;
+        Ok(note.filter(|n| !(self.flaw == Flaw::ReleaseDropsNote && n.is_empty())))
+    }
+
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError> {
+        if self.flaw == Flaw::NoteIgnoresGrant {
+            // Writes through whichever grant holds the key now, or a grant of its own.
+            let current = match self
+                .inner
+                .acquire(&lease.key, "any", EpochMs::MAX, 0)
+                .await?
+            {
+                LeaseGrant::Acquired(current) => current,
+                LeaseGrant::Held { .. } => return Ok(false),
+            };
+            return self.inner.set_note(&current, note).await;
+        }
+        self.inner.set_note(lease, note).await
     }
 }
 
@@ -481,6 +518,17 @@ async fn every_planted_flaw_fails_the_case_written_for_it() {
         (
             Flaw::LeaseReleaseIgnoresToken,
             &["release_by_a_stale_grant_keeps_the_new_holders_lease"],
+        ),
+        (
+            Flaw::NoteIgnoresGrant,
+            &[
+                "a_note_from_a_grant_another_owner_took_over_is_refused",
+                "a_note_from_a_released_grant_is_refused",
+            ],
+        ),
+        (
+            Flaw::ReleaseDropsNote,
+            &["a_note_survives_release_and_reacquire"],
         ),
         (
             Flaw::AppendIgnoresFence,
