@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod logging;
+pub mod meter;
 pub mod plan;
 
 #[cfg(target_arch = "wasm32")]

@@ -121,7 +121,12 @@ pub fn subscriber(sink: impl LineSink) -> impl Subscriber + Send + Sync + 'stati
 /// was sized, and when the next alarm fires. `error` when a run failed, a reclaim failed, a
 /// sandbox is leaked, the ledger could not be read or a row is corrupt; `warn` when a run ran over
 /// its budget; `info` otherwise.
-pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs) {
+pub fn sweep_summary(
+    report: &SweepReport,
+    plan: &SweepPlan,
+    subrequests: &crate::meter::Used,
+    next_alarm: EpochMs,
+) {
     let r = &report.report;
     let o = &r.outcomes;
     let ledger = &r.reclaims;
@@ -160,6 +165,9 @@ pub fn sweep_summary(report: &SweepReport, plan: &SweepPlan, next_alarm: EpochMs
                 duration_ms = report.duration_ms,
                 max_runs = plan.max_runs,
                 limited_by = plan.limited_by,
+                subrequests_fetch = subrequests.fetch,
+                subrequests_d1 = subrequests.d1,
+                subrequests_stopped = subrequests.stopped,
                 deadline = plan.deadline,
                 next_alarm,
                 "sweep summary"
@@ -318,7 +326,12 @@ mod tests {
             });
         });
         let plan = plan();
-        let lines = captured(|| sweep_summary(&report, &plan, 61_000));
+        let used = crate::meter::Used {
+            fetch: 30,
+            d1: 70,
+            stopped: true,
+        };
+        let lines = captured(|| sweep_summary(&report, &plan, &used, 61_000));
         assert_eq!(lines.len(), 1, "{lines:?}");
         let (level, line) = &lines[0];
         assert_eq!(*level, Level::ERROR);
@@ -353,6 +366,9 @@ mod tests {
                 "backlog": 12,
                 "oldest_detached_ms": 3_600_000,
                 "duration_ms": 42,
+                "subrequests_fetch": 30,
+                "subrequests_d1": 70,
+                "subrequests_stopped": true,
                 "next_alarm": 61_000,
             })
         );
@@ -364,8 +380,8 @@ mod tests {
         let clean = report(|r| r.outcomes.finalized = 1);
         let over = report(|r| r.outcomes.budget_exceeded = 1);
         let lines = captured(|| {
-            sweep_summary(&clean, &plan, 0);
-            sweep_summary(&over, &plan, 0);
+            sweep_summary(&clean, &plan, &Default::default(), 0);
+            sweep_summary(&over, &plan, &Default::default(), 0);
         });
         let levels: Vec<_> = lines.iter().map(|(l, _)| *l).collect();
         assert_eq!(levels, vec![Level::INFO, Level::WARN]);

@@ -46,6 +46,12 @@ pub struct SweepPlan {
     /// Which limit set `max_runs`: `configured`, `cpu` or `subrequests`.
     pub limited_by: &'static str,
     pub lease_ttl_ms: u64,
+    /// Runs in flight at once.
+    pub concurrency: usize,
+    /// The subrequest count at which the meter stops the sweep from starting runs
+    /// ([`crate::meter::stop_at`]); `None` when the limit is too small for a meter and the
+    /// static estimate caps the batch instead.
+    pub subrequest_stop_at: Option<u64>,
 }
 
 /// Sizes one sweep that starts at `start`.
@@ -55,7 +61,11 @@ pub struct SweepPlan {
 ///   deadlines, the quiet wait's worst case and the run budget) ends before it.
 /// - CPU: Workers cannot read their CPU time, so the cap is what fits if every run spends its
 ///   `REAPER_CPU_PER_RUN`: `(cpu - cpu / 10) / cpu_per_run`.
-/// - Subrequests: `(limit - 8 - 8) / per_run`: the sweep's own and the event retention's.
+/// - Subrequests are counted as they happen ([`crate::meter`]): the sweep stops starting runs
+///   once the count leaves only room for the runs in flight (`REAPER_SUBREQUESTS_PER_RUN`
+///   each) and the tail (8 of the sweep's own, 8 of the event retention). Only a limit too
+///   small to hold four runs in flight lowers concurrency to one, and one too small to hold
+///   even that falls back to the static cap `(limit - 8 - 8) / per_run`.
 /// - `max_runs` is the smallest of those and `REAPER_MAX_RUNS`, and at least 1.
 /// - The sweep lease lasts the wall limit, so a sweep killed by the runtime frees it by then.
 pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepPlan {
@@ -64,16 +74,31 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     let deadline = start.saturating_add(wall.saturating_sub(margin) as i64);
     let cpu = ms(config.cpu_limit);
     let by_cpu = ((cpu - cpu / CPU_RESERVE_DIVISOR) / ms(config.cpu_per_run).max(1)) as usize;
-    let by_subrequests = (config
-        .subrequests
-        .saturating_sub(SWEEP_OVERHEAD_SUBREQUESTS + RETENTION_ROUND_TRIPS as u64)
-        / config.subrequests_per_run.max(1)) as usize;
+    let tail = SWEEP_OVERHEAD_SUBREQUESTS + RETENTION_ROUND_TRIPS as u64;
+    let metered = |concurrency| {
+        crate::meter::stop_at(
+            config.subrequests,
+            config.subrequests_per_run,
+            concurrency,
+            tail,
+        )
+        .map(|at| (concurrency, at))
+    };
+    let (concurrency, subrequest_stop_at) = match metered(WORKER_CONCURRENCY).or_else(|| metered(1))
+    {
+        Some((concurrency, at)) => (concurrency, Some(at)),
+        None => (1, None),
+    };
     let (mut max_runs, mut limited_by) = (config.max_runs, "configured");
     if by_cpu < max_runs {
         (max_runs, limited_by) = (by_cpu, "cpu");
     }
-    if by_subrequests < max_runs {
-        (max_runs, limited_by) = (by_subrequests, "subrequests");
+    if subrequest_stop_at.is_none() {
+        let by_subrequests =
+            (config.subrequests.saturating_sub(tail) / config.subrequests_per_run.max(1)) as usize;
+        if by_subrequests < max_runs {
+            (max_runs, limited_by) = (by_subrequests, "subrequests");
+        }
     }
     let max_runs = max_runs.max(1);
     let mut options = ReapOptions::new(ms(config.detached_ttl), owner);
@@ -82,7 +107,7 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     options.fence_quiet_ms = ms(config.fence_quiet);
     options.max_runs = max_runs;
     options.deadline = Some(deadline);
-    options.concurrency = WORKER_CONCURRENCY;
+    options.concurrency = concurrency;
     SweepPlan {
         options,
         start,
@@ -90,6 +115,8 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
         max_runs,
         limited_by,
         lease_ttl_ms: wall.max(1_000),
+        concurrency,
+        subrequest_stop_at,
     }
 }
 
@@ -227,8 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn the_event_retention_s_round_trips_come_out_of_the_runs_share() {
-        // (1000 - 8 - 8) / 124 = 7 runs, where the sweep's overhead alone would leave 8.
+    fn a_limit_that_holds_the_runs_in_flight_is_metered_at_runtime_not_estimated() {
         let p = plan(
             &config(&[
                 ("REAPER_SUBREQUESTS", "1000"),
@@ -237,7 +263,37 @@ mod tests {
             "o",
             T0,
         );
-        assert_eq!((p.max_runs, p.limited_by), (7, "subrequests"));
+        // The static estimate would have capped the batch at (1000 - 16) / 124 = 7 runs.
+        assert_eq!((p.max_runs, p.limited_by), (25, "configured"));
+        assert_eq!(p.concurrency, WORKER_CONCURRENCY);
+        assert_eq!(p.subrequest_stop_at, Some(1000 - 16 - 4 * 124));
+    }
+
+    #[test]
+    fn a_limit_too_small_for_four_runs_in_flight_runs_one_at_a_time_under_the_meter() {
+        let p = plan(&config(&[("REAPER_SUBREQUESTS", "100")]), "o", T0);
+        assert_eq!(p.concurrency, 1);
+        assert_eq!(p.options.concurrency, 1);
+        assert_eq!(p.subrequest_stop_at, Some(100 - 16 - 36));
+        assert_eq!(p.limited_by, "configured");
+    }
+
+    #[test]
+    fn the_event_retention_s_round_trips_come_out_of_the_static_cap() {
+        // Too small for even one metered run (16 + 36 > 52): the static cap, (52 - 16) / 36.
+        let p = plan(
+            &config(&[
+                ("REAPER_SUBREQUESTS", "52"),
+                ("REAPER_SUBREQUESTS_PER_RUN", "36"),
+            ]),
+            "o",
+            T0,
+        );
+        assert_eq!(
+            (p.max_runs, p.limited_by, p.concurrency),
+            (1, "subrequests", 1)
+        );
+        assert_eq!(p.subrequest_stop_at, None);
     }
 
     #[test]

@@ -5,7 +5,12 @@ use reaper_d1::{classify_d1_error, Row, SqlClient, SqlValue, Statement, MAX_SAFE
 use wasm_bindgen::JsValue;
 use worker::D1Database;
 
-pub struct D1Client(pub D1Database);
+/// A D1 binding, with the alarm's subrequest meter when a sweep runs (each `batch()` is one
+/// round trip).
+pub struct D1Client(
+    pub D1Database,
+    pub Option<std::sync::Arc<crate::meter::SubrequestMeter>>,
+);
 
 fn bind(value: &SqlValue) -> Result<JsValue, StoreError> {
     Ok(match value {
@@ -24,6 +29,9 @@ fn bind(value: &SqlValue) -> Result<JsValue, StoreError> {
 #[async_trait::async_trait(?Send)]
 impl SqlClient for D1Client {
     async fn batch(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>, StoreError> {
+        if let Some(meter) = &self.1 {
+            meter.count(crate::meter::Kind::D1);
+        }
         let mut prepared = Vec::with_capacity(statements.len());
         for s in &statements {
             let params = s.params.iter().map(bind).collect::<Result<Vec<_>, _>>()?;

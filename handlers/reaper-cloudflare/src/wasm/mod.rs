@@ -10,7 +10,7 @@ mod test_hooks;
 use std::sync::Arc;
 
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
-use reaper_core::reap::{sweep, ReapDeps, SweepReport};
+use reaper_core::reap::{sweep_until, ReapDeps, SweepReport};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{EpochMs, SandboxProvider};
@@ -21,9 +21,10 @@ use worker::*;
 
 use crate::config::{Config, ADMIN_TOKEN};
 use crate::logging::{self, TARGET};
+use crate::meter::SubrequestMeter;
 use crate::plan;
 use d1::D1Client;
-use runtime::{now_ms, FetchTransport, WorkerClock, WorkerSleeper};
+use runtime::{now_ms, FetchTransport, Metered, WorkerClock, WorkerSleeper};
 
 /// The Durable Object binding and the one instance's name: the reaper is a singleton.
 const DO_BINDING: &str = "REAPER";
@@ -58,20 +59,34 @@ fn absolute(at: EpochMs) -> ScheduledTime {
 }
 
 pub(crate) async fn open_store(env: &Env) -> Result<D1Store> {
-    let client = Arc::new(D1Client(env.d1(D1_BINDING)?));
+    open_metered_store(env, None).await
+}
+
+/// The store, with every D1 round trip counted on `meter` when one is given.
+pub(crate) async fn open_metered_store(
+    env: &Env,
+    meter: Option<Arc<SubrequestMeter>>,
+) -> Result<D1Store> {
+    let client = Arc::new(D1Client(env.d1(D1_BINDING)?, meter));
     D1Store::open(client)
         .await
         .map_err(|e| Error::RustError(e.to_string()))
 }
 
 /// Builds the sweep's ports: D1 for every store, sandboxd over `fetch` for the sandboxes.
-fn deps(config: &Config, store: D1Store) -> Result<ReapDeps> {
+fn deps(config: &Config, store: D1Store, meter: Arc<SubrequestMeter>) -> Result<ReapDeps> {
     let store = Arc::new(store);
     let mut http = HttpProviderConfig::new(&config.sandboxd_url, config.sandboxd_token.expose());
     http.name = config.provider_name.clone();
     let provider: Arc<dyn SandboxProvider> = Arc::new(
-        HttpSandboxProvider::with_transport(http, Arc::new(FetchTransport))
-            .map_err(|e| Error::RustError(e.to_string()))?,
+        HttpSandboxProvider::with_transport(
+            http,
+            Arc::new(Metered {
+                inner: FetchTransport,
+                meter,
+            }),
+        )
+        .map_err(|e| Error::RustError(e.to_string()))?,
     );
     let probe = JournalExitProbe::new(
         provider.clone(),
@@ -173,7 +188,7 @@ impl RunReaper {
         &self,
         config: &Config,
         start: EpochMs,
-    ) -> Result<(SweepReport, plan::SweepPlan, D1Store)> {
+    ) -> Result<(SweepReport, plan::SweepPlan, D1Store, crate::meter::Used)> {
         let owner = format!("cloudflare:{}:{start}", self.state.id());
         let mut plan = plan::plan(config, owner, start);
         let storage = self.state.storage();
@@ -183,16 +198,18 @@ impl RunReaper {
             .await
             .ok()
             .flatten();
-        let store = open_store(&self.env).await?;
-        let deps = deps(config, store.clone())?;
-        let report = sweep(&deps, &plan.options, plan.lease_ttl_ms).await;
+        let meter = Arc::new(SubrequestMeter::new(plan.subrequest_stop_at));
+        let store = open_metered_store(&self.env, Some(meter.clone())).await?;
+        let deps = deps(config, store.clone(), meter.clone())?;
+        let report = sweep_until(&deps, &plan.options, plan.lease_ttl_ms, Some(meter.stop())).await;
+        let used = meter.used();
         match &report.report.cursor {
             Some(cursor) => storage.put(KEY_CURSOR, cursor).await?,
             None => {
                 storage.delete(KEY_CURSOR).await?;
             }
         }
-        Ok((report, plan, store))
+        Ok((report, plan, store, used))
     }
 
     /// Ages out delivery-log events after a sweep, when due ([`plan::retention_due`]) and
@@ -293,10 +310,10 @@ impl DurableObject for RunReaper {
         // Re-arm before anything else can fail: the report is best effort.
         storage.set_alarm(absolute(next)).await?;
         match outcome {
-            Ok((report, plan, store)) => {
-                logging::sweep_summary(&report, &plan, next);
+            Ok((report, plan, store, used)) => {
+                logging::sweep_summary(&report, &plan, &used, next);
                 self.count(KEY_SWEEPS).await?;
-                self.record(json!({ "report": report, "plan": plan, "nextAlarm": next }))
+                self.record(json!({ "report": report, "plan": plan, "subrequests": used, "nextAlarm": next }))
                     .await?;
                 self.retention(&config, &store, plan.deadline).await?;
             }

@@ -140,3 +140,18 @@ impl HttpTransport for FetchTransport {
         outcome
     }
 }
+
+/// A transport that counts each request on the alarm's subrequest meter before sending it.
+#[derive(Debug)]
+pub struct Metered<T> {
+    pub inner: T,
+    pub meter: std::sync::Arc<crate::meter::SubrequestMeter>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl<T: HttpTransport> HttpTransport for Metered<T> {
+    async fn send(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
+        self.meter.count(crate::meter::Kind::Fetch);
+        self.inner.send(request).await
+    }
+}
