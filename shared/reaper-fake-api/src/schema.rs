@@ -1,0 +1,223 @@
+//! OpenAPI schemas as JSON Schema: 3.0's dialect rewritten (`nullable`), references kept
+//! pointing into the document's `components`, compiled with `jsonschema`.
+
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// OpenAPI 3.0: a JSON Schema draft 4/5 dialect with `nullable`.
+    OpenApi30,
+    /// OpenAPI 3.1: JSON Schema 2020-12.
+    OpenApi31,
+}
+
+/// Keywords whose values are data, not schemas: never rewritten.
+const DATA_KEYWORDS: [&str; 6] = [
+    "enum",
+    "const",
+    "default",
+    "example",
+    "examples",
+    "discriminator",
+];
+
+/// Keywords whose values map names to schemas (or to parts holding schemas).
+const NAME_MAPS: [&str; 12] = [
+    "properties",
+    "patternProperties",
+    "definitions",
+    "$defs",
+    "dependentSchemas",
+    "schemas",
+    "responses",
+    "parameters",
+    "requestBodies",
+    "headers",
+    "content",
+    "securitySchemes",
+];
+
+/// Rewrites a schema (or any part of the document holding schemas) for the validator.
+///
+/// OpenAPI 3.0's `nullable: true` becomes a type union (`"type": ["string", "null"]`, with
+/// `null` added to an `enum`), or `anyOf: [schema, {"type": "null"}]` when the schema has no
+/// `type` (a `$ref` or a composition). 3.1 is JSON Schema 2020-12 already.
+pub(crate) fn convert(value: &Value, dialect: Dialect) -> Value {
+    match dialect {
+        Dialect::OpenApi31 => value.clone(),
+        Dialect::OpenApi30 => convert_30(value),
+    }
+}
+
+fn convert_30(value: &Value) -> Value {
+    convert_30_in(value, false)
+}
+
+/// `names_map`: `value` maps names to schemas (`properties`, `schemas`, ...), so its keys are
+/// names, not keywords.
+fn convert_30_in(value: &Value, names_map: bool) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(items.iter().map(convert_30).collect()),
+        Value::Object(map) if names_map => Value::Object(
+            map.iter()
+                .map(|(name, v)| (name.clone(), convert_30(v)))
+                .collect(),
+        ),
+        Value::Object(map) => {
+            let mut out = Map::with_capacity(map.len());
+            for (key, v) in map {
+                if key == "nullable" || key.starts_with("x-") {
+                    continue;
+                }
+                let v = if DATA_KEYWORDS.contains(&key.as_str()) {
+                    v.clone()
+                } else {
+                    convert_30_in(v, NAME_MAPS.contains(&key.as_str()))
+                };
+                out.insert(key.clone(), v);
+            }
+            if map.get("nullable") != Some(&Value::Bool(true)) {
+                return Value::Object(out);
+            }
+            match out.get("type").cloned() {
+                Some(Value::String(t)) => {
+                    out.insert("type".into(), json!([t, "null"]));
+                    if let Some(Value::Array(values)) = out.get_mut("enum") {
+                        if !values.contains(&Value::Null) {
+                            values.push(Value::Null);
+                        }
+                    }
+                    Value::Object(out)
+                }
+                _ => json!({"anyOf": [Value::Object(out), {"type": "null"}]}),
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+/// Compiles one schema into a validator that also sees the document's (converted)
+/// `components`, so `#/components/...` references resolve without leaving the schema.
+pub(crate) fn compile(
+    schema: &Value,
+    components: &Value,
+    dialect: Dialect,
+) -> Result<jsonschema::Validator, String> {
+    let wrapper = json!({
+        "allOf": [schema],
+        "components": components,
+    });
+    let draft = match dialect {
+        Dialect::OpenApi30 => jsonschema::Draft::Draft4,
+        Dialect::OpenApi31 => jsonschema::Draft::Draft202012,
+    };
+    jsonschema::options()
+        .with_draft(draft)
+        .should_validate_formats(true)
+        .build(&wrapper)
+        .map_err(|e| e.to_string())
+}
+
+/// Resolves a local reference (`#/components/schemas/Sandbox`) in `doc`.
+pub(crate) fn pointer<'a>(doc: &'a Value, reference: &str) -> Result<&'a Value, String> {
+    let Some(fragment) = reference.strip_prefix('#') else {
+        return Err(format!(
+            "`$ref: {reference}` points outside the document; only `#/...` references are \
+             supported: inline the referenced part into the stored copy"
+        ));
+    };
+    let fragment = percent_encoding::percent_decode_str(fragment).decode_utf8_lossy();
+    doc.pointer(&fragment).ok_or_else(|| {
+        format!("`$ref: {reference}` points at nothing in the document; fix or inline it")
+    })
+}
+
+/// Refuses a document with a reference to another file or URL, or a dangling one, naming the
+/// first found: checking traffic must never fetch anything.
+pub(crate) fn reject_external_refs(doc: &Value) -> Result<(), String> {
+    fn walk(doc: &Value, value: &Value, at: &mut Vec<String>) -> Result<(), String> {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(reference)) = map.get("$ref") {
+                    pointer(doc, reference).map_err(|e| format!("at /{}: {e}", at.join("/")))?;
+                }
+                for (key, v) in map {
+                    if DATA_KEYWORDS.contains(&key.as_str()) || key.starts_with("x-") {
+                        continue;
+                    }
+                    at.push(key.replace('~', "~0").replace('/', "~1"));
+                    walk(doc, v, at)?;
+                    at.pop();
+                }
+                Ok(())
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    at.push(i.to_string());
+                    walk(doc, v, at)?;
+                    at.pop();
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    walk(doc, doc, &mut Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nullable_typed_schema_becomes_a_type_union_and_its_enum_admits_null() {
+        let converted = convert(
+            &json!({"type": "string", "enum": ["a"], "nullable": true}),
+            Dialect::OpenApi30,
+        );
+        assert_eq!(
+            converted,
+            json!({"type": ["string", "null"], "enum": ["a", null]})
+        );
+    }
+
+    #[test]
+    fn nullable_reference_becomes_any_of_the_reference_or_null() {
+        let converted = convert(
+            &json!({"$ref": "#/components/schemas/A", "nullable": true}),
+            Dialect::OpenApi30,
+        );
+        assert_eq!(
+            converted,
+            json!({"anyOf": [{"$ref": "#/components/schemas/A"}, {"type": "null"}]})
+        );
+    }
+
+    #[test]
+    fn examples_are_data_and_are_left_alone() {
+        let schema = json!({"type": "object", "example": {"nullable": true, "type": "x"}});
+        assert_eq!(convert(&schema, Dialect::OpenApi30), schema);
+    }
+
+    #[test]
+    fn a_property_named_like_a_keyword_is_still_a_schema() {
+        let schema = json!({"properties": {"example": {"type": "string", "nullable": true}}});
+        assert_eq!(
+            convert(&schema, Dialect::OpenApi30),
+            json!({"properties": {"example": {"type": ["string", "null"]}}})
+        );
+    }
+
+    #[test]
+    fn dangling_and_external_references_are_refused_with_their_location() {
+        let doc = json!({"paths": {"/a": {"$ref": "other.yaml#/x"}}});
+        let err = reject_external_refs(&doc).unwrap_err();
+        assert!(
+            err.contains("/paths/~1a") && err.contains("outside"),
+            "{err}"
+        );
+        let doc = json!({"components": {"schemas": {"A": {"$ref": "#/components/schemas/B"}}}});
+        let err = reject_external_refs(&doc).unwrap_err();
+        assert!(err.contains("points at nothing"), "{err}");
+    }
+}
