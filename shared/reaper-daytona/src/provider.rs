@@ -407,11 +407,14 @@ impl Inner {
                 "Daytona refused {what} of sandbox {id} (HTTP 409): {message}; the sandbox is \
                  changing state, and the next sweep tries again"
             )),
-            // "Not now": retryable, so a probe answers `unknown`, never `finished`. The
-            // transport port carries no response headers, so Retry-After cannot be quoted.
+            // "Not now": retryable, so a probe answers `unknown`, never `finished`. Nothing
+            // sleeps here; the caller's next attempt (the next sweep) honours the wait.
             429 => SandboxError::Unreachable(format!(
-                "Daytona rate-limited {what} of sandbox {id} (HTTP 429): {message}; the next \
-                 sweep tries again"
+                "Daytona rate-limited {what} of sandbox {id} (HTTP 429, {}): {message}",
+                match response.header("retry-after") {
+                    Some(after) => format!("Retry-After: {}", excerpt(after)),
+                    None => "no Retry-After".to_string(),
+                }
             )),
             500..=599 => SandboxError::Unreachable(format!(
                 "Daytona failed {what} of sandbox {id} (HTTP {status}): {message}"
