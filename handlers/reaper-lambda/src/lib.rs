@@ -205,14 +205,21 @@ mod tests {
         let InitError::Budget(e) = &err else {
             panic!("expected the budget refusal, got {err}");
         };
-        assert_eq!(e.minimum_budget_ms, 61_000);
+        assert_eq!(e.minimum_budget_ms, 122_000);
         let text = err.to_string();
         assert!(
             text.contains("budget of 60s (REAPER_BUDGET: the template sets it to TimeoutSeconds)"),
             "{text}"
         );
-        assert!(text.contains("at least 61s"), "{text}");
-        assert!(Function::init(env(&[("REAPER_BUDGET", "61s")]))
+        assert!(text.contains("at least 122s"), "{text}");
+        assert!(
+            text.contains("lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET"),
+            "{text}"
+        );
+        assert!(Function::init(env(&[("REAPER_BUDGET", "121s")]))
+            .await
+            .is_err());
+        assert!(Function::init(env(&[("REAPER_BUDGET", "122s")]))
             .await
             .is_ok());
     }
@@ -227,15 +234,15 @@ mod tests {
                 .contains("budget of 30s (the function timeout: the template's TimeoutSeconds)"),
             "{err}"
         );
-        let config = ServerlessConfig::from_env(env(&[("REAPER_BUDGET", "90s")])).unwrap();
+        let config = ServerlessConfig::from_env(env(&[("REAPER_BUDGET", "150s")])).unwrap();
         let source = |pairs: &[(&str, &str)]| init_budget(&config, env(pairs));
         assert_eq!(
-            source(&[(FUNCTION_TIMEOUT, "120")]).map(|b| b.0),
-            Some(Duration::from_secs(90))
+            source(&[(FUNCTION_TIMEOUT, "200")]).map(|b| b.0),
+            Some(Duration::from_secs(150))
         );
         assert_eq!(
             source(&[(FUNCTION_TIMEOUT, "not a number")]).map(|b| b.0),
-            Some(Duration::from_secs(90))
+            Some(Duration::from_secs(150))
         );
         let unset = ServerlessConfig::from_env(env(&[])).unwrap();
         assert_eq!(

@@ -138,7 +138,8 @@ async fn of_two_overlapping_invocations_one_sweeps_and_the_other_reports_the_lea
 async fn a_budget_that_fits_no_run_fails_the_init_with_one_line_naming_the_values_to_change() {
     let w = World::new().await;
     let (run, sbx) = w.finished_run("waiting", 1_000).await;
-    // 30 s minus the default 15 s margin leaves 15 s; one run may take 10 s + 50 ms + 11 s.
+    // 30 s minus the default 15 s margin leaves 15 s; one run may take 10 s (probe) + 7 × 50 ms
+    // (quiet wait) + 10 s (drive) + 10 s (reclaim) + 2 s (store requests).
     // Every tick would defer every run: refused before any event is taken.
     let mut f = w.function(&[("REAPER_BUDGET", "30s"), ("REAPER_DEADLINE_MARGIN", "")]);
 
@@ -151,9 +152,10 @@ async fn a_budget_that_fits_no_run_fails_the_init_with_one_line_naming_the_value
     for part in [
         "no run can ever start",
         "budget of 30s (REAPER_BUDGET",
-        "leaves 15s, less than the 21.050s one run may take",
-        "Raise the budget to at least 37s",
-        "lower REAPER_RUN_BUDGET, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
+        "leaves 15s, less than the 32.350s one run may take",
+        "probe 10s + quiet wait 7 × 0.050s + drive 10s + reclaim 10s + store requests 2s",
+        "Raise the budget to at least 48s",
+        "lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
     ] {
         assert!(error.contains(part), "{part:?} missing from {error}");
     }

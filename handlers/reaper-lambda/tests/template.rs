@@ -572,6 +572,7 @@ fn default_environment(t: &Value) -> impl Fn(&str) -> Option<String> {
         ("REAPER_SANDBOXD_TOKEN", "token-0123456789abcdef".into()),
         ("REAPER_DETACHED_TTL", default("DetachedTtl")),
         ("REAPER_RUN_BUDGET", default("RunBudget")),
+        ("REAPER_STEP_TIMEOUT", default("StepTimeout")),
         ("REAPER_MAX_RUNS", default("MaxRuns")),
         ("REAPER_BUDGET", format!("{}s", default("TimeoutSeconds"))),
     ]
@@ -582,7 +583,7 @@ fn default_environment(t: &Value) -> impl Fn(&str) -> Option<String> {
 }
 
 #[test]
-fn the_default_timeout_fits_at_least_one_run_with_the_shipped_defaults() {
+fn the_default_timeout_fits_several_worst_case_runs_with_the_shipped_defaults() {
     let t = template();
     let env = default_environment(&t);
     let config = reaper_serverless::ServerlessConfig::from_env(&env).unwrap();
@@ -601,6 +602,19 @@ fn the_default_timeout_fits_at_least_one_run_with_the_shipped_defaults() {
         described.contains(&format!("at least {} s", minimum.as_secs())),
         "TimeoutSeconds' description does not state the minimum {minimum:?}: {described}"
     );
+    // A timeout that fits one run is not enough: a slow host would take a whole tick per run.
+    let plan = reaper_serverless::plan(&config, "template", 0, budget.as_millis() as i64);
+    assert!(plan.worst_case_runs >= 4, "{plan:?}");
+    let reserve = reaper_serverless::reserve(&config).as_secs();
+    for stated in [
+        format!("{reserve} s with the defaults"),
+        format!("guarantees {} worst-case runs", plan.worst_case_runs),
+    ] {
+        assert!(
+            described.contains(&stated),
+            "TimeoutSeconds' description does not say {stated:?}: {described}"
+        );
+    }
 }
 
 fn samconfig() -> toml_edit::DocumentMut {

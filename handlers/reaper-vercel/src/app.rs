@@ -210,6 +210,7 @@ pub(crate) mod tests {
             max_runs: 25,
             concurrency: 4,
             fence_quiet: Duration::from_secs(5),
+            step_timeout: Duration::from_secs(20),
             journal_dir: None,
             budget: None,
             deadline_margin: None,
@@ -504,9 +505,9 @@ pub(crate) mod tests {
         pairs.push((CRON_SECRET_ENV, SECRET));
         let app = App::from_env(env(&pairs), clock.clone()).await.unwrap();
         assert_eq!(app.budget, Duration::from_secs(300));
-        pairs.push(("REAPER_BUDGET", "90s"));
+        pairs.push(("REAPER_BUDGET", "150s"));
         let app = App::from_env(env(&pairs), clock).await.unwrap();
-        assert_eq!(app.budget, Duration::from_secs(90));
+        assert_eq!(app.budget, Duration::from_secs(150));
     }
 
     #[tokio::test]
@@ -514,20 +515,21 @@ pub(crate) mod tests {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
         let mut pairs = SETTINGS.to_vec();
         pairs.push((CRON_SECRET_ENV, SECRET));
-        // A 4.5-minute run budget at the default 300 s: 270 s usable, 286 s per run.
-        pairs.push(("REAPER_RUN_BUDGET", "270s"));
+        // The case: a 4-minute run budget at the default 300 s. 270 s usable, but one
+        // run may take 20 s + 35 s + 240 s + 20 s + 2 s = 317 s.
+        pairs.push(("REAPER_RUN_BUDGET", "240s"));
         let err = App::from_env(env(&pairs), clock.clone()).await.unwrap_err();
         let StartupError::Budget(e) = &err else {
             panic!("expected the budget refusal, got {err}");
         };
-        assert_eq!(e.minimum_budget_ms, 318_000);
+        assert_eq!(e.minimum_budget_ms, 353_000);
         let text = err.to_string();
         assert!(
             text.contains("budget of 300s (REAPER_BUDGET unset: vercel.json's maxDuration)"),
             "{text}"
         );
         assert!(
-            text.contains("at least 318s, or lower REAPER_RUN_BUDGET"),
+            text.contains("at least 353s, or lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT"),
             "{text}"
         );
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reaper_core::reap::{DEFAULT_MAX_RUNS, DEFAULT_RUN_BUDGET_MS};
+use reaper_core::reap::{DEFAULT_MAX_RUNS, DEFAULT_RUN_BUDGET_MS, DEFAULT_STEP_TIMEOUT_MS};
 
 use crate::credentials::{
     AwsCredentialsConfig, ACCESS_KEY_ID, DEFAULT_SESSION_NAME, ROLE_ARN, ROLE_SESSION_NAME,
@@ -24,6 +24,8 @@ pub const CONCURRENCY: &str = "REAPER_CONCURRENCY";
 /// Runs in flight by default: overlaps slow sandbox hosts without crowding sandboxd or DynamoDB.
 pub const DEFAULT_CONCURRENCY: usize = 4;
 pub const FENCE_QUIET: &str = "REAPER_FENCE_QUIET";
+/// The deadline of one probe or one reclaim (the sandbox I/O around a drive).
+pub const STEP_TIMEOUT: &str = "REAPER_STEP_TIMEOUT";
 pub const JOURNAL_DIR: &str = "REAPER_JOURNAL_DIR";
 pub const BUDGET: &str = "REAPER_BUDGET";
 pub const DEADLINE_MARGIN: &str = "REAPER_DEADLINE_MARGIN";
@@ -110,6 +112,13 @@ pub const SETTINGS: &[Setting] = &[
         accepted: "a duration from 0s to 1m",
     },
     Setting {
+        name: STEP_TIMEOUT,
+        required: false,
+        secret: false,
+        default: "20s",
+        accepted: "a duration from 100ms to 5m: how long one journal probe or one sandbox reclaim may take before it is abandoned (the probe answers unknown, the ledger retries the reclaim)",
+    },
+    Setting {
         name: JOURNAL_DIR,
         required: false,
         secret: false,
@@ -134,7 +143,7 @@ pub const SETTINGS: &[Setting] = &[
         name: PER_RUN_RESERVE,
         required: false,
         secret: false,
-        default: "the run budget + the fence quiet window + 11s",
+        default: "the worst case of one run: 2 × the step timeout + 7 × the fence quiet window + the run budget + 2s (107s with the defaults)",
         accepted: "a duration from 1ms to 1h: the time one run may take in the worst case",
     },
     Setting {
@@ -209,6 +218,8 @@ pub struct ServerlessConfig {
     /// Runs in flight at once (`REAPER_CONCURRENCY`).
     pub concurrency: usize,
     pub fence_quiet: Duration,
+    /// `REAPER_STEP_TIMEOUT`: the deadline of one probe and of one reclaim.
+    pub step_timeout: Duration,
     pub journal_dir: Option<String>,
     /// `REAPER_BUDGET`: caps the invocation's time from its start.
     pub budget: Option<Duration>,
@@ -235,6 +246,7 @@ impl std::fmt::Debug for ServerlessConfig {
             .field("max_runs", &self.max_runs)
             .field("concurrency", &self.concurrency)
             .field("fence_quiet", &self.fence_quiet)
+            .field("step_timeout", &self.step_timeout)
             .field("journal_dir", &self.journal_dir)
             .field("budget", &self.budget)
             .field("deadline_margin", &self.deadline_margin)
@@ -517,6 +529,7 @@ impl ServerlessConfig {
         let max_runs = r.count(MAX_RUNS, 1, 1000);
         let concurrency = r.count(CONCURRENCY, 1, 64);
         let fence_quiet = r.duration(FENCE_QUIET, Duration::ZERO, MINUTE);
+        let step_timeout = r.duration(STEP_TIMEOUT, Duration::from_millis(100), 5 * MINUTE);
         let journal_dir = r.string(JOURNAL_DIR, check_dir);
         let budget = r.duration(BUDGET, SECOND, HOUR);
         let deadline_margin = r.duration(DEADLINE_MARGIN, Duration::ZERO, 5 * MINUTE);
@@ -559,6 +572,7 @@ impl ServerlessConfig {
             fence_quiet: fence_quiet.unwrap_or(Duration::from_millis(
                 reaper_core::claim::DEFAULT_FENCE_QUIET_MS,
             )),
+            step_timeout: step_timeout.unwrap_or(Duration::from_millis(DEFAULT_STEP_TIMEOUT_MS)),
             journal_dir,
             budget,
             deadline_margin,
@@ -635,6 +649,7 @@ mod tests {
         assert_eq!(c.run_budget, Duration::from_secs(30));
         assert_eq!(c.max_runs, 25);
         assert_eq!(c.fence_quiet, Duration::from_secs(5));
+        assert_eq!(c.step_timeout, Duration::from_secs(20));
         assert_eq!(c.provider_name, "sandboxd");
         assert_eq!(c.journal_dir, None);
         assert_eq!(c.log_retention, Duration::from_secs(30 * 24 * 3600));
@@ -651,6 +666,7 @@ mod tests {
             (MAX_RUNS, "7"),
             (CONCURRENCY, "12"),
             (FENCE_QUIET, "150ms"),
+            (STEP_TIMEOUT, "45s"),
             (JOURNAL_DIR, "/var/journals"),
             (BUDGET, "5m"),
             (DEADLINE_MARGIN, "3s"),
@@ -663,6 +679,7 @@ mod tests {
         assert_eq!(c.max_runs, 7);
         assert_eq!(c.concurrency, 12);
         assert_eq!(c.fence_quiet, Duration::from_millis(150));
+        assert_eq!(c.step_timeout, Duration::from_secs(45));
         assert_eq!(c.journal_dir.as_deref(), Some("/var/journals"));
         assert_eq!(c.budget, Some(Duration::from_secs(300)));
         assert_eq!(c.deadline_margin, Some(Duration::from_secs(3)));
@@ -729,6 +746,8 @@ mod tests {
             (DETACHED_TTL, "500ms"),
             (RUN_BUDGET, "2h"),
             (FENCE_QUIET, "5m"),
+            (STEP_TIMEOUT, "50ms"),
+            (STEP_TIMEOUT, "6m"),
             (BUDGET, "0s"),
             (LOG_RETENTION, "10m"),
         ] {

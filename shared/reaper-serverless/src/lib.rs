@@ -26,6 +26,6 @@ pub use compose::{
 };
 pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
 pub use credentials::{AwsCredentialsConfig, NoAwsCredentials, OidcTokens, WebIdentityCredentials};
-pub use plan::{check_budget, minimum_budget, plan, BudgetTooShort, SweepPlan};
+pub use plan::{check_budget, minimum_budget, plan, reserve, BudgetTooShort, SweepPlan};
 /// The wall clock the serverless handlers run on (their deadlines are wall time).
 pub use reaper_local::SystemClock;

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use reaper_core::reap::ReapOptions;
+use reaper_core::claim::MAX_QUIESCENCE_PROBES;
+use reaper_core::reap::{ReapOptions, STORE_ALLOWANCE_MS};
 use reaper_core::EpochMs;
 use serde::Serialize;
 
@@ -11,9 +12,6 @@ use crate::config::ServerlessConfig;
 
 /// The smallest default safety margin: log flush, the response, clock skew (platforms §6.1).
 pub const MIN_DEFAULT_MARGIN: Duration = Duration::from_secs(15);
-/// Added to the core's per-run reserve by default: one journal probe and one sandbox destroy
-/// (each a round trip to sandboxd), which the core's own reserve does not count.
-pub const PROBE_AND_RECLAIM_ALLOWANCE: Duration = Duration::from_secs(10);
 /// The shortest sweep lease: an invocation whose deadline has already passed still takes (and
 /// releases) a valid lease.
 pub const MIN_LEASE_TTL_MS: u64 = 1_000;
@@ -32,15 +30,17 @@ pub struct SweepPlan {
     pub sweep_deadline: EpochMs,
     pub budget_ms: u64,
     pub margin_ms: u64,
-    /// The worst-case time of one run.
+    /// The worst-case time of one run: the core's [`ReapOptions::reserve_ms`] of the options
+    /// the sweep runs with.
     pub reserve_ms: u64,
     /// The sweep lease lasts the whole invocation, so a sweep killed at its deadline frees the
     /// lease by then and the next tick is not locked out.
     pub lease_ttl_ms: u64,
     /// The configured cap (`REAPER_MAX_RUNS`).
     pub max_runs: usize,
-    /// How many runs fit even if every one takes its whole reserve (at most `max_runs`). Faster
-    /// runs leave room for more, up to the cap; the core checks before each run.
+    /// How many runs fit even if every one takes its whole reserve (at most `max_runs`): each of
+    /// the `REAPER_CONCURRENCY` slots runs `(budget - margin) / reserve` of them back to back.
+    /// Faster runs leave room for more, up to the cap; the core checks before each run.
     pub worst_case_runs: usize,
 }
 
@@ -48,12 +48,15 @@ pub struct SweepPlan {
 ///
 /// - budget = `min(deadline, start + REAPER_BUDGET) - start`;
 /// - margin = `REAPER_DEADLINE_MARGIN`, default `max(15 s, budget / 10)`;
-/// - reserve = `REAPER_PER_RUN_RESERVE`, default run budget + fence quiet + 11 s;
+/// - reserve = `REAPER_PER_RUN_RESERVE`, default the core's
+///   [`ReapOptions::worst_case_run_ms`] of the very options the sweep runs with (probe and
+///   reclaim step deadlines, the quiet wait's worst case, the run budget, the store requests):
+///   one source, so the plan and the sweep's own deadline checks never disagree;
 /// - the sweep's deadline is `start + budget - margin`, and the core starts a run only while
 ///   `now + reserve <= that deadline`: each started run can end before it, every other run is
 ///   counted `deferred` and left to the next tick;
-/// - `max_runs` stays the configured cap; `worst_case_runs = min(cap, (budget - margin) /
-///   reserve)` is how many are guaranteed;
+/// - `max_runs` stays the configured cap; `worst_case_runs = min(cap, concurrency × (budget -
+///   margin) / reserve)` is how many are guaranteed;
 /// - the sweep lease TTL is the budget (at least [`MIN_LEASE_TTL_MS`]).
 ///
 /// A budget that fits no run at all is a configuration error: handlers refuse it at start-up
@@ -70,20 +73,12 @@ pub fn plan(
     };
     let budget_ms = u64::try_from(invocation_deadline.saturating_sub(start)).unwrap_or(0);
     let margin_ms = margin_ms(config, budget_ms);
-    let run_budget_ms = ms(config.run_budget);
-    let fence_quiet_ms = ms(config.fence_quiet);
-    let reserve_ms = reserve_ms(config);
+    let mut options = sweep_options(config, owner);
+    let reserve_ms = options.reserve_ms();
     let usable_ms = budget_ms.saturating_sub(margin_ms);
     let sweep_deadline = start.saturating_add(usable_ms as i64);
-    let fits = usize::try_from(usable_ms / reserve_ms.max(1)).unwrap_or(usize::MAX);
-
-    let mut options = ReapOptions::new(ms(config.detached_ttl), owner);
-    options.run_budget_ms = run_budget_ms;
-    options.fence_quiet_ms = fence_quiet_ms;
-    options.max_runs = config.max_runs;
-    options.concurrency = config.concurrency;
+    let per_slot = usize::try_from(usable_ms / reserve_ms.max(1)).unwrap_or(usize::MAX);
     options.deadline = Some(sweep_deadline);
-    options.per_run_reserve_ms = Some(reserve_ms);
     SweepPlan {
         options,
         invocation_start: start,
@@ -94,8 +89,23 @@ pub fn plan(
         reserve_ms,
         lease_ttl_ms: budget_ms.max(MIN_LEASE_TTL_MS),
         max_runs: config.max_runs,
-        worst_case_runs: fits.min(config.max_runs),
+        worst_case_runs: per_slot
+            .saturating_mul(config.concurrency.max(1))
+            .min(config.max_runs),
     }
+}
+
+/// The sweep's options from the settings, without a deadline: the one place settings become
+/// the core's options, which the reserve is then computed from.
+fn sweep_options(config: &ServerlessConfig, owner: impl Into<String>) -> ReapOptions {
+    let mut options = ReapOptions::new(ms(config.detached_ttl), owner);
+    options.run_budget_ms = ms(config.run_budget);
+    options.fence_quiet_ms = ms(config.fence_quiet);
+    options.step_timeout_ms = ms(config.step_timeout);
+    options.max_runs = config.max_runs;
+    options.concurrency = config.concurrency;
+    options.per_run_reserve_ms = config.per_run_reserve.map(ms);
+    options
 }
 
 fn ms(d: Duration) -> u64 {
@@ -110,12 +120,27 @@ fn margin_ms(config: &ServerlessConfig, budget_ms: u64) -> u64 {
         .unwrap_or_else(|| ms(MIN_DEFAULT_MARGIN).max(budget_ms / 10))
 }
 
-/// `REAPER_PER_RUN_RESERVE`, default run budget + fence quiet + 1 s + the probe and reclaim
-/// allowance.
+/// `REAPER_PER_RUN_RESERVE`, default the core's worst case of one run under these settings.
+pub fn reserve(config: &ServerlessConfig) -> Duration {
+    Duration::from_millis(reserve_ms(config))
+}
+
 fn reserve_ms(config: &ServerlessConfig) -> u64 {
-    config.per_run_reserve.map(ms).unwrap_or_else(|| {
-        ms(config.run_budget) + ms(config.fence_quiet) + 1_000 + ms(PROBE_AND_RECLAIM_ALLOWANCE)
-    })
+    sweep_options(config, "").reserve_ms()
+}
+
+/// How the default reserve is made up, in the settings' values, e.g. `probe 20s + quiet wait
+/// 7 × 5s + drive 30s + reclaim 20s + store requests 2s`. A test keeps its sum equal to the
+/// core's [`ReapOptions::worst_case_run_ms`].
+fn reserve_derivation(config: &ServerlessConfig) -> String {
+    let step = secs(ms(config.step_timeout));
+    format!(
+        "probe {step} + quiet wait {} × {} + drive {} + reclaim {step} + store requests {}",
+        u64::from(MAX_QUIESCENCE_PROBES) + 1,
+        secs(ms(config.fence_quiet)),
+        secs(ms(config.run_budget)),
+        secs(STORE_ALLOWANCE_MS),
+    )
 }
 
 /// The shortest invocation budget that fits one worst-case run after the margin, in whole
@@ -147,27 +172,32 @@ pub struct BudgetTooShort {
     pub margin_ms: u64,
     pub margin_configured: bool,
     pub reserve_ms: u64,
-    pub reserve_configured: bool,
+    /// How the reserve is made up when it is derived (`None` when `REAPER_PER_RUN_RESERVE` sets
+    /// it), e.g. `probe 20s + quiet wait 7 × 5s + drive 30s + reclaim 20s + store requests 2s`.
+    pub reserve_derivation: Option<String>,
     pub minimum_budget_ms: u64,
 }
 
 impl std::fmt::Display for BudgetTooShort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let margin_source = if self.margin_configured {
-            "REAPER_DEADLINE_MARGIN"
+            "REAPER_DEADLINE_MARGIN".to_string()
         } else {
-            "the REAPER_DEADLINE_MARGIN default: 15s or a tenth of the budget"
+            "the REAPER_DEADLINE_MARGIN default: 15s or a tenth of the budget".to_string()
         };
-        let (reserve_source, lower) = if self.reserve_configured {
-            (
-                "REAPER_PER_RUN_RESERVE",
+        let (reserve_source, lower) = match &self.reserve_derivation {
+            None => (
+                "REAPER_PER_RUN_RESERVE".to_string(),
                 "REAPER_PER_RUN_RESERVE or REAPER_DEADLINE_MARGIN",
-            )
-        } else {
-            (
-                "REAPER_RUN_BUDGET + REAPER_FENCE_QUIET + 11s",
-                "REAPER_RUN_BUDGET, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
-            )
+            ),
+            Some(derivation) => (
+                format!(
+                    "{derivation}, from REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET and \
+                     REAPER_RUN_BUDGET"
+                ),
+                "REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET or \
+                 REAPER_DEADLINE_MARGIN",
+            ),
         };
         write!(
             f,
@@ -213,7 +243,10 @@ pub fn check_budget(
         margin_ms,
         margin_configured: config.deadline_margin.is_some(),
         reserve_ms,
-        reserve_configured: config.per_run_reserve.is_some(),
+        reserve_derivation: config
+            .per_run_reserve
+            .is_none()
+            .then(|| reserve_derivation(config)),
         minimum_budget_ms: ms(minimum_budget(config)),
     })
 }
@@ -247,6 +280,7 @@ mod tests {
             max_runs: 25,
             concurrency: 4,
             fence_quiet: Duration::from_secs(5),
+            step_timeout: Duration::from_secs(20),
             journal_dir: None,
             budget: None,
             deadline_margin: None,
@@ -256,27 +290,65 @@ mod tests {
         }
     }
 
+    /// The default reserve, spelled out: probe 20 s + 7 quiet windows of 5 s + drive 30 s +
+    /// reclaim 20 s + 2 s of store requests.
+    const DEFAULT_RESERVE_MS: u64 = 20_000 + 7 * 5_000 + 30_000 + 20_000 + 2_000;
+
     #[test]
-    fn a_five_minute_lambda_keeps_a_thirty_second_margin_and_guarantees_six_worst_case_runs() {
+    fn the_default_reserve_is_the_cores_worst_case_of_the_options_the_sweep_runs_with() {
+        let p = plan(&config(), "me", START, START + 300_000);
+        assert_eq!(p.reserve_ms, DEFAULT_RESERVE_MS);
+        assert_eq!(p.reserve_ms, 107_000);
+        assert_eq!(p.reserve_ms, p.options.worst_case_run_ms());
+        assert_eq!(p.options.reserve_ms(), p.reserve_ms);
+        assert_eq!(reserve(&config()), Duration::from_secs(107));
+        // Every value it is made of is a setting the sweep then enforces.
+        let mut c = config();
+        c.step_timeout = Duration::from_secs(5);
+        c.fence_quiet = Duration::from_millis(50);
+        c.run_budget = Duration::from_secs(10);
+        let p = plan(&c, "me", START, START + 300_000);
+        assert_eq!(p.options.step_timeout_ms, 5_000);
+        assert_eq!(p.reserve_ms, 5_000 + 7 * 50 + 10_000 + 5_000 + 2_000);
+        assert_eq!(p.reserve_ms, p.options.worst_case_run_ms());
+    }
+
+    #[test]
+    fn a_five_minute_lambda_keeps_a_thirty_second_margin_and_guarantees_two_worst_case_runs_per_slot(
+    ) {
         let p = plan(&config(), "me", START, START + 300_000);
         assert_eq!(p.budget_ms, 300_000);
         assert_eq!(p.margin_ms, 30_000);
-        assert_eq!(p.reserve_ms, 30_000 + 5_000 + 1_000 + 10_000);
         assert_eq!(p.sweep_deadline, START + 270_000);
-        assert_eq!(p.worst_case_runs, 270_000 / 46_000);
+        // 270 s / 107 s = 2 back to back in each of the 4 slots.
+        assert_eq!(p.worst_case_runs, 2 * 4);
         assert_eq!(p.max_runs, 25);
         assert_eq!(p.lease_ttl_ms, 300_000);
         let o = &p.options;
         assert_eq!(
-            (o.deadline, o.per_run_reserve_ms, o.max_runs),
-            (Some(START + 270_000), Some(46_000), 25)
+            (o.deadline, o.reserve_ms(), o.max_runs, o.concurrency),
+            (Some(START + 270_000), 107_000, 25, 4)
         );
         assert_eq!(
-            (o.detached_run_ttl_ms, o.run_budget_ms, o.fence_quiet_ms),
-            (1_800_000, 30_000, 5_000)
+            (
+                o.detached_run_ttl_ms,
+                o.run_budget_ms,
+                o.fence_quiet_ms,
+                o.step_timeout_ms
+            ),
+            (1_800_000, 30_000, 5_000, 20_000)
         );
         assert_eq!(o.owner, "me");
         assert!(o.validate().is_ok());
+    }
+
+    #[test]
+    fn worst_case_runs_count_each_slot_of_the_configured_concurrency() {
+        let mut c = config();
+        c.concurrency = 1;
+        assert_eq!(plan(&c, "me", START, START + 300_000).worst_case_runs, 2);
+        c.concurrency = 3;
+        assert_eq!(plan(&c, "me", START, START + 300_000).worst_case_runs, 6);
     }
 
     #[test]
@@ -333,33 +405,60 @@ mod tests {
     #[test]
     fn explicit_margin_and_reserve_replace_the_defaults() {
         let mut c = config();
+        c.concurrency = 1;
         c.deadline_margin = Some(Duration::from_secs(2));
         c.per_run_reserve = Some(Duration::from_secs(4));
         let p = plan(&c, "me", START, START + 20_000);
         assert_eq!((p.margin_ms, p.reserve_ms), (2_000, 4_000));
+        assert_eq!(p.options.per_run_reserve_ms, Some(4_000));
         assert_eq!(p.worst_case_runs, 4);
     }
 
     #[test]
-    fn a_sixty_second_budget_is_refused_naming_the_values_to_change_and_the_minimum() {
-        // 60 s - the 15 s margin = 45 s < 30 s + 5 s + 11 s = 46 s: no run could ever start.
+    fn a_sixty_second_timeout_is_refused_naming_the_values_to_change_and_the_minimum() {
+        // 60 s - the 15 s margin = 45 s < the 107 s one run may take: no run could ever start.
         let e = check_budget(&config(), Duration::from_secs(60), "TimeoutSeconds").unwrap_err();
         assert_eq!(
             (e.budget_ms, e.margin_ms, e.reserve_ms, e.minimum_budget_ms),
-            (60_000, 15_000, 46_000, 61_000)
+            (60_000, 15_000, 107_000, 122_000)
         );
         let text = e.to_string();
         for part in [
             "invocation budget of 60s (TimeoutSeconds)",
             "safety margin of 15s",
-            "leaves 45s, less than the 46s one run may take",
-            "REAPER_RUN_BUDGET + REAPER_FENCE_QUIET + 11s",
-            "Raise the budget to at least 61s",
-            "lower REAPER_RUN_BUDGET, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
+            "leaves 45s, less than the 107s one run may take",
+            "(probe 20s + quiet wait 7 × 5s + drive 30s + reclaim 20s + store requests 2s, \
+             from REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET and REAPER_RUN_BUDGET)",
+            "Raise the budget to at least 122s",
+            "lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET or \
+             REAPER_DEADLINE_MARGIN",
         ] {
             assert!(text.contains(part), "{part:?} missing from {text}");
         }
-        assert!(check_budget(&config(), Duration::from_secs(61), "TimeoutSeconds").is_ok());
+        assert!(check_budget(&config(), Duration::from_secs(121), "TimeoutSeconds").is_err());
+        assert!(check_budget(&config(), Duration::from_secs(122), "TimeoutSeconds").is_ok());
+    }
+
+    #[test]
+    fn the_derivation_in_the_refusal_adds_up_to_the_cores_worst_case() {
+        for (step, quiet, run) in [(20_000, 5_000, 30_000), (5_000, 50, 10_000), (100, 0, 10)] {
+            let mut c = config();
+            c.step_timeout = Duration::from_millis(step);
+            c.fence_quiet = Duration::from_millis(quiet);
+            c.run_budget = Duration::from_millis(run);
+            let derivation = reserve_derivation(&c);
+            let seconds = |term: &str| -> f64 {
+                let factor: f64 = match term.split_once(" × ") {
+                    Some((n, _)) => n.rsplit(' ').next().unwrap().parse().unwrap(),
+                    None => 1.0,
+                };
+                let value = term.rsplit(' ').next().unwrap().trim_end_matches('s');
+                factor * value.parse::<f64>().unwrap()
+            };
+            let total: f64 = derivation.split(" + ").map(seconds).sum();
+            let worst = plan(&c, "me", START, START).options.worst_case_run_ms();
+            assert_eq!((total * 1_000.0).round() as u64, worst, "{derivation}");
+        }
     }
 
     #[test]
@@ -397,16 +496,27 @@ mod tests {
     }
 
     #[test]
-    fn a_long_run_budget_needs_a_budget_whose_tenth_margin_still_leaves_one_run() {
-        // 240 s + 5 s + 11 s = 256 s of reserve; at 300 s the margin is 30 s: 270 s fit one run.
+    fn a_four_minute_run_budget_does_not_fit_a_five_minute_budget() {
+        // 20 + 35 + 180 + 20 + 2 = 257 s of reserve; at 300 s the margin is 30 s: 270 s fit one.
         let mut c = config();
+        c.run_budget = Duration::from_secs(180);
+        assert!(check_budget(&c, Duration::from_secs(300), "maxDuration").is_ok());
+        // The issue's case: a 4-minute run budget at 300 s. 317 s > 270 s; the minimum is
+        // ceil(317 / 0.9) s.
         c.run_budget = Duration::from_secs(240);
-        assert!(check_budget(&c, Duration::from_secs(300), "b").is_ok());
-        // A 4.5-minute run budget does not: 286 s > 270 s. The minimum is ceil(286 / 0.9) s.
-        c.run_budget = Duration::from_secs(270);
-        let e = check_budget(&c, Duration::from_secs(300), "REAPER_BUDGET").unwrap_err();
-        assert_eq!((e.margin_ms, e.reserve_ms), (30_000, 286_000));
-        assert_eq!(e.minimum_budget_ms, 318_000);
+        let e = check_budget(&c, Duration::from_secs(300), "maxDuration").unwrap_err();
+        assert_eq!((e.margin_ms, e.reserve_ms), (30_000, 317_000));
+        assert_eq!(e.minimum_budget_ms, 353_000);
+        assert!(e.to_string().contains("at least 353s"), "{e}");
+    }
+
+    #[test]
+    fn a_longer_step_timeout_raises_the_reserve_and_the_minimum() {
+        let mut c = config();
+        c.step_timeout = Duration::from_secs(60);
+        let e = check_budget(&c, Duration::from_secs(122), "REAPER_BUDGET").unwrap_err();
+        assert_eq!(e.reserve_ms, 60_000 + 35_000 + 30_000 + 60_000 + 2_000);
+        assert!(e.to_string().contains("probe 60s"), "{e}");
     }
 
     #[test]
@@ -416,6 +526,7 @@ mod tests {
         c.per_run_reserve = Some(Duration::from_secs(50));
         let e = check_budget(&c, Duration::from_secs(60), "REAPER_BUDGET").unwrap_err();
         assert_eq!(e.minimum_budget_ms, 70_000);
+        assert_eq!(e.reserve_derivation, None);
         let text = e.to_string();
         assert!(
             text.contains("margin of 20s (REAPER_DEADLINE_MARGIN)"),
