@@ -89,4 +89,29 @@ impl LeaseStore for D1Store {
         .await?;
         Ok(())
     }
+
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let rows = self
+            .one(Statement::new(sql::NOTE, vec![key.into()]))
+            .await?;
+        rows.first()
+            .map(|row| row.text("note", &format!("lease note {key}")))
+            .transpose()
+    }
+
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError> {
+        // The holder check and the write are one statement: no pause between them.
+        let rows = self
+            .one(Statement::new(
+                sql::SET_NOTE,
+                vec![
+                    lease.key.as_str().into(),
+                    lease.owner.as_str().into(),
+                    lease.token.as_str().into(),
+                    note.into(),
+                ],
+            ))
+            .await?;
+        Ok(!rows.is_empty())
+    }
 }

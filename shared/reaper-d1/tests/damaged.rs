@@ -97,7 +97,10 @@ async fn a_missing_table_is_refused_as_damaged_naming_it() {
     let client = edited("DROP TABLE log_entries").await;
     open_refused_as_damaged(
         client,
-        "table log_entries is missing, but reaper_schema says version 2",
+        &format!(
+            "table log_entries is missing, but reaper_schema says version {}",
+            reaper_d1::SCHEMA_VERSION
+        ),
     )
     .await;
 }
@@ -115,10 +118,35 @@ async fn a_schema_table_of_the_wrong_shape_is_refused_as_damaged() {
 }
 
 #[tokio::test]
-async fn a_version_one_database_without_the_ledger_is_not_damaged_and_migrates() {
+async fn a_version_two_database_without_lease_notes_is_not_damaged_and_migrates() {
+    use reaper_core::{LeaseGrant, LeaseStore};
+
     let client =
-        edited("DROP TABLE reaper_reclaim_intents; DELETE FROM reaper_schema WHERE version = 2")
-            .await;
+        edited("DROP TABLE reaper_lease_notes; DELETE FROM reaper_schema WHERE version = 3").await;
+    let store = D1Store::open(client.clone()).await.unwrap();
+    assert_eq!(
+        reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
+        reaper_d1::Found::Reaper(reaper_d1::SCHEMA_VERSION)
+    );
+    assert_eq!(store.get("run-00001").await.unwrap(), Some(detached(1)));
+    let LeaseGrant::Acquired(lease) = store.acquire("reaper:sweep", "me", 1, 10).await.unwrap()
+    else {
+        panic!("the sweep lease is free");
+    };
+    assert!(store.set_note(&lease, "cursor").await.unwrap());
+    assert_eq!(
+        store.note("reaper:sweep").await.unwrap().as_deref(),
+        Some("cursor")
+    );
+}
+
+#[tokio::test]
+async fn a_version_one_database_without_the_ledger_is_not_damaged_and_migrates() {
+    let client = edited(
+        "DROP TABLE reaper_reclaim_intents; DROP TABLE reaper_lease_notes; \
+         DELETE FROM reaper_schema WHERE version >= 2",
+    )
+    .await;
     let store = D1Store::open(client.clone()).await.unwrap();
     assert_eq!(
         reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),

@@ -4,13 +4,13 @@
 //! not let an application set pragmas.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The table that marks a database as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "reaper_schema";
 
 /// Every table of the schema, `SCHEMA_TABLE` first.
-pub const TABLES: [&str; 8] = [
+pub const TABLES: [&str; 9] = [
     SCHEMA_TABLE,
     crate::runs::TABLE,
     crate::leases::TABLE,
@@ -19,13 +19,14 @@ pub const TABLES: [&str; 8] = [
     crate::sandbox_instances::TABLE,
     crate::transcripts::TABLE,
     crate::reclaim_intents::TABLE,
+    crate::leases::NOTES_TABLE,
 ];
 
 /// Every table with the columns the reaper reads and writes, in [`TABLES`] order. A table that
 /// lacks one of them was damaged or hand-edited: the store refuses it when it opens the file,
 /// naming the table and columns, instead of failing every later query with "no such column".
 /// Extra columns an application adds are tolerated.
-pub const SHAPE: [(&str, &[&str]); 8] = [
+pub const SHAPE: [(&str, &[&str]); 9] = [
     (SCHEMA_TABLE, &["version", "description"]),
     (
         crate::runs::TABLE,
@@ -88,6 +89,7 @@ pub const SHAPE: [(&str, &[&str]); 8] = [
             "last_error",
         ],
     ),
+    (crate::leases::NOTES_TABLE, &["key", "note"]),
 ];
 
 /// The tables (with their columns) a database at `version` has: those created by the
@@ -156,6 +158,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         description: "reclaim ledger",
         statements: V2,
+    },
+    Migration {
+        version: 3,
+        description: "lease notes",
+        statements: V3,
     },
 ];
 
@@ -286,6 +293,14 @@ const V2: &[&str] = &[
     "CREATE INDEX reaper_reclaim_intents_due ON reaper_reclaim_intents (next_attempt_at, run_id)",
 ];
 
+/// Version 3: a note kept with a lease key (the sweep's listing cursor, so a caller that keeps
+/// no state between sweeps still goes round robin). Beside `leases`, not a column of it: a
+/// release deletes the lease row, and the note outlives the grants.
+const V3: &[&str] = &["CREATE TABLE reaper_lease_notes (
+    key  TEXT PRIMARY KEY NOT NULL,
+    note TEXT NOT NULL
+)"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +356,13 @@ mod tests {
         let v1: Vec<&str> = shape_at(1).map(|(t, _)| t).collect();
         assert_eq!(v1, TABLES[..7].to_vec());
         assert_eq!(shape_at(SCHEMA_VERSION).count(), TABLES.len());
+    }
+
+    #[test]
+    fn a_database_at_version_two_has_every_table_but_the_lease_notes() {
+        let v2: Vec<&str> = shape_at(2).map(|(t, _)| t).collect();
+        assert_eq!(v2, TABLES[..8].to_vec());
+        assert!(!v2.contains(&crate::leases::NOTES_TABLE));
     }
 
     #[test]

@@ -87,4 +87,26 @@ impl LeaseStore for SqliteStore {
         })
         .await
     }
+
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let key = key.to_string();
+        self.call(move |c| {
+            c.prepare_cached(sql::NOTE)
+                .and_then(|mut s| s.query_row([&key], |r| r.get(0)).optional())
+                .map_err(store_err)
+        })
+        .await
+    }
+
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        let note = note.to_string();
+        self.call(move |c| {
+            // The holder check and the write are one statement: no pause between them.
+            c.prepare_cached(sql::SET_NOTE)
+                .and_then(|mut s| s.exists(params![lease.key, lease.owner, lease.token, note]))
+                .map_err(store_err)
+        })
+        .await
+    }
 }

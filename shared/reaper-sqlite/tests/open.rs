@@ -336,9 +336,78 @@ async fn a_version_one_database_is_migrated_to_the_reclaim_ledger_in_place_keepi
         .unwrap();
     assert_eq!(
         versions,
-        [(1, "initial schema".into()), (2, "reclaim ledger".into())]
+        [
+            (1, "initial schema".into()),
+            (2, "reclaim ledger".into()),
+            (3, "lease notes".into())
+        ]
     );
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
+}
+
+/// A file exactly as version 2 left it, holding one run and the sweep lease of a sweep that is
+/// still running while the file is migrated.
+fn version_two_file(path: &Path) {
+    version_one_file(path);
+    let conn = Connection::open(path).unwrap();
+    let v2 = &reaper_sql::MIGRATIONS[1];
+    assert_eq!(v2.version, 2);
+    for sql in v2.statements {
+        conn.execute(sql, []).unwrap();
+    }
+    conn.execute_batch(
+        "INSERT INTO reaper_schema (version, description) VALUES (2, 'reclaim ledger'); \
+         INSERT INTO leases (key, owner, token, expires_at) \
+         VALUES ('reaper:sweep', 'old-build', 'tok', 9000000000000);",
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_version_two_database_is_migrated_to_lease_notes_in_place_keeping_its_leases() {
+    use reaper_core::{Lease, LeaseGrant, LeaseStore};
+
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    version_two_file(&path);
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(RunStore::get(&store, "from-v1").await.unwrap().is_some());
+    // The lease a sweep of the older build holds is still its own, and it can note a cursor.
+    assert_eq!(
+        store
+            .acquire("reaper:sweep", "new-build", 1, 1_000)
+            .await
+            .unwrap(),
+        LeaseGrant::Held {
+            owner: "old-build".into(),
+            expires_at: 9_000_000_000_000
+        }
+    );
+    assert_eq!(store.note("reaper:sweep").await.unwrap(), None);
+    let held = Lease {
+        key: "reaper:sweep".into(),
+        owner: "old-build".into(),
+        token: "tok".into(),
+        expires_at: 9_000_000_000_000,
+    };
+    assert!(store.set_note(&held, "cursor").await.unwrap());
+    drop(store);
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.note("reaper:sweep").await.unwrap().as_deref(),
+        Some("cursor")
+    );
+    let conn = Connection::open(&path).unwrap();
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM reaper_schema ORDER BY version")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(versions, [1, 2, 3]);
 }
 
 #[test]
@@ -354,7 +423,7 @@ fn a_read_only_open_of_a_version_one_database_says_it_needs_a_migration_and_writ
             err,
             OpenError::NeedsMigration {
                 found: 1,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),
