@@ -15,6 +15,8 @@ pub(crate) enum Endpoint {
     StartContainer,
     /// `GET /containers/{id}/json`.
     InspectContainer,
+    /// `GET /containers/json?filters=…`: this provider's sandboxes (prune's enumeration).
+    ListContainers,
     /// `DELETE /containers/{id}?force=1&v=1`.
     RemoveContainer,
     /// `POST /containers/{id}/exec`.
@@ -27,7 +29,7 @@ pub(crate) enum Endpoint {
 
 /// Live counters, shared by a provider and its handles.
 #[derive(Debug, Default)]
-pub(crate) struct Counters([AtomicU64; 8]);
+pub(crate) struct Counters([AtomicU64; 9]);
 
 impl Counters {
     pub(crate) fn count(&self, endpoint: Endpoint) {
@@ -41,6 +43,7 @@ impl Counters {
             create_container: get(Endpoint::CreateContainer),
             start_container: get(Endpoint::StartContainer),
             inspect_container: get(Endpoint::InspectContainer),
+            list_containers: get(Endpoint::ListContainers),
             remove_container: get(Endpoint::RemoveContainer),
             create_exec: get(Endpoint::CreateExec),
             start_exec: get(Endpoint::StartExec),
@@ -57,6 +60,7 @@ pub struct RequestCounts {
     pub create_container: u64,
     pub start_container: u64,
     pub inspect_container: u64,
+    pub list_containers: u64,
     pub remove_container: u64,
     pub create_exec: u64,
     pub start_exec: u64,
@@ -70,6 +74,7 @@ impl RequestCounts {
             + self.create_container
             + self.start_container
             + self.inspect_container
+            + self.list_containers
             + self.remove_container
             + self.create_exec
             + self.start_exec
@@ -83,6 +88,7 @@ impl RequestCounts {
             create_container: self.create_container - earlier.create_container,
             start_container: self.start_container - earlier.start_container,
             inspect_container: self.inspect_container - earlier.inspect_container,
+            list_containers: self.list_containers - earlier.list_containers,
             remove_container: self.remove_container - earlier.remove_container,
             create_exec: self.create_exec - earlier.create_exec,
             start_exec: self.start_exec - earlier.start_exec,
@@ -99,6 +105,7 @@ impl fmt::Display for RequestCounts {
             ("create container", self.create_container),
             ("start container", self.start_container),
             ("inspect container", self.inspect_container),
+            ("list containers", self.list_containers),
             ("remove container", self.remove_container),
             ("create exec", self.create_exec),
             ("start exec", self.start_exec),

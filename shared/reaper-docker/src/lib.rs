@@ -13,8 +13,8 @@ mod sandbox;
 pub use bollard::ClientVersion;
 pub use counts::RequestCounts;
 pub use provider::{
-    ConfigError, CreateOptions, DockerProvider, DockerProviderOptions, DEFAULT_KEEPALIVE,
-    DEFAULT_OUTPUT_LIMIT, DEFAULT_PROVIDER_NAME, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SOCKET,
-    SANDBOX_LABEL,
+    ConfigError, CreateOptions, DockerProvider, DockerProviderOptions, CREATED_AT_LABEL,
+    DEFAULT_KEEPALIVE, DEFAULT_OUTPUT_LIMIT, DEFAULT_PROVIDER_NAME, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SOCKET, SANDBOX_LABEL,
 };
-pub use sandbox::{DockerSandbox, EXEC_TOKEN_ENV};
+pub use sandbox::{AgentInfo, DockerSandbox, AGENTS_FILE, EXEC_TOKEN_ENV};

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HostConfig};
-use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use bollard::query_parameters::{
+    CreateContainerOptions, ListContainersOptionsBuilder, RemoveContainerOptions,
+};
 use bollard::{ClientVersion, Docker, API_DEFAULT_VERSION};
 use reaper_core::{SandboxError, SandboxHandle, SandboxProvider};
 
@@ -23,6 +25,9 @@ pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 /// `destroy` refuse a container without it: an instance record naming someone else's container
 /// (a database, another deployment's sandbox) must never get it destroyed.
 pub const SANDBOX_LABEL: &str = "io.reaper.sandbox";
+/// The label [`DockerProvider::create`] stamps with the creation time (epoch milliseconds), so
+/// a sandbox's age reads from one inspect, in the same unit as every other reaper time.
+pub const CREATED_AT_LABEL: &str = "io.reaper.created-at";
 /// The most stdout (and, separately, stderr) one `exec` may return. More is an error, never a
 /// silent truncation: a cut journal page would look like a complete one.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
@@ -81,7 +86,7 @@ pub enum ConfigError {
     Name,
     #[error("invalid output limit: it must be at least 1 byte")]
     OutputLimit,
-    #[error("cannot reach the Docker daemon at {socket}: {message}; is dockerd running?")]
+    #[error("cannot reach dockerd at {socket}: {message}; is it running?")]
     Connect { socket: String, message: String },
 }
 
@@ -96,6 +101,9 @@ pub struct CreateOptions {
     pub command: Option<Vec<String>>,
     /// `KEY=value` pairs for the container (and so for every exec in it).
     pub env: Vec<String>,
+    /// More labels for the container (a host daemon's own metadata). [`SANDBOX_LABEL`] and
+    /// [`CREATED_AT_LABEL`] are the provider's and cannot be set here.
+    pub labels: Vec<(String, String)>,
 }
 
 impl CreateOptions {
@@ -105,6 +113,7 @@ impl CreateOptions {
             network: "none".into(),
             command: None,
             env: Vec::new(),
+            labels: Vec::new(),
         }
     }
 }
@@ -153,6 +162,7 @@ impl std::fmt::Debug for DockerProvider {
 pub(crate) struct Found {
     pub(crate) container_id: String,
     pub(crate) state: ContainerState,
+    pub(crate) labels: HashMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,7 +240,13 @@ impl DockerProvider {
     /// container that was created but could not start is removed again.
     pub async fn create(&self, options: CreateOptions) -> Result<DockerSandbox, SandboxError> {
         let inner = &self.inner;
-        let labels = HashMap::from([(SANDBOX_LABEL.to_string(), inner.options.name.clone())]);
+        let mut labels: HashMap<String, String> = options
+            .labels
+            .into_iter()
+            .filter(|(k, _)| k != SANDBOX_LABEL && k != CREATED_AT_LABEL)
+            .collect();
+        labels.insert(SANDBOX_LABEL.to_string(), inner.options.name.clone());
+        labels.insert(CREATED_AT_LABEL.to_string(), now_ms().to_string());
         let body = ContainerCreateBody {
             image: Some(options.image.clone()),
             cmd: Some(
@@ -239,7 +255,7 @@ impl DockerProvider {
                     .unwrap_or_else(|| DEFAULT_KEEPALIVE.map(String::from).to_vec()),
             ),
             env: Some(options.env),
-            labels: Some(labels),
+            labels: Some(labels.clone()),
             host_config: Some(HostConfig {
                 network_mode: Some(options.network),
                 init: Some(true),
@@ -271,7 +287,30 @@ impl DockerProvider {
             return Err(error);
         }
         tracing::debug!(target: "reaper", sandbox = %id, image = %options.image, "sandbox created");
-        Ok(DockerSandbox::new(inner.clone(), id.clone(), id))
+        Ok(DockerSandbox::new(inner.clone(), id.clone(), id, labels))
+    }
+
+    /// The ids of this provider's running sandboxes (one request), sorted: the containers
+    /// labelled [`SANDBOX_LABEL`] with this provider's name. Prune walks these; a stopped one
+    /// cannot run its prune and is gone for a sandbox anyway.
+    pub async fn list(&self) -> Result<Vec<String>, SandboxError> {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("{SANDBOX_LABEL}={}", self.inner.options.name)],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        self.inner.count(Endpoint::ListContainers);
+        let found = self
+            .inner
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| map(e, "(all)", "list sandboxes"))?;
+        let mut ids: Vec<String> = found.into_iter().filter_map(|c| c.id).collect();
+        ids.sort();
+        Ok(ids)
     }
 
     /// The live sandbox `id`, with its concrete type. `None` when it is gone (see the type's
@@ -285,6 +324,7 @@ impl DockerProvider {
                 self.inner.clone(),
                 id.to_string(),
                 found.container_id,
+                found.labels,
             ))),
             ContainerState::Stopped => Ok(None),
             ContainerState::Transient(state) => Err(SandboxError::Refused(format!(
@@ -313,11 +353,12 @@ impl DockerProvider {
         if !exact {
             return Ok(None);
         }
-        let label = info
+        let labels = info
             .config
             .as_ref()
-            .and_then(|c| c.labels.as_ref())
-            .and_then(|labels| labels.get(SANDBOX_LABEL));
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        let label = labels.get(SANDBOX_LABEL);
         if label != Some(&self.inner.options.name) {
             return Err(SandboxError::Refused(format!(
                 "{what} refused: container {id} is not a sandbox of provider {:?} (its label \
@@ -328,8 +369,15 @@ impl DockerProvider {
         Ok(Some(Found {
             container_id,
             state: state_of(&info),
+            labels,
         }))
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn state_of(info: &ContainerInspectResponse) -> ContainerState {

@@ -1,5 +1,6 @@
 //! [`DockerSandbox`]: running commands in a sandbox container.
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures::StreamExt;
+use reaper_core::journal::{journal_paths, journaled_command, shell_quote};
 use reaper_core::{ExecOptions, ExecOutput, SandboxError, SandboxHandle};
 
 use crate::counts::Endpoint;
@@ -16,6 +18,19 @@ use crate::provider::Inner;
 
 /// The environment variable that carries an exec's kill token.
 pub const EXEC_TOKEN_ENV: &str = "REAPER_EXEC";
+
+/// Where [`DockerSandbox::start_agent`] records the agents it started, one `<pid> <hex run id>`
+/// line each, inside the container: the container is the only place that lives exactly as long
+/// as the agents, so a restarted host daemon still finds them.
+pub const AGENTS_FILE: &str = "/tmp/.reaper-agents";
+
+/// An agent [`DockerSandbox::start_agent`] started (finished ones included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentInfo {
+    pub run_id: String,
+    /// In the container's pid namespace.
+    pub pid: u32,
+}
 
 /// Kills every process of the sandbox whose environment holds `$EXEC_TOKEN_ENV=$1`: the command
 /// of a timed-out exec and everything it started (children inherit the environment, whatever
@@ -43,6 +58,8 @@ pub struct DockerSandbox {
     /// The full container id every request uses, so a later container with the same name is
     /// never reached through this handle.
     container: String,
+    /// The container's labels when this handle was made (they never change afterwards).
+    labels: Arc<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for DockerSandbox {
@@ -55,12 +72,88 @@ impl std::fmt::Debug for DockerSandbox {
 }
 
 impl DockerSandbox {
-    pub(crate) fn new(inner: Arc<Inner>, id: String, container: String) -> Self {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        id: String,
+        container: String,
+        labels: HashMap<String, String>,
+    ) -> Self {
         DockerSandbox {
             inner,
             id,
             container,
+            labels: Arc::new(labels),
         }
+    }
+
+    /// A label of the container.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels.get(name).map(String::as_str)
+    }
+
+    /// When the sandbox was created (epoch ms), from [`crate::CREATED_AT_LABEL`]; `None` for a
+    /// container this provider did not create.
+    pub fn created_at(&self) -> Option<i64> {
+        self.label(crate::CREATED_AT_LABEL)?.parse().ok()
+    }
+
+    /// Starts `agent_command` under the journaled wrapper in the background (journals in
+    /// `journal_dir`, else the core's default) and records it in [`AGENTS_FILE`]: one exec.
+    /// Returns the agent's pid in the container. The agent outlives the exec (Docker's init
+    /// adopts it) and ends with the sandbox.
+    pub async fn start_agent(
+        &self,
+        run_id: &str,
+        agent_command: &str,
+        journal_dir: Option<&str>,
+    ) -> Result<u32, SandboxError> {
+        let paths = journal_paths(run_id, journal_dir)
+            .map_err(|e| SandboxError::Refused(format!("cannot start agent: {e}")))?;
+        let wrapper = journaled_command(agent_command, &paths);
+        let script = format!(
+            "sh -c {wrapper} >/dev/null 2>&1 </dev/null & pid=$!; \
+             printf '%s %s\\n' \"$pid\" {hex} >> {file} || exit 1; echo \"$pid\"",
+            wrapper = shell_quote(&wrapper),
+            hex = hex(run_id.as_bytes()),
+            file = shell_quote(AGENTS_FILE),
+        );
+        let out = self.exec(&script, ExecOptions::default()).await?;
+        let pid = out
+            .stdout
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|_| out.exit_code == 0);
+        pid.ok_or_else(|| {
+            SandboxError::Other(format!(
+                "starting agent {run_id:?} in sandbox {} failed (exit {}): {}",
+                self.id,
+                out.exit_code,
+                out.stderr.trim()
+            ))
+        })
+    }
+
+    /// The agents [`start_agent`](Self::start_agent) started here, in start order: one exec.
+    /// Lines that are not `<pid> <hex>` (something in the sandbox wrote the file) are skipped.
+    pub async fn agents(&self) -> Result<Vec<AgentInfo>, SandboxError> {
+        let out = self
+            .exec(
+                &format!("cat {} 2>/dev/null; true", shell_quote(AGENTS_FILE)),
+                ExecOptions::default(),
+            )
+            .await?;
+        Ok(out
+            .stdout
+            .lines()
+            .filter_map(|line| {
+                let (pid, run) = line.split_once(' ')?;
+                Some(AgentInfo {
+                    pid: pid.parse().ok()?,
+                    run_id: String::from_utf8(unhex(run)?).ok()?,
+                })
+            })
+            .collect())
     }
 
     /// The sandbox id (also [`SandboxHandle::id`], without importing the trait).
@@ -253,6 +346,20 @@ async fn kill(sandbox: DockerSandbox, token: String) {
 /// A fresh token naming one exec's processes: 32 hex digits from the standard library's
 /// randomly seeded hasher and a process-wide counter (unique, not secret: guessing one only
 /// lets a process get itself killed).
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 fn exec_token() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut token = String::with_capacity(32);
@@ -322,6 +429,16 @@ impl SandboxHandle for DockerSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ids_survive_the_hex_of_the_agents_file() {
+        for id in ["run-1", "a;b $(c)\n'd'", "日本語", ""] {
+            assert_eq!(unhex(&hex(id.as_bytes())).unwrap(), id.as_bytes());
+        }
+        for bad in ["abc", "zz", "0g"] {
+            assert_eq!(unhex(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn exec_tokens_are_distinct_hex() {

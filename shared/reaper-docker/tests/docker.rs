@@ -171,6 +171,71 @@ async fn a_provider_of_another_name_refuses_this_providers_sandboxes() {
 }
 
 #[tokio::test]
+async fn list_names_this_providers_running_sandboxes_and_no_other_container() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let (host, _) = common::docker_env().unwrap();
+    let other = common::connect(&host, Some(&format!("docker-list-{}", unique()))).await;
+    let (a, b) = (sandbox(&other, &image).await, sandbox(&other, &image).await);
+    let stranger = sandbox(&provider, &image).await;
+    let stopped = sandbox(&other, &image).await;
+    common::raw_client()
+        .stop_container(stopped.id(), None)
+        .await
+        .unwrap();
+    let before = other.request_counts();
+
+    let listed = other.list().await.unwrap();
+    let mut expected = vec![a.id().to_string(), b.id().to_string()];
+    expected.sort();
+    assert_eq!(listed, expected, "only the running sandboxes of this name");
+    assert_eq!(other.request_counts().since(&before).list_containers, 1);
+    assert!(
+        a.created_at()
+            .is_some_and(|t| (now_ms() - t).abs() < 120_000),
+        "{:?}",
+        a.created_at()
+    );
+    for id in [a.id(), b.id(), stopped.id()] {
+        other.destroy(id).await.unwrap();
+    }
+    provider.destroy(stranger.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_started_in_a_sandbox_is_listed_and_journaled_where_asked() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let run_id = format!("dk-agent ;$(x) {}", unique());
+    let pid = sbx
+        .start_agent(&run_id, "echo '{\"delta\":\"1\"}'", Some("/tmp/elsewhere"))
+        .await
+        .unwrap();
+    let agents = sbx.agents().await.unwrap();
+    assert_eq!(agents.len(), 1);
+    assert_eq!(
+        (agents[0].run_id.as_str(), agents[0].pid),
+        (run_id.as_str(), pid)
+    );
+    let options = ProbeOptions {
+        dir: Some("/tmp/elsewhere".into()),
+        ..ProbeOptions::default()
+    };
+    let finished = reaper_e2e::util::eventually(std::time::Duration::from_secs(20), || async {
+        probe_run_exit(&sbx, &run_id, &options).await == RunExitProbe::Finished { exit_code: 0 }
+    })
+    .await;
+    assert!(
+        finished,
+        "the agent never wrote its sentinel in /tmp/elsewhere"
+    );
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
 async fn an_id_prefix_of_a_sandbox_names_no_sandbox_and_destroys_nothing() {
     let Some((provider, image)) = docker().await else {
         return;
