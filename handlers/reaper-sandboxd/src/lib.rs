@@ -1,6 +1,7 @@
-//! `reaper-sandboxd`: serves this machine's local sandboxes (`reaper-local`) over a JSON HTTP API,
-//! so a reaper running in Lambda, Vercel or a Worker can reach them (`reaper-http-sandbox` is
-//! the client).
+//! `reaper-sandboxd`: serves this machine's sandboxes over a JSON HTTP API, so a reaper running
+//! in Lambda, Vercel or a Worker can reach them (`reaper-http-sandbox` is the client). The
+//! sandboxes are local ones (`reaper-local`, the default backend) or containers on the host's
+//! Docker daemon (`reaper-docker`, `--backend docker`).
 //!
 //! Invariants:
 //! - Every route but `GET /v1/healthz` requires `Authorization: Bearer <token>`, checked in
@@ -14,10 +15,12 @@
 //! - The router is built from one route list, which the OpenAPI test compares with
 //!   `openapi.json`.
 
+pub mod backend;
 mod error;
 pub mod serve;
 pub mod server;
 pub mod token;
 
+pub use backend::{Backend, DockerBackend};
 pub use server::{route_specs, router, AppState, Limits, RouteSpec};
 pub use token::{Token, TokenError, MIN_TOKEN_BYTES, TOKEN_ENV};

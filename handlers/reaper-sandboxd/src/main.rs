@@ -8,22 +8,52 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use reaper_docker::{DockerProvider, DockerProviderOptions};
 use reaper_local::{LocalProviderOptions, LocalSandboxProvider};
 use reaper_sandboxd::serve::{serve, ConnectionLimits, DEFAULT_MAX_CONNECTIONS};
 use reaper_sandboxd::server::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_EXECS, DEFAULT_MAX_EXEC_TIMEOUT_MS,
     DEFAULT_MAX_OUTPUT_BYTES,
 };
-use reaper_sandboxd::{router, AppState, Limits, Token, TOKEN_ENV};
+use reaper_sandboxd::{router, AppState, Backend, DockerBackend, Limits, Token, TOKEN_ENV};
 
-/// Serves this machine's local sandboxes over HTTP (API: openapi.json, /v1). The token comes
+/// Serves this machine's sandboxes over HTTP (API: openapi.json, /v1): local sandboxes under
+/// --root, or containers on the host's Docker daemon with --backend docker. The token comes
 /// from REAPER_SANDBOXD_TOKEN or --token-file; the daemon does not start without one.
 #[derive(Debug, Parser)]
 #[command(name = "reaper-sandboxd", version)]
 struct Cli {
-    /// The directory holding one subdirectory per sandbox (created if missing).
-    #[arg(long)]
-    root: PathBuf,
+    /// Where sandboxes live: `local` (a directory and processes per sandbox under --root) or
+    /// `docker` (a container per sandbox on the Docker daemon at --docker-host).
+    #[arg(long, env = "REAPER_SANDBOXD_BACKEND", default_value = "local", value_parser = ["local", "docker"])]
+    backend: String,
+    /// Local backend: the directory holding one subdirectory per sandbox (created if missing).
+    #[arg(long, required_if_eq("backend", "local"))]
+    root: Option<PathBuf>,
+    /// Docker backend: the daemon's Unix socket, as unix:///path or /path (TCP and SSH hosts are
+    /// refused: the Engine API there would need TLS set up this daemon does not do).
+    #[arg(
+        long,
+        env = "DOCKER_HOST",
+        default_value = "unix:///var/run/docker.sock"
+    )]
+    docker_host: String,
+    /// Docker backend: the image every sandbox container runs. It must be on the daemon
+    /// already: sandboxes never pull.
+    #[arg(
+        long,
+        env = "REAPER_SANDBOXD_DOCKER_IMAGE",
+        required_if_eq("backend", "docker")
+    )]
+    docker_image: Option<String>,
+    /// Docker backend: the containers' network mode (`none`: a sandbox reaches nothing).
+    #[arg(long, default_value = "none")]
+    docker_network: String,
+    /// Docker backend: the value of the io.reaper.sandbox label this daemon's containers carry;
+    /// it only ever touches containers labelled so. Remote reapers record sandboxes under their
+    /// HTTP provider's own name (default `sandboxd`), not this one.
+    #[arg(long, default_value = reaper_docker::DEFAULT_PROVIDER_NAME)]
+    docker_label: String,
     /// Address to listen on. Port 0 picks a free port; the bound address is printed on stdout.
     /// Anything but loopback exposes command execution to the network: put TLS in front.
     #[arg(long, default_value = "127.0.0.1:7878")]
@@ -51,7 +81,7 @@ struct Cli {
     /// after its previous answer) is closed: slow and silent clients cannot hold connections.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     header_read_timeout_ms: u64,
-    /// PATH inside the sandboxes (default /usr/local/bin:/usr/bin:/bin).
+    /// Local backend: PATH inside the sandboxes (default /usr/local/bin:/usr/bin:/bin).
     #[arg(long)]
     sandbox_path: Option<String>,
     /// After SIGTERM or Ctrl-C, how long in-flight requests may take before the daemon exits.
@@ -60,7 +90,7 @@ struct Cli {
     /// Log JSON lines instead of text (stderr either way; filter with RUST_LOG).
     #[arg(long)]
     log_json: bool,
-    /// TESTS AND DEMOS ONLY: honour the `.destroy-fails` file in a sandbox's directory (DELETE
+    /// TESTS AND DEMOS ONLY, local backend: honour the `.destroy-fails` file in a sandbox's directory (DELETE
     /// then answers 409). Never in production: an agent can write that file and make its own
     /// sandbox indestructible.
     #[arg(long)]
@@ -113,19 +143,10 @@ fn init_tracing(json: bool) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let token = Token::load(std::env::var(TOKEN_ENV).ok(), cli.token_file.as_deref())?;
-    std::fs::create_dir_all(&cli.root)
-        .with_context(|| format!("cannot create the sandbox root {}", cli.root.display()))?;
-    let mut options = LocalProviderOptions::new(&cli.root);
-    options.output_limit = cli.max_output_bytes;
-    if let Some(path) = cli.sandbox_path {
-        options.path = path;
-    }
-    options.destroy_fails_flag = cli.honor_destroy_fails_flag;
-    if cli.honor_destroy_fails_flag {
-        tracing::warn!("--honor-destroy-fails-flag: a .destroy-fails file makes DELETE fail; for tests and demos only");
-    }
+    let backend = backend(&cli).await?;
+    let kind = backend.kind();
     let state = Arc::new(AppState::new(
-        LocalSandboxProvider::new(options),
+        backend,
         token,
         Limits {
             max_body_bytes: cli.max_body_bytes,
@@ -147,7 +168,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     // The one stdout line: scripts and tests wait for it to learn the real port.
     println!("listening on http://{addr}");
-    tracing::info!(%addr, root = %cli.root.display(), "reaper-sandboxd listening");
+    tracing::info!(%addr, backend = kind, "reaper-sandboxd listening");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut stopped = stop_rx.clone();
@@ -166,6 +187,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     tracing::info!("reaper-sandboxd stopped; agents keep running in their sandboxes");
     Ok(())
+}
+
+/// The backend the flags ask for, checked before the daemon listens: a Docker daemon that does
+/// not answer is an error now, not a 500 on the first request.
+async fn backend(cli: &Cli) -> anyhow::Result<Backend> {
+    if cli.backend == "docker" {
+        if cli.sandbox_path.is_some() || cli.honor_destroy_fails_flag {
+            anyhow::bail!(
+                "--sandbox-path and --honor-destroy-fails-flag apply to the local backend only; \
+                 the Docker backend's environment is the image's"
+            );
+        }
+        let mut options = DockerProviderOptions::from_host(&cli.docker_host)
+            .context("invalid --docker-host (DOCKER_HOST)")?;
+        options.name = cli.docker_label.clone();
+        options.output_limit = cli.max_output_bytes;
+        let provider = DockerProvider::connect(options).await.map_err(|e| {
+            anyhow::anyhow!("{e} Set DOCKER_HOST or --docker-host to the daemon's socket.")
+        })?;
+        let image = cli.docker_image.clone().unwrap_or_default();
+        tracing::info!(host = %cli.docker_host, %image, network = %cli.docker_network, "serving Docker containers");
+        return Ok(Backend::Docker(DockerBackend {
+            provider,
+            image,
+            network: cli.docker_network.clone(),
+        }));
+    }
+    let root = cli.root.clone().unwrap_or_default();
+    std::fs::create_dir_all(&root)
+        .with_context(|| format!("cannot create the sandbox root {}", root.display()))?;
+    let mut options = LocalProviderOptions::new(&root);
+    options.output_limit = cli.max_output_bytes;
+    if let Some(path) = &cli.sandbox_path {
+        options.path = path.clone();
+    }
+    options.destroy_fails_flag = cli.honor_destroy_fails_flag;
+    if cli.honor_destroy_fails_flag {
+        tracing::warn!("--honor-destroy-fails-flag: a .destroy-fails file makes DELETE fail; for tests and demos only");
+    }
+    tracing::info!(root = %root.display(), "serving local sandboxes");
+    Ok(Backend::Local(LocalSandboxProvider::new(options)))
 }
 
 async fn shutdown_signal() {

@@ -1,4 +1,5 @@
-//! The router and its handlers: the v1 API over a [`LocalSandboxProvider`].
+//! The router and its handlers: the v1 API over a [`Backend`] (local sandboxes or Docker
+//! containers).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,15 +14,16 @@ use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
 use http_body_util::BodyExt;
 use reaper_core::journal::{journal_paths, journaled_command};
-use reaper_core::{ExecOptions, SandboxError, SandboxHandle, SandboxProvider};
+use reaper_core::{ExecOptions, SandboxError};
 use reaper_http_sandbox::api::{
-    codes, AgentInfo, AgentStarted, CreateSandboxRequest, ExecRequest, ExecResult, Health,
-    SandboxInfo, StartAgentRequest, DEFAULT_EXEC_TIMEOUT_MS,
+    codes, AgentStarted, CreateSandboxRequest, ExecRequest, ExecResult, Health, SandboxInfo,
+    StartAgentRequest, DEFAULT_EXEC_TIMEOUT_MS,
 };
-use reaper_local::{validate_sandbox_id, CreateOptions, LocalSandbox, LocalSandboxProvider};
+use reaper_local::validate_sandbox_id;
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
+use crate::backend::{Backend, Sandbox};
 use crate::error::ApiError;
 use crate::token::Token;
 
@@ -31,7 +33,7 @@ pub struct Limits {
     /// Larger request bodies are answered 413 without being read whole.
     pub max_body_bytes: usize,
     /// Per stream (stdout, stderr) of one `exec`; more is a 422, never a truncation. Set on the
-    /// local provider, which enforces it while reading.
+    /// backend's provider, which enforces it while reading.
     pub max_output_bytes: usize,
     pub max_exec_timeout_ms: u64,
     /// Execs running at once; one more is answered 503 `too-many-execs` with `Retry-After`
@@ -62,7 +64,7 @@ impl Default for Limits {
 /// What every handler shares.
 #[derive(Debug)]
 pub struct AppState {
-    pub provider: LocalSandboxProvider,
+    pub backend: Backend,
     pub token: Token,
     pub limits: Limits,
     /// One permit per exec allowed to run at once (`limits.max_concurrent_execs`).
@@ -70,9 +72,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(provider: LocalSandboxProvider, token: Token, limits: Limits) -> Self {
+    pub fn new(backend: Backend, token: Token, limits: Limits) -> Self {
         AppState {
-            provider,
+            backend,
             token,
             limits,
             exec_slots: Semaphore::new(limits.max_concurrent_execs),
@@ -347,8 +349,8 @@ fn journal_dir(dir: Option<String>) -> Result<Option<String>, ApiError> {
 }
 
 /// The live sandbox `id`, or a 404.
-async fn open(state: &AppState, id: &str) -> Result<LocalSandbox, ApiError> {
-    match state.provider.open(id).await {
+async fn open(state: &AppState, id: &str) -> Result<Sandbox, ApiError> {
+    match state.backend.open(id).await {
         Ok(Some(sandbox)) => Ok(sandbox),
         Ok(None) => Err(ApiError::not_found(id)),
         Err(e) => Err(sandbox_error(e, id)),
@@ -362,8 +364,7 @@ fn sandbox_error(e: SandboxError, id: &str) -> ApiError {
             StatusCode::UNPROCESSABLE_ENTITY,
             codes::EXEC_TIMEOUT,
             format!(
-                "the command in sandbox {id} timed out after {ms} ms; its process group was \
-                 killed"
+                "the command in sandbox {id} timed out after {ms} ms; its processes were killed"
             ),
         ),
         e @ SandboxError::OutputLimit { .. } => ApiError::new(
@@ -376,24 +377,11 @@ fn sandbox_error(e: SandboxError, id: &str) -> ApiError {
     }
 }
 
-async fn info(sandbox: &LocalSandbox) -> Result<SandboxInfo, ApiError> {
-    let meta = sandbox
-        .metadata()
+async fn info(sandbox: &Sandbox) -> Result<SandboxInfo, ApiError> {
+    sandbox
+        .info()
         .await
-        .map_err(|e| sandbox_error(e, sandbox.id()))?;
-    Ok(SandboxInfo {
-        id: meta.id,
-        created_at: meta.created_at,
-        journal_dir: meta.journal_dir,
-        agents: meta
-            .agents
-            .into_iter()
-            .map(|a| AgentInfo {
-                run_id: a.run_id,
-                pid: a.pid,
-            })
-            .collect(),
-    })
+        .map_err(|e| sandbox_error(e, sandbox.id()))
 }
 
 async fn healthz() -> Json<Health> {
@@ -414,13 +402,9 @@ async fn create_sandbox(
     } else {
         parse(&body)?
     };
-    let options = CreateOptions {
-        journal_dir: journal_dir(request.journal_dir)?,
-        path: None,
-    };
     let sandbox = state
-        .provider
-        .create(options)
+        .backend
+        .create(journal_dir(request.journal_dir)?)
         .await
         .map_err(|e| sandbox_error(e, "(new)"))?;
     tracing::info!(sandbox = sandbox.id(), "sandbox created");
@@ -441,7 +425,7 @@ async fn destroy_sandbox(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let id = sandbox_id(id)?;
-    match state.provider.destroy(&id).await {
+    match state.backend.destroy(&id).await {
         Ok(()) => {
             tracing::info!(sandbox = %id, "sandbox destroyed");
             Ok(StatusCode::NO_CONTENT)
@@ -517,16 +501,16 @@ async fn start_agent(
     )
     .map_err(|e| ApiError::invalid(e.to_string()))?;
     runnable(&journaled_command(&request.command, &paths), "command")?;
-    let agent = sandbox
+    let pid = sandbox
         .start_agent(&request.run_id, &request.command, dir.as_deref())
         .await
         .map_err(|e| sandbox_error(e, &id))?;
-    tracing::info!(sandbox = %id, pid = agent.pid, "agent started");
+    tracing::info!(sandbox = %id, pid, "agent started");
     Ok((
         StatusCode::CREATED,
         Json(AgentStarted {
             run_id: request.run_id,
-            pid: agent.pid,
+            pid,
         }),
     ))
 }
