@@ -62,12 +62,24 @@ pub struct OperationRef {
 }
 
 impl OperationRef {
-    /// `operationId` if there is one, else `METHOD /template`: a name for messages and logs.
+    /// `operationId` if there is one, else [`route`](Self::route): a name for messages,
+    /// counts and faults.
     pub fn name(&self) -> String {
         match &self.operation_id {
             Some(id) => id.clone(),
-            None => format!("{} {}", self.method, self.path_template),
+            None => self.route(),
         }
+    }
+
+    /// `METHOD /template`, e.g. `DELETE /sandboxes/{sandboxID}`: names an operation in a
+    /// document that gives no `operationId`s.
+    pub fn route(&self) -> String {
+        format!("{} {}", self.method, self.path_template)
+    }
+
+    /// Whether `name` is this operation's `operationId` or its [`route`](Self::route).
+    pub fn is(&self, name: &str) -> bool {
+        self.operation_id.as_deref() == Some(name) || self.route() == name
     }
 }
 
@@ -207,8 +219,10 @@ impl SecurityScheme {
 }
 
 struct SchemaSlot {
+    /// Where the schema sits, for messages: `GET /a/{b}: response 200 application/json`.
+    site: String,
     schema: Value,
-    validator: OnceLock<Result<Arc<jsonschema::Validator>, String>>,
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
 
 impl OpenApi {
@@ -258,6 +272,24 @@ impl OpenApi {
             .iter()
             .filter_map(|op| op.operation_id.as_deref())
             .collect()
+    }
+
+    /// Compiles every schema of every operation now (they are otherwise compiled on first
+    /// use), listing those that cannot be: a provider's test can assert its stored copy is
+    /// fully usable.
+    pub fn compile_all(&self) -> Result<(), Vec<String>> {
+        let failures: Vec<String> = (0..self.schemas.len())
+            .filter_map(|i| {
+                self.validator(i)
+                    .err()
+                    .map(|e| format!("{}: {e}", self.schemas[i].site))
+            })
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures)
+        }
     }
 
     /// Finds the operation for `method` + `path_and_query` and checks the request against it.
@@ -693,12 +725,16 @@ impl OpenApi {
         }
     }
 
-    fn validate(&self, schema: usize, instance: &Value, what: &str, violations: &mut Vec<String>) {
+    fn validator(&self, schema: usize) -> Result<&jsonschema::Validator, &str> {
         let slot = &self.schemas[schema];
-        let compiled = slot.validator.get_or_init(|| {
-            schema::compile(&slot.schema, &self.components, self.dialect).map(Arc::new)
-        });
-        match compiled {
+        slot.validator
+            .get_or_init(|| schema::compile(&slot.schema, &self.components, self.dialect))
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    fn validate(&self, schema: usize, instance: &Value, what: &str, violations: &mut Vec<String>) {
+        match self.validator(schema) {
             Ok(validator) => {
                 for error in validator.iter_errors(instance) {
                     let at = error.instance_path().to_string();
@@ -1025,9 +1061,10 @@ impl<'a> Loader<'a> {
         Err("a `$ref` chain is longer than 64 hops (a reference cycle?)".into())
     }
 
-    fn schema(&mut self, schema: Option<&Value>) -> Option<usize> {
+    fn schema(&mut self, schema: Option<&Value>, site: String) -> Option<usize> {
         let schema = schema?;
         self.schemas.push(SchemaSlot {
+            site,
             schema: schema::convert(schema, self.dialect),
             validator: OnceLock::new(),
         });
@@ -1108,7 +1145,15 @@ impl<'a> Loader<'a> {
         }
         let mut parameters = Vec::new();
         for p in raw {
-            parameters.push(self.parameter(p, &where_)?);
+            let parameter = self.parameter(p, &where_)?;
+            // OpenAPI: header parameters named Accept, Content-Type or Authorization are
+            // ignored (the media types and the security schemes say those).
+            let reserved = ["accept", "content-type", "authorization"]
+                .iter()
+                .any(|h| parameter.name.eq_ignore_ascii_case(h));
+            if !(parameter.location == In::Header && reserved) {
+                parameters.push(parameter);
+            }
         }
 
         let body = match op.get("requestBody") {
@@ -1117,7 +1162,8 @@ impl<'a> Loader<'a> {
                 let body = self.resolve(body)?;
                 Some(BodySpec {
                     required: body.get("required").and_then(Value::as_bool) == Some(true),
-                    content: self.content(body.get("content"))?,
+                    content: self
+                        .content(body.get("content"), &format!("{where_}: request body"))?,
                 })
             }
         };
@@ -1149,7 +1195,10 @@ impl<'a> Loader<'a> {
                 status,
                 ResponseSpec {
                     headers,
-                    content: self.content(response.get("content"))?,
+                    content: self.content(
+                        response.get("content"),
+                        &format!("{where_}: response {key}"),
+                    )?,
                 },
             ));
         }
@@ -1233,7 +1282,10 @@ impl<'a> Loader<'a> {
         Ok(Parameter {
             required: location == In::Path
                 || p.get("required").and_then(Value::as_bool) == Some(true),
-            schema: self.schema(raw_schema),
+            schema: self.schema(
+                raw_schema,
+                format!("{where_}: {} parameter `{name}`", location.word()),
+            ),
             name,
             location,
             kind,
@@ -1265,13 +1317,17 @@ impl<'a> Loader<'a> {
         Ok(kind)
     }
 
-    fn content(&mut self, content: Option<&'a Value>) -> Result<Vec<MediaSpec>, String> {
+    fn content(
+        &mut self,
+        content: Option<&'a Value>,
+        site: &str,
+    ) -> Result<Vec<MediaSpec>, String> {
         let mut specs = Vec::new();
         for (media, spec) in content.and_then(Value::as_object).into_iter().flatten() {
             let spec = self.resolve(spec)?;
             specs.push(MediaSpec {
                 media: essence(media),
-                schema: self.schema(spec.get("schema")),
+                schema: self.schema(spec.get("schema"), format!("{site} `{media}`")),
             });
         }
         Ok(specs)

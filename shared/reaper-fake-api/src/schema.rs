@@ -1,6 +1,8 @@
 //! OpenAPI schemas as JSON Schema: 3.0's dialect rewritten (`nullable`), references kept
 //! pointing into the document's `components`, compiled with `jsonschema`.
 
+use std::collections::BTreeSet;
+
 use serde_json::{json, Map, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,8 +98,10 @@ fn convert_30_in(value: &Value, names_map: bool) -> Value {
     }
 }
 
-/// Compiles one schema into a validator that also sees the document's (converted)
-/// `components`, so `#/components/...` references resolve without leaving the schema.
+/// Compiles one schema into a validator that also sees the parts of the document's
+/// (converted) `components` it references, directly or not, so `#/components/...` references
+/// resolve without leaving the schema. Only those parts: a provider's document can hold
+/// thousands of schemas, and copying them all into every validator makes loading slow.
 pub(crate) fn compile(
     schema: &Value,
     components: &Value,
@@ -105,7 +109,7 @@ pub(crate) fn compile(
 ) -> Result<jsonschema::Validator, String> {
     let wrapper = json!({
         "allOf": [schema],
-        "components": components,
+        "components": referenced_components(schema, components),
     });
     let draft = match dialect {
         Dialect::OpenApi30 => jsonschema::Draft::Draft4,
@@ -116,6 +120,99 @@ pub(crate) fn compile(
         .should_validate_formats(true)
         .build(&wrapper)
         .map_err(|e| e.to_string())
+}
+
+/// The sparse copy of `components` holding every part `schema` reaches through `$ref`s.
+fn referenced_components(schema: &Value, components: &Value) -> Value {
+    let mut pending: Vec<String> = Vec::new();
+    collect_refs(schema, &mut pending);
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    while let Some(reference) = pending.pop() {
+        if !seen.insert(reference.clone()) {
+            continue;
+        }
+        if let Some(target) = component(components, &reference) {
+            collect_refs(target, &mut pending);
+        }
+    }
+    let mut sparse = Value::Object(Map::new());
+    // Shortest first, so a part inside an already copied one is not copied twice.
+    let mut references: Vec<&String> = seen.iter().collect();
+    references.sort_by_key(|r| r.len());
+    let mut copied: Vec<&str> = Vec::new();
+    for reference in references {
+        let covered = copied.iter().any(|c| {
+            reference
+                .strip_prefix(c)
+                .is_some_and(|rest| rest.starts_with('/'))
+        });
+        if covered {
+            continue;
+        }
+        if let Some(target) = component(components, reference) {
+            insert_at(&mut sparse, reference, target.clone());
+            copied.push(reference);
+        }
+    }
+    sparse
+}
+
+/// The pointer tokens under `#/components` of a reference, percent- and ~-decoded.
+fn component_tokens(reference: &str) -> Option<Vec<String>> {
+    let fragment = reference.strip_prefix("#/components/")?;
+    let fragment = percent_encoding::percent_decode_str(fragment).decode_utf8_lossy();
+    Some(
+        fragment
+            .split('/')
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect(),
+    )
+}
+
+fn component<'a>(components: &'a Value, reference: &str) -> Option<&'a Value> {
+    component_tokens(reference)?
+        .iter()
+        .try_fold(components, |value, token| match value {
+            Value::Object(map) => map.get(token),
+            Value::Array(items) => token.parse::<usize>().ok().and_then(|i| items.get(i)),
+            _ => None,
+        })
+}
+
+fn insert_at(sparse: &mut Value, reference: &str, value: Value) {
+    let Some(tokens) = component_tokens(reference) else {
+        return;
+    };
+    let Some((last, parents)) = tokens.split_last() else {
+        return;
+    };
+    let mut at = sparse;
+    for token in parents {
+        let Value::Object(map) = at else { return };
+        at = map
+            .entry(token.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if let Value::Object(map) = at {
+        map.insert(last.clone(), value);
+    }
+}
+
+fn collect_refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(reference)) = map.get("$ref") {
+                out.push(reference.clone());
+            }
+            for (key, v) in map {
+                if !DATA_KEYWORDS.contains(&key.as_str()) {
+                    collect_refs(v, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_refs(v, out)),
+        _ => {}
+    }
 }
 
 /// Resolves a local reference (`#/components/schemas/Sandbox`) in `doc`.
@@ -206,6 +303,36 @@ mod tests {
             convert(&schema, Dialect::OpenApi30),
             json!({"properties": {"example": {"type": ["string", "null"]}}})
         );
+    }
+
+    #[test]
+    fn a_validator_carries_only_the_components_its_schema_reaches() {
+        let components = json!({"schemas": {
+            "A": {"type": "object", "properties": {"b": {"$ref": "#/components/schemas/B"}}},
+            "B": {"type": "array", "items": {"$ref": "#/components/schemas/A"}},
+            "Unrelated": {"type": "string"},
+        }});
+        let sparse = referenced_components(&json!({"$ref": "#/components/schemas/A"}), &components);
+        assert_eq!(
+            sparse,
+            json!({"schemas": {"A": components["schemas"]["A"], "B": components["schemas"]["B"]}})
+        );
+    }
+
+    #[test]
+    fn a_recursive_schema_compiles_and_validates() {
+        let components = json!({"schemas": {"Node": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "children": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}},
+            },
+        }}});
+        let schema = json!({"$ref": "#/components/schemas/Node"});
+        let validator = compile(&schema, &components, Dialect::OpenApi30).unwrap();
+        assert!(validator.is_valid(&json!({"name": "a", "children": [{"name": "b"}]})));
+        assert!(!validator.is_valid(&json!({"name": "a", "children": [{"nom": "b"}]})));
     }
 
     #[test]

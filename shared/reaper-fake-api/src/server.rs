@@ -203,6 +203,8 @@ pub struct Recorded {
     pub seq: u64,
     /// The matched operation's `operationId` (`None` if none matched or it has none).
     pub operation_id: Option<String>,
+    /// The matched operation's path template (`None` if none matched).
+    pub path_template: Option<String>,
     pub method: String,
     /// Path as sent, without the query.
     pub path: String,
@@ -220,6 +222,16 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// Whether the request was matched to the operation `name`: its `operationId`, or
+    /// `METHOD /template` (for documents without ids).
+    pub fn is(&self, name: &str) -> bool {
+        self.operation_id.as_deref() == Some(name)
+            || self
+                .path_template
+                .as_ref()
+                .is_some_and(|t| name.split_once(' ') == Some((self.method.as_str(), t)))
+    }
+
     /// The first value of a request header, by case-insensitive name.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -234,7 +246,7 @@ impl Recorded {
 /// [`Fault::close`], then narrowed with [`Fault::on`] and [`Fault::times`].
 #[derive(Debug, Clone)]
 pub struct Fault {
-    operation_id: Option<String>,
+    operation: Option<String>,
     times: usize,
     action: FaultAction,
     checked: bool,
@@ -283,16 +295,17 @@ impl Fault {
 
     fn new(action: FaultAction) -> Fault {
         Fault {
-            operation_id: None,
+            operation: None,
             times: 1,
             action,
             checked: true,
         }
     }
 
-    /// Only requests matched to this `operationId` (default: any request).
-    pub fn on(mut self, operation_id: &str) -> Fault {
-        self.operation_id = Some(operation_id.to_string());
+    /// Only requests matched to this operation (default: any request): its `operationId`, or
+    /// `METHOD /template` (e.g. `DELETE /sandboxes/{sandboxID}`) in a document without ids.
+    pub fn on(mut self, operation: &str) -> Fault {
+        self.operation = Some(operation.to_string());
         self
     }
 
@@ -324,7 +337,7 @@ impl Fault {
             FaultAction::Stall => "stall".into(),
             FaultAction::Close => "close the connection".into(),
         };
-        match &self.operation_id {
+        match &self.operation {
             Some(op) => format!("{what} on {op}"),
             None => what,
         }
@@ -442,12 +455,10 @@ impl FakeApi {
         lock(&self.shared.log).clone()
     }
 
-    /// How many requests so far were matched to `operation_id`.
-    pub fn count(&self, operation_id: &str) -> usize {
-        lock(&self.shared.log)
-            .iter()
-            .filter(|r| r.operation_id.as_deref() == Some(operation_id))
-            .count()
+    /// How many requests so far were matched to the operation `name`: its `operationId`,
+    /// or `METHOD /template` (e.g. `DELETE /sandboxes/{sandboxID}`).
+    pub fn count(&self, name: &str) -> usize {
+        lock(&self.shared.log).iter().filter(|r| r.is(name)).count()
     }
 
     /// Forgets the requests received so far (e.g. to count the requests of one step);
@@ -582,11 +593,12 @@ async fn exchange(
     };
     let operation_id = operation.as_ref().and_then(|op| op.operation_id.clone());
 
-    let fault = take_fault(&shared, operation_id.as_deref());
+    let fault = take_fault(&shared, operation.as_ref());
     let seq = shared.next_seq.fetch_add(1, Ordering::Relaxed);
     lock(&shared.log).push(Recorded {
         seq,
         operation_id: operation_id.clone(),
+        path_template: operation.as_ref().map(|op| op.path_template.clone()),
         method: method.clone(),
         path: path.clone(),
         query: raw_query,
@@ -705,11 +717,11 @@ fn find_record(log: &mut [Recorded], seq: u64) -> Option<&mut Recorded> {
     log.iter_mut().rev().find(|r| r.seq == seq)
 }
 
-fn take_fault(shared: &Shared, operation_id: Option<&str>) -> Option<Fault> {
+fn take_fault(shared: &Shared, operation: Option<&OperationRef>) -> Option<Fault> {
     let mut faults = lock(&shared.faults);
-    let position = faults.iter().position(|f| match &f.operation_id {
+    let position = faults.iter().position(|f| match &f.operation {
         None => true,
-        Some(wanted) => operation_id == Some(wanted.as_str()),
+        Some(wanted) => operation.is_some_and(|op| op.is(wanted)),
     })?;
     let fault = &mut faults[position];
     fault.times -= 1;

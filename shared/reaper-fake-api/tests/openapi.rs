@@ -479,3 +479,35 @@ fn an_openapi_3_1_document_uses_json_schema_type_unions() {
         &["path parameter `id`", "`seven` is not an integer"],
     );
 }
+
+#[test]
+fn header_parameters_named_accept_content_type_or_authorization_are_ignored() {
+    let doc = OpenApi::parse(
+        r#"
+openapi: 3.0.0
+info: {title: t, version: "1"}
+paths:
+  /ping:
+    get:
+      parameters:
+        - {name: Authorization, in: header, required: true, schema: {type: string}}
+        - {name: Accept, in: header, required: true, schema: {type: string}}
+        - {name: X-Trace, in: header, required: true, schema: {type: integer}}
+      responses:
+        "200": {description: ok}
+"#,
+    )
+    .unwrap();
+    let trace = vec![("x-trace".to_string(), "12".to_string())];
+    doc.check_request("GET", "/ping", &trace, b"")
+        .expect("Authorization and Accept are not parameters");
+    assert_one_violation(
+        doc.check_request("GET", "/ping", &[], b""),
+        &["required header parameter `X-Trace` is missing"],
+    );
+    let bad = vec![("X-Trace".to_string(), "twelve".to_string())];
+    assert_one_violation(
+        doc.check_request("GET", "/ping", &bad, b""),
+        &["header parameter `X-Trace`", "not an integer"],
+    );
+}

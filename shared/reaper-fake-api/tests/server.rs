@@ -388,3 +388,45 @@ async fn clearing_the_log_restarts_counting_without_forgetting_violations() {
     assert_eq!(fake.requests()[0].seq, 1);
     assert_eq!(fake.violations().len(), 2, "both lacked credentials");
 }
+
+#[tokio::test]
+async fn operations_without_ids_are_named_by_method_and_template() {
+    let doc = OpenApi::parse(
+        r#"
+openapi: 3.0.0
+info: {title: no ids, version: "1"}
+paths:
+  /sandboxes/{sandboxID}:
+    parameters:
+      - {name: sandboxID, in: path, required: true, schema: {type: string}}
+    get:
+      responses:
+        "200": {description: ok}
+    delete:
+      responses:
+        "204": {description: gone}
+        "404": {description: not found}
+"#,
+    )
+    .unwrap();
+    let handler = handler_fn(|req: FakeRequest| async move {
+        let op = req.operation.expect("matched");
+        assert_eq!(req.operation_id, None);
+        assert_eq!(
+            op.name(),
+            format!("{} /sandboxes/{{sandboxID}}", req.method)
+        );
+        FakeResponse::empty(if req.method == "GET" { 200 } else { 204 })
+    });
+    let fake = FakeApi::start(Arc::new(doc), handler).await;
+    fake.inject(Fault::respond(404).on("DELETE /sandboxes/{sandboxID}"));
+    let client = client();
+    let url = format!("{}/sandboxes/s1", fake.url());
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    assert_eq!(client.delete(&url).send().await.unwrap().status(), 404);
+    assert_eq!(client.delete(&url).send().await.unwrap().status(), 204);
+    assert_eq!(fake.count("GET /sandboxes/{sandboxID}"), 1);
+    assert_eq!(fake.count("DELETE /sandboxes/{sandboxID}"), 2);
+    assert!(fake.requests()[1].is("DELETE /sandboxes/{sandboxID}"));
+    fake.assert_no_violations();
+}
