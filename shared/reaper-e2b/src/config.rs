@@ -201,3 +201,117 @@ pub enum ConfigError {
     #[error("cannot build the HTTP transport: {0}")]
     Transport(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn from_lookup_defaults_to_the_public_e2b_endpoints() {
+        let config = E2bConfig::from_lookup(lookup(&[(vars::API_KEY, KEY)])).unwrap();
+        assert_eq!(config.api_url, "https://api.e2b.app");
+        assert_eq!(config.domain, "e2b.app");
+        assert_eq!(config.envd_url_template, DEFAULT_ENVD_URL_TEMPLATE);
+        assert_eq!(config.api_key.expose(), KEY);
+    }
+
+    #[test]
+    fn e2b_domain_moves_the_api_and_e2b_api_url_overrides_it() {
+        let config = E2bConfig::from_lookup(lookup(&[
+            (vars::API_KEY, KEY),
+            (vars::DOMAIN, "e2b.example.com"),
+        ]))
+        .unwrap();
+        assert_eq!(config.api_url, "https://api.e2b.example.com");
+        assert_eq!(config.domain, "e2b.example.com");
+        let config = E2bConfig::from_lookup(lookup(&[
+            (vars::API_KEY, KEY),
+            (vars::DOMAIN, "e2b.example.com"),
+            (vars::API_URL, "http://127.0.0.1:3000/"),
+            (vars::ENVD_URL_TEMPLATE, "http://127.0.0.1:3001/{sandboxID}"),
+        ]))
+        .unwrap();
+        assert_eq!(config.api_url, "http://127.0.0.1:3000/");
+        assert_eq!(
+            config.envd_url_template,
+            "http://127.0.0.1:3001/{sandboxID}"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_empty_api_key_names_e2b_api_key() {
+        for pairs in [&[][..], &[(vars::API_KEY, "  ")][..]] {
+            let err = E2bConfig::from_lookup(lookup(pairs)).unwrap_err();
+            assert_eq!(err, ConfigError::MissingApiKey);
+            assert!(err.to_string().contains("E2B_API_KEY is not set"), "{err}");
+        }
+    }
+
+    #[test]
+    fn each_invalid_setting_names_its_variable_and_never_the_key() {
+        for (pairs, names) in [
+            (vec![(vars::API_KEY, "e2b key with spaces")], "E2B_API_KEY"),
+            (
+                vec![(vars::API_KEY, KEY), (vars::DOMAIN, "e2b.app/evil")],
+                "E2B_DOMAIN",
+            ),
+            (
+                vec![(vars::API_KEY, KEY), (vars::API_URL, "api.e2b.app")],
+                "E2B_API_URL",
+            ),
+            (
+                vec![
+                    (vars::API_KEY, KEY),
+                    (vars::API_URL, "https://api.e2b.app?k=v"),
+                ],
+                "E2B_API_URL",
+            ),
+            (
+                vec![
+                    (vars::API_KEY, KEY),
+                    (vars::ENVD_URL_TEMPLATE, "https://{domain}"),
+                ],
+                "E2B_ENVD_URL_TEMPLATE",
+            ),
+        ] {
+            let err = E2bConfig::from_lookup(lookup(&pairs))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(names), "{names} not named in: {err}");
+            assert!(!err.contains(KEY), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_response_bound_too_small_for_the_output_limit_is_refused() {
+        let mut config = E2bConfig::new(Secret::new(KEY));
+        config.output_limit = 1024 * 1024;
+        config.max_response_bytes = 2 * 1024 * 1024;
+        let err = config.validate().unwrap_err();
+        assert!(matches!(err, ConfigError::MaxResponseBytes { .. }), "{err}");
+        config.max_response_bytes = 4 * 1024 * 1024;
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn debug_never_shows_the_api_key_nor_credentials_in_urls() {
+        let mut config = E2bConfig::new(Secret::new(KEY));
+        config.api_url = "https://user:hunter22@api.e2b.app".into();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains(KEY), "{shown}");
+        assert!(!shown.contains("hunter22"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+}
