@@ -1,0 +1,158 @@
+//! How the provider reaches Vercel: base URL, token, team, timeouts and the output bound.
+
+use reaper_core::secret::Secret;
+use reaper_http_sandbox::redact_url;
+
+/// Vercel's public REST endpoint.
+pub const DEFAULT_BASE_URL: &str = "https://api.vercel.com";
+/// The name recorded in instance records of Vercel sandboxes.
+pub const PROVIDER_NAME: &str = "vercel-sandbox";
+/// The timeout of every request other than an `exec`'s log stream.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// The most stdout (and, separately, stderr) one `exec` returns: a replay page (256 KiB of
+/// journal, base64-encoded) fits with room to spare.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 1024 * 1024;
+
+/// The variables [`Config::from_lookup`] reads.
+pub mod vars {
+    /// A Vercel access token (preferred when both are set).
+    pub const TOKEN: &str = "VERCEL_TOKEN";
+    /// The OIDC token a Vercel deployment receives; used when `VERCEL_TOKEN` is unset.
+    pub const OIDC_TOKEN: &str = "VERCEL_OIDC_TOKEN";
+    /// The team owning the sandboxes (`teamId` on every request). Optional: an OIDC token
+    /// carries its team, and a personal account has none.
+    pub const TEAM_ID: &str = "VERCEL_TEAM_ID";
+    /// Overrides [`super::DEFAULT_BASE_URL`] (tests, proxies).
+    pub const API_URL: &str = "VERCEL_SANDBOX_API_URL";
+}
+
+/// Longest team id accepted (Vercel's are `team_` plus 24 characters).
+const MAX_TEAM_ID_LEN: usize = 128;
+
+/// How a [`crate::VercelSandboxProvider`] reaches Vercel. `Debug` shows no token.
+#[derive(Clone)]
+pub struct Config {
+    /// `https://api.vercel.com`; `/v1/sandboxes/...` is appended.
+    pub base_url: String,
+    /// Sent only as `Authorization: Bearer …`; never in `Debug`, logs or errors.
+    pub token: Secret,
+    /// Sent as the `teamId` query parameter when set.
+    pub team_id: Option<String>,
+    /// The timeout of each request other than an `exec`'s log stream, whose timeout is the
+    /// `exec`'s own.
+    pub request_timeout_ms: u64,
+    /// Per-stream bound of an `exec`'s output; more is [`reaper_core::SandboxError::OutputLimit`].
+    pub output_limit: usize,
+}
+
+impl Config {
+    /// A configuration with every default and this token.
+    pub fn new(token: Secret) -> Self {
+        Config {
+            base_url: DEFAULT_BASE_URL.into(),
+            token,
+            team_id: None,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+        }
+    }
+
+    /// Reads the settings through `lookup` (the caller's environment, a Worker's bindings):
+    /// [`vars::TOKEN`] or else [`vars::OIDC_TOKEN`] (one is required), [`vars::TEAM_ID`] and
+    /// [`vars::API_URL`] (optional). An empty value counts as unset. Everything is validated.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let (token, from) = match (get(vars::TOKEN), get(vars::OIDC_TOKEN)) {
+            (Some(t), _) => (t, vars::TOKEN),
+            (None, Some(t)) => (t, vars::OIDC_TOKEN),
+            (None, None) => return Err(ConfigError::MissingToken),
+        };
+        let mut config = Config::new(Secret::new(token));
+        config.team_id = get(vars::TEAM_ID);
+        if let Some(url) = get(vars::API_URL) {
+            config.base_url = url;
+        }
+        config.validate().map_err(|e| match e {
+            ConfigError::Token { .. } => ConfigError::Token { variable: from },
+            other => other,
+        })?;
+        Ok(config)
+    }
+
+    /// Checks every field; the provider refuses a configuration that fails this.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let base = self.base_url.trim_end_matches('/');
+        // A query or fragment would end up in the middle of every request's URL.
+        if !(base.starts_with("http://") || base.starts_with("https://"))
+            || base.contains(['?', '#'])
+            || base.len() <= "https://".len()
+        {
+            return Err(ConfigError::BaseUrl(redact_url(&self.base_url)));
+        }
+        let token = self.token.expose();
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError::Token {
+                variable: vars::TOKEN,
+            });
+        }
+        if let Some(team) = &self.team_id {
+            let ok = !team.is_empty()
+                && team.len() <= MAX_TEAM_ID_LEN
+                && team
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok {
+                return Err(ConfigError::TeamId(team.clone()));
+            }
+        }
+        if self.request_timeout_ms == 0 {
+            return Err(ConfigError::RequestTimeout);
+        }
+        if self.output_limit == 0 {
+            return Err(ConfigError::OutputLimit);
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("base_url", &redact_url(&self.base_url))
+            .field("token", &self.token)
+            .field("team_id", &self.team_id)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("output_limit", &self.output_limit)
+            .finish()
+    }
+}
+
+/// A configuration that cannot work, refused before any request. No variant carries the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error(
+        "no Vercel token: set VERCEL_TOKEN to an access token (vercel.com/account/tokens), or \
+         run on Vercel where VERCEL_OIDC_TOKEN is provided"
+    )]
+    MissingToken,
+    #[error("invalid {variable}: a token is non-empty printable ASCII without spaces")]
+    Token { variable: &'static str },
+    #[error(
+        "invalid VERCEL_TEAM_ID {0:?}: a team id is 1-128 characters of [A-Za-z0-9_-] \
+         (team_…, from the team's settings page)"
+    )]
+    TeamId(String),
+    /// The URL is shown redacted.
+    #[error(
+        "invalid Vercel API base URL {0:?} (VERCEL_SANDBOX_API_URL): it must start with http:// \
+         or https:// and have no query or fragment"
+    )]
+    BaseUrl(String),
+    #[error("invalid request timeout: it must be at least 1 ms")]
+    RequestTimeout,
+    #[error("invalid output limit: it must be at least 1 byte")]
+    OutputLimit,
+    #[error("cannot build the HTTP transport: {0}")]
+    Transport(String),
+}

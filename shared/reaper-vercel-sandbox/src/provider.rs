@@ -1,0 +1,581 @@
+//! [`VercelSandboxProvider`] and [`VercelSandbox`]: the provider and handle ports over Vercel's
+//! sandbox REST API.
+
+use std::sync::Arc;
+
+use reaper_core::{ExecOptions, ExecOutput, SandboxError, SandboxHandle, SandboxProvider};
+use reaper_http_sandbox::{
+    redact_url, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::api::{
+    is_live_status, CommandEnvelope, ErrorBody, KillRequest, LogLine, RunCommandRequest,
+    SandboxEnvelope,
+};
+use crate::config::{Config, ConfigError, PROVIDER_NAME};
+
+/// The largest answer read for anything but a log stream (a sandbox or command object).
+const MAX_JSON_RESPONSE_BYTES: usize = 1024 * 1024;
+/// Longest sandbox or command id put in a URL.
+const MAX_ID_LEN: usize = 128;
+/// `SIGKILL`: a command past its timeout or bound is ended, not asked to end.
+const KILL_SIGNAL: i32 = 9;
+
+/// The most a log stream may weigh for an output bound of `limit` bytes per stream: both
+/// streams at `limit + 1` bytes (the wrapper cuts them there), each byte escaped at worst to six
+/// (`\u0000`), plus the NDJSON envelope of each chunk. A longer stream (only possible if Vercel
+/// split the output into implausibly small chunks) is an error, never a truncation.
+pub fn log_stream_bound(limit: usize) -> usize {
+    limit
+        .saturating_add(1)
+        .saturating_mul(2 * 6)
+        .saturating_add(256 * 1024)
+}
+
+struct Inner {
+    config: Config,
+    /// `base_url` without its trailing `/`, plus `/v1/sandboxes`.
+    api_base: String,
+    /// `base_url` as it may be shown: credentials masked.
+    shown_base: String,
+    transport: Arc<dyn HttpTransport>,
+}
+
+/// A [`SandboxProvider`] over Vercel Sandbox (`/v1/sandboxes/...`), named `vercel-sandbox`.
+///
+/// - `resume` never starts anything: a `running` (or `pending`) sandbox is a handle; a stopped,
+///   stopping, snapshotting, failed or aborted one, or an unknown id (404, 410), is `None`. A
+///   Vercel sandbox cannot be restarted once stopped, so a probe can never cost a start.
+/// - `destroy` is Vercel's stop. A sandbox already stopped, stopping or unknown is gone: `Ok`.
+/// - `exec` runs `sh -c <command>` under the output-bound wrapper ([`crate::wrapper`]), reads its
+///   log stream within the `exec`'s timeout, then its exit code. Past the timeout or the bound
+///   the command is killed.
+/// - 401/403 are [`SandboxError::Refused`] naming `VERCEL_TOKEN`; 429 and 5xx are
+///   [`SandboxError::Unreachable`] (429 with its `Retry-After`); no answer is `Unreachable`.
+#[derive(Clone)]
+pub struct VercelSandboxProvider {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for VercelSandboxProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VercelSandboxProvider")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VercelSandboxProvider {
+    /// A provider over the native reqwest transport.
+    #[cfg(feature = "native")]
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        let transport = reaper_http_sandbox::ReqwestTransport::new()
+            .map_err(|e| ConfigError::Transport(e.to_string()))?;
+        Self::with_transport(config, Arc::new(transport))
+    }
+
+    /// A provider over any transport (a Worker's `fetch`, a test's fault injector).
+    pub fn with_transport(
+        config: Config,
+        transport: Arc<dyn HttpTransport>,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let api_base = format!("{}/v1/sandboxes", config.base_url.trim_end_matches('/'));
+        let shown_base = redact_url(&config.base_url);
+        Ok(VercelSandboxProvider {
+            inner: Arc::new(Inner {
+                config,
+                api_base,
+                shown_base,
+                transport,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The sandbox's status as Vercel reports it (`running`, `stopped`, …); `None` when Vercel
+    /// does not know the id or reports it gone.
+    pub async fn status(&self, id: &str) -> Result<Option<String>, SandboxError> {
+        validate_id(id, "sandbox")?;
+        let response = self
+            .inner
+            .call(HttpMethod::Get, &self.inner.url(id, "", &[]), None::<&()>)
+            .await?;
+        if matches!(response.status, 404 | 410) {
+            return Ok(None);
+        }
+        let envelope: SandboxEnvelope = self.inner.expect(response, "get sandbox", id)?;
+        Ok(Some(envelope.sandbox.status))
+    }
+
+    /// A handle to sandbox `id` without asking Vercel whether it is live; a gone sandbox shows
+    /// up as [`SandboxError::NotFound`] on the first `exec`.
+    pub fn handle(&self, id: &str) -> Result<VercelSandbox, SandboxError> {
+        validate_id(id, "sandbox")?;
+        Ok(VercelSandbox {
+            inner: self.inner.clone(),
+            id: id.to_string(),
+        })
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl SandboxProvider for VercelSandboxProvider {
+    fn name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    /// `GET /v1/sandboxes/{id}`: one request. Never starts a sandbox.
+    async fn resume(&self, id: &str) -> Result<Option<Arc<dyn SandboxHandle>>, SandboxError> {
+        let Some(status) = self.status(id).await? else {
+            return Ok(None);
+        };
+        match is_live_status(&status) {
+            Some(true) => Ok(Some(Arc::new(self.handle(id)?))),
+            Some(false) => Ok(None),
+            None => Err(SandboxError::Other(format!(
+                "Vercel reports sandbox {id} in state {status:?}, which this provider does not \
+                 know; it cannot tell whether the sandbox is live"
+            ))),
+        }
+    }
+
+    /// `POST /v1/sandboxes/{id}/stop`: one request. Stopped, stopping or unknown to Vercel is
+    /// gone (`Ok`); any other refusal, or no answer, is an error: it may still be running.
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
+        validate_id(id, "sandbox")?;
+        let response = self
+            .inner
+            .call(
+                HttpMethod::Post,
+                &self.inner.url(id, "/stop", &[]),
+                None::<&()>,
+            )
+            .await?;
+        match response.status {
+            200..=299 => Ok(()),
+            // 410: stopped already; 422: stopping (or snapshotting, then stopping).
+            404 | 410 | 422 => {
+                tracing::debug!(
+                    target: "reaper",
+                    sandbox = id,
+                    status = response.status,
+                    "vercel sandbox already gone or going"
+                );
+                Ok(())
+            }
+            _ => Err(self.inner.error(&response, "stop sandbox", id)),
+        }
+    }
+}
+
+/// A Vercel sandbox. Cheap to clone.
+#[derive(Clone)]
+pub struct VercelSandbox {
+    inner: Arc<Inner>,
+    id: String,
+}
+
+impl std::fmt::Debug for VercelSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VercelSandbox")
+            .field("id", &self.id)
+            .field("base_url", &self.inner.shown_base)
+            .finish()
+    }
+}
+
+/// Why reading a command's log stream ended early.
+enum LogsEnd {
+    TimedOut,
+    Overflow(&'static str),
+    Failed(SandboxError),
+}
+
+/// What a finished log stream held.
+#[derive(Default)]
+struct Output {
+    stdout: String,
+    stderr: String,
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl SandboxHandle for VercelSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Three requests: run (`POST .../cmd`), its log stream (`GET .../cmd/{cmdId}/logs`, which
+    /// ends when the command does, within `timeout_ms`), its exit code (`GET .../cmd/{cmdId}`
+    /// with `wait=true`). A fourth, the kill, only past the timeout or the bound.
+    async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError> {
+        let inner = &self.inner;
+        let limit = inner.config.output_limit;
+        let (program, args) = crate::wrapper::bounded(command, limit);
+        let request = RunCommandRequest {
+            command: program,
+            args,
+        };
+        let response = inner
+            .call(
+                HttpMethod::Post,
+                &inner.url(&self.id, "/cmd", &[]),
+                Some(&request),
+            )
+            .await?;
+        let started: CommandEnvelope = inner.expect_exec(response, "run command", &self.id)?;
+        let cmd = started.command.id;
+        validate_id(&cmd, "command")?;
+
+        let output = match self.read_logs(&cmd, options.timeout_ms).await {
+            Ok(output) => output,
+            Err(end) => {
+                self.kill(&cmd).await;
+                return Err(match end {
+                    LogsEnd::TimedOut => SandboxError::Timeout(options.timeout_ms),
+                    LogsEnd::Overflow(stream) => SandboxError::OutputLimit {
+                        stream: stream.to_string(),
+                        limit: limit as u64,
+                    },
+                    LogsEnd::Failed(e) => e,
+                });
+            }
+        };
+
+        let response = inner
+            .call(
+                HttpMethod::Get,
+                &inner.url(&self.id, &format!("/cmd/{cmd}"), &[("wait", "true")]),
+                None::<&()>,
+            )
+            .await?;
+        let finished: CommandEnvelope =
+            inner.expect_exec(response, "wait for command", &self.id)?;
+        let exit_code = finished.command.exit_code.ok_or_else(|| {
+            SandboxError::Other(format!(
+                "Vercel answered the wait for command {cmd} in sandbox {} without an exit code",
+                self.id
+            ))
+        })?;
+        Ok(ExecOutput {
+            stdout: output.stdout,
+            stderr: output.stderr,
+            exit_code: i32::try_from(exit_code).unwrap_or(-1),
+        })
+    }
+}
+
+impl VercelSandbox {
+    /// Reads the command's whole log stream, bounded in time by the `exec`'s timeout and in
+    /// size by [`log_stream_bound`], and splits it into stdout and stderr.
+    async fn read_logs(&self, cmd: &str, timeout_ms: u64) -> Result<Output, LogsEnd> {
+        let inner = &self.inner;
+        let limit = inner.config.output_limit;
+        let url = inner.url(&self.id, &format!("/cmd/{cmd}/logs"), &[]);
+        let request = inner.request(
+            HttpMethod::Get,
+            url,
+            None,
+            timeout_ms,
+            log_stream_bound(limit),
+        );
+        let response = match inner.transport.send(request).await {
+            Ok(response) => response,
+            Err(TransportError::TimedOut { .. }) => return Err(LogsEnd::TimedOut),
+            Err(e) => return Err(LogsEnd::Failed(inner.transport_error(e))),
+        };
+        if response.status != 200 {
+            return Err(LogsEnd::Failed(inner.exec_error(
+                &response,
+                "read command logs",
+                &self.id,
+            )));
+        }
+        let mut output = Output::default();
+        for line in response.body.split(|&b| b == b'\n') {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let line: LogLine = serde_json::from_slice(line).map_err(|e| {
+                LogsEnd::Failed(SandboxError::Other(format!(
+                    "Vercel's log stream of command {cmd} in sandbox {} has a line that is not \
+                     a log entry: {e}",
+                    self.id
+                )))
+            })?;
+            let (stream, buffer) = match line.stream.as_str() {
+                "stdout" => ("stdout", &mut output.stdout),
+                "stderr" => ("stderr", &mut output.stderr),
+                "error" => {
+                    return Err(LogsEnd::Failed(SandboxError::Unreachable(format!(
+                        "Vercel's log stream of command {cmd} in sandbox {} failed: {}",
+                        self.id, line.data
+                    ))))
+                }
+                other => {
+                    return Err(LogsEnd::Failed(SandboxError::Other(format!(
+                        "Vercel's log stream of command {cmd} in sandbox {} has an entry of \
+                         unknown stream {other:?}",
+                        self.id
+                    ))))
+                }
+            };
+            let serde_json::Value::String(data) = line.data else {
+                return Err(LogsEnd::Failed(SandboxError::Other(format!(
+                    "Vercel's log stream of command {cmd} in sandbox {} has a {stream} entry \
+                     whose data is not a string",
+                    self.id
+                ))));
+            };
+            buffer.push_str(&data);
+            if buffer.len() > limit {
+                return Err(LogsEnd::Overflow(stream));
+            }
+        }
+        Ok(output)
+    }
+
+    /// `POST /v1/sandboxes/{id}/{cmdId}/kill` with `SIGKILL`, best effort: the caller already
+    /// has the error to report, and a command that ended meanwhile needs no kill.
+    async fn kill(&self, cmd: &str) {
+        let inner = &self.inner;
+        let result = inner
+            .call(
+                HttpMethod::Post,
+                &inner.url(&self.id, &format!("/{cmd}/kill"), &[]),
+                Some(&KillRequest {
+                    signal: KILL_SIGNAL,
+                }),
+            )
+            .await;
+        match result {
+            Ok(response) if (200..300).contains(&response.status) => {}
+            Ok(response) => tracing::warn!(
+                target: "reaper",
+                sandbox = %self.id,
+                command = cmd,
+                status = response.status,
+                "vercel refused to kill a command past its timeout or output bound"
+            ),
+            Err(e) => tracing::warn!(
+                target: "reaper",
+                sandbox = %self.id,
+                command = cmd,
+                error = %e,
+                "could not kill a command past its timeout or output bound"
+            ),
+        }
+    }
+}
+
+impl Inner {
+    /// `{api_base}/{id}{suffix}?{query}&teamId=…`.
+    fn url(&self, id: &str, suffix: &str, query: &[(&str, &str)]) -> String {
+        let mut url = format!("{}/{id}{suffix}", self.api_base);
+        let team = self.config.team_id.as_deref().map(|t| ("teamId", t));
+        for (i, (name, value)) in query.iter().copied().chain(team).enumerate() {
+            url.push(if i == 0 { '?' } else { '&' });
+            // Names and values are ids validated to [A-Za-z0-9_-] or fixed words.
+            url.push_str(name);
+            url.push('=');
+            url.push_str(value);
+        }
+        url
+    }
+
+    fn request(
+        &self,
+        method: HttpMethod,
+        url: String,
+        body: Option<Vec<u8>>,
+        timeout_ms: u64,
+        max_response_bytes: usize,
+    ) -> HttpRequest {
+        tracing::debug!(
+            target: "reaper",
+            method = method.as_str(),
+            url = %redact_url(&url),
+            "vercel sandbox request"
+        );
+        HttpRequest {
+            method,
+            url,
+            headers: vec![(
+                "authorization".to_string(),
+                format!("Bearer {}", self.config.token.expose()),
+            )],
+            body,
+            timeout_ms,
+            max_response_bytes,
+        }
+    }
+
+    async fn call<B: Serialize + ?Sized>(
+        &self,
+        method: HttpMethod,
+        url: &str,
+        body: Option<&B>,
+    ) -> Result<HttpResponse, SandboxError> {
+        let body = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| SandboxError::Other(format!("cannot encode the request: {e}")))?;
+        let request = self.request(
+            method,
+            url.to_string(),
+            body,
+            self.config.request_timeout_ms,
+            MAX_JSON_RESPONSE_BYTES,
+        );
+        self.transport
+            .send(request)
+            .await
+            .map_err(|e| self.transport_error(e))
+    }
+
+    fn transport_error(&self, e: TransportError) -> SandboxError {
+        match e {
+            TransportError::Unreachable { .. } | TransportError::TimedOut { .. } => {
+                SandboxError::Unreachable(format!("Vercel API: {e}"))
+            }
+            other => SandboxError::Other(format!("Vercel API: {other}")),
+        }
+    }
+
+    /// A 200 answer's JSON body, or the mapped error.
+    fn expect<T: DeserializeOwned>(
+        &self,
+        response: HttpResponse,
+        what: &str,
+        id: &str,
+    ) -> Result<T, SandboxError> {
+        if response.status != 200 {
+            return Err(self.error(&response, what, id));
+        }
+        self.decode(&response, what)
+    }
+
+    /// Like [`expect`](Self::expect), where a sandbox that is gone is
+    /// [`SandboxError::NotFound`].
+    fn expect_exec<T: DeserializeOwned>(
+        &self,
+        response: HttpResponse,
+        what: &str,
+        id: &str,
+    ) -> Result<T, SandboxError> {
+        if response.status != 200 {
+            return Err(self.exec_error(&response, what, id));
+        }
+        self.decode(&response, what)
+    }
+
+    fn decode<T: DeserializeOwned>(
+        &self,
+        response: &HttpResponse,
+        what: &str,
+    ) -> Result<T, SandboxError> {
+        serde_json::from_slice(&response.body).map_err(|e| {
+            SandboxError::Other(format!(
+                "Vercel answered {what} with a body this provider cannot read: {e}"
+            ))
+        })
+    }
+
+    /// During an `exec`, a sandbox Vercel does not know (404), has stopped (410) or is stopping
+    /// (422) is gone: [`SandboxError::NotFound`].
+    fn exec_error(&self, response: &HttpResponse, what: &str, id: &str) -> SandboxError {
+        if matches!(response.status, 404 | 410 | 422) {
+            tracing::debug!(
+                target: "reaper",
+                sandbox = id,
+                status = response.status,
+                detail = %detail(response),
+                "vercel sandbox gone during {what}"
+            );
+            return SandboxError::NotFound(id.to_string());
+        }
+        self.error(response, what, id)
+    }
+
+    /// Maps an unexpected answer to the semantic error the core acts on.
+    fn error(&self, response: &HttpResponse, what: &str, id: &str) -> SandboxError {
+        let status = response.status;
+        let detail = detail(response);
+        match status {
+            401 | 403 => SandboxError::Refused(format!(
+                "Vercel refused {what} of sandbox {id} (HTTP {status}{detail}): check \
+                 VERCEL_TOKEN (or VERCEL_OIDC_TOKEN) and VERCEL_TEAM_ID: the token must be valid \
+                 and belong to the team that owns the sandbox"
+            )),
+            409 => SandboxError::Refused(format!(
+                "Vercel refused {what} of sandbox {id}: the sandbox is in a state that does not \
+                 allow it (HTTP 409 conflict{detail})"
+            )),
+            429 => SandboxError::Unreachable(format!(
+                "Vercel rate-limited {what} of sandbox {id} (HTTP 429{detail}); retry after {}",
+                response
+                    .header("retry-after")
+                    .map(|s| format!("{s} s (Retry-After)"))
+                    .unwrap_or_else(|| "a while (no Retry-After given)".into())
+            )),
+            500..=599 => SandboxError::Unreachable(format!(
+                "Vercel failed {what} of sandbox {id} (HTTP {status}{detail}) at {}",
+                self.shown_base
+            )),
+            400..=499 => SandboxError::Refused(format!(
+                "Vercel refused {what} of sandbox {id} (HTTP {status}{detail})"
+            )),
+            _ => SandboxError::Other(format!(
+                "Vercel answered {what} of sandbox {id} with HTTP {status}{detail}"
+            )),
+        }
+    }
+}
+
+/// `, <code>: <message>` from Vercel's error body, or the start of a body that is not one.
+fn detail(response: &HttpResponse) -> String {
+    match serde_json::from_slice::<ErrorBody>(&response.body) {
+        Ok(body) => {
+            let code = body.error.code.unwrap_or_default();
+            let message = body.error.message.unwrap_or_default();
+            match (code.is_empty(), message.is_empty()) {
+                (true, true) => String::new(),
+                (false, true) => format!(", {code}"),
+                (true, false) => format!(", {message}"),
+                (false, false) => format!(", {code}: {message}"),
+            }
+        }
+        Err(_) if response.body.is_empty() => String::new(),
+        Err(_) => {
+            let text: String = String::from_utf8_lossy(&response.body)
+                .chars()
+                .take(200)
+                .collect();
+            format!(", {text}")
+        }
+    }
+}
+
+/// Ids go into URL paths: only `[A-Za-z0-9_-]`, so no `/`, `..`, `%`, `?` or `&` can reach one.
+pub fn validate_id(id: &str, what: &str) -> Result<(), SandboxError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(SandboxError::Refused(format!(
+            "invalid Vercel {what} id {id:?}: ids are 1-{MAX_ID_LEN} characters of [A-Za-z0-9_-] \
+             (sbx_…)"
+        )))
+    }
+}

@@ -1,0 +1,473 @@
+//! A fake of Vercel's sandbox API that runs commands for real, checked against the stored
+//! OpenAPI document.
+//!
+//! Each fake sandbox is a real `reaper_local` sandbox (a directory, real `sh`, real processes);
+//! the fake speaks Vercel's v1 API in front of it: a run-command request starts the command in
+//! the background, the log stream and the `wait=true` read answer when it ends, a kill aborts it
+//! (which kills its process group), a stop destroys the local sandbox. Every exchange goes
+//! through `reaper_fake_api`, which checks it against `openapi/vercel-sandboxes-v1.openapi.json`
+//! plus the recorded error shapes of `openapi/recorded-errors.json`.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use reaper_core::journal::shell_quote;
+use reaper_core::secret::Secret;
+use reaper_core::{Clock, ExecOptions, SandboxHandle, SandboxProvider};
+use reaper_fake_api::{handler_fn, FakeApi, FakeRequest, FakeResponse, OpenApi, Recorded};
+use reaper_http_sandbox::ReqwestTransport;
+use reaper_local::{CreateOptions, LocalProviderOptions, LocalSandboxProvider, SystemClock};
+use reaper_testkit::conformance::provider::ProviderFixture;
+use reaper_vercel_sandbox::{Config, VercelSandboxProvider};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+pub const TOKEN: &str = "vercel-test-token-0123456789";
+pub const TEAM: &str = "team_reaperTest0123";
+/// The per-stream bound the conformance suite crosses.
+pub const OUTPUT_LIMIT: usize = 4096;
+/// The exit status the fake reports for a command it killed (128 + SIGKILL).
+const KILLED: i64 = 137;
+
+/// The stored document with the recorded error shapes merged in (see `openapi/SOURCE.md`).
+pub fn document() -> Arc<OpenApi> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi");
+    let read = |name: &str| -> Value {
+        let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("read the document");
+        serde_json::from_str(&text).expect("a JSON document")
+    };
+    let mut doc = read("vercel-sandboxes-v1.openapi.json");
+    let overlay = read("recorded-errors.json");
+    for (name, schema) in overlay["components"]["schemas"].as_object().unwrap() {
+        doc["components"]["schemas"][name] = schema.clone();
+    }
+    for (operation_id, responses) in overlay["responses"].as_object().unwrap() {
+        let operation = doc["paths"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+            .flat_map(|item| item.as_object_mut().unwrap().values_mut())
+            .find(|op| op["operationId"] == *operation_id)
+            .unwrap_or_else(|| panic!("the overlay names unknown operation {operation_id}"));
+        for (status, response) in responses.as_object().unwrap() {
+            assert!(
+                operation["responses"].get(status).is_none(),
+                "the overlay redefines {operation_id} {status}, which the published document \
+                 declares"
+            );
+            operation["responses"][status] = response.clone();
+        }
+    }
+    Arc::new(OpenApi::from_value(doc).expect("a valid OpenAPI document"))
+}
+
+/// A Vercel error body, as the recorded shapes describe it.
+pub fn error_body(code: &str, message: &str) -> Value {
+    json!({"error": {"code": code, "message": message}})
+}
+
+#[derive(Clone)]
+struct Finished {
+    stdout: String,
+    stderr: String,
+    exit_code: i64,
+}
+
+struct Command {
+    sandbox: String,
+    name: String,
+    args: Vec<String>,
+    started_at: i64,
+    done: watch::Sender<Option<Finished>>,
+    task: AbortHandle,
+}
+
+impl Command {
+    fn json(&self, id: &str) -> Value {
+        let exit = self.done.borrow().as_ref().map(|f| f.exit_code);
+        json!({
+            "id": id, "name": self.name, "args": self.args, "cwd": "/vercel/sandbox",
+            "sandboxId": self.sandbox, "exitCode": exit, "startedAt": self.started_at,
+        })
+    }
+
+    /// Ends the command as killed, unless it already ended.
+    fn kill(&self) {
+        self.task.abort();
+        self.done.send_if_modified(|state| {
+            if state.is_some() {
+                return false;
+            }
+            *state = Some(Finished {
+                stdout: String::new(),
+                stderr: String::new(),
+                exit_code: KILLED,
+            });
+            true
+        });
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Sandbox id → status (`running` or `stopped`).
+    sandboxes: Mutex<HashMap<String, &'static str>>,
+    commands: Mutex<HashMap<String, Arc<Command>>>,
+    /// Sandboxes whose stop answers 500 (a teardown that failed).
+    stop_fails: Mutex<HashSet<String>>,
+    /// Sandboxes whose next log stream fails with Vercel's `error` entry.
+    broken_streams: Mutex<HashSet<String>>,
+    next_command: AtomicU64,
+}
+
+/// The fake service: the API in front, the local sandboxes behind.
+pub struct FakeVercel {
+    pub api: FakeApi,
+    pub local: LocalSandboxProvider,
+    state: Arc<State>,
+    _root: tempfile::TempDir,
+}
+
+impl FakeVercel {
+    pub async fn start() -> FakeVercel {
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut options = LocalProviderOptions::new(root.path().join("sandboxes"));
+        // Vercel itself has no output bound; the provider's wrapper is what bounds a command.
+        options.output_limit = 64 * 1024 * 1024;
+        let local = LocalSandboxProvider::new(options);
+        let state = Arc::new(State::default());
+        let handler = {
+            let (local, state) = (local.clone(), state.clone());
+            handler_fn(move |req: FakeRequest| {
+                let (local, state) = (local.clone(), state.clone());
+                async move { handle(&local, &state, req).await }
+            })
+        };
+        let api = FakeApi::start(document(), handler).await;
+        FakeVercel {
+            api,
+            local,
+            state,
+            _root: root,
+        }
+    }
+
+    /// A provider configured for this fake, over the native transport.
+    pub fn provider(&self) -> VercelSandboxProvider {
+        self.provider_with(|_| {})
+    }
+
+    pub fn provider_with(&self, adjust: impl FnOnce(&mut Config)) -> VercelSandboxProvider {
+        let mut config = Config::new(Secret::new(TOKEN));
+        config.base_url = self.api.url();
+        config.team_id = Some(TEAM.into());
+        config.output_limit = OUTPUT_LIMIT;
+        adjust(&mut config);
+        VercelSandboxProvider::with_transport(
+            config,
+            Arc::new(ReqwestTransport::new().expect("reqwest client")),
+        )
+        .expect("a valid configuration")
+    }
+
+    /// A new running sandbox (Vercel's create is not part of what the provider uses).
+    pub async fn create_sandbox(&self) -> String {
+        let sandbox = self
+            .local
+            .create(CreateOptions::default())
+            .await
+            .expect("create a local sandbox");
+        let id = sandbox.id().to_string();
+        lock(&self.state.sandboxes).insert(id.clone(), "running");
+        id
+    }
+
+    pub fn break_stop(&self, id: &str) {
+        lock(&self.state.stop_fails).insert(id.to_string());
+    }
+
+    pub fn heal_stop(&self, id: &str) {
+        lock(&self.state.stop_fails).remove(id);
+    }
+
+    /// The next log stream read in sandbox `id` ends with an `error` entry after the output.
+    pub fn break_log_stream(&self, id: &str) {
+        lock(&self.state.broken_streams).insert(id.to_string());
+    }
+
+    /// The exchanges since the last [`FakeApi::clear_requests`], as `operationId`s.
+    pub fn operations(&self) -> Vec<String> {
+        self.api
+            .requests()
+            .iter()
+            .map(|r: &Recorded| r.operation_id.clone().unwrap_or_else(|| "?".into()))
+            .collect()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn not_found(what: &str) -> FakeResponse {
+    FakeResponse::json(404, &error_body("not_found", &format!("{what} not found")))
+}
+
+fn stopped() -> FakeResponse {
+    FakeResponse::json(
+        410,
+        &error_body(
+            "sandbox_stopped",
+            "Sandbox has stopped execution and is no longer available",
+        ),
+    )
+}
+
+fn sandbox_json(id: &str, status: &str) -> Value {
+    let now = SystemClock.now_ms();
+    json!({
+        "id": id, "memory": 2048, "vcpus": 1, "region": "iad1", "runtime": "node22",
+        "timeout": 300000, "status": status, "requestedAt": now, "cwd": "/vercel/sandbox",
+        "createdAt": now, "updatedAt": now,
+    })
+}
+
+async fn handle(
+    local: &LocalSandboxProvider,
+    state: &Arc<State>,
+    req: FakeRequest,
+) -> FakeResponse {
+    if req.header("authorization") != Some(&format!("Bearer {TOKEN}")) {
+        return FakeResponse::json(401, &error_body("forbidden", "Not authorized"));
+    }
+    if req.query("teamId") != Some(TEAM) {
+        return FakeResponse::json(403, &error_body("forbidden", "Not a member of this team"));
+    }
+    let sandbox = req.param("sandboxId").unwrap_or_default().to_string();
+    let status = lock(&state.sandboxes).get(&sandbox).copied();
+    let operation = req.operation_id.clone().unwrap_or_default();
+    match (operation.as_str(), status) {
+        (_, None) => not_found("sandbox"),
+        ("getSandbox", Some(status)) => FakeResponse::json(
+            200,
+            &json!({"sandbox": sandbox_json(&sandbox, status), "routes": []}),
+        ),
+        ("stopSandbox", Some("stopped")) => stopped(),
+        ("stopSandbox", Some(_)) => {
+            if lock(&state.stop_fails).contains(&sandbox) {
+                return FakeResponse::json(500, &error_body("internal_error", "stop failed"));
+            }
+            if let Err(e) = local.destroy(&sandbox).await {
+                return FakeResponse::json(500, &error_body("internal_error", &e.to_string()));
+            }
+            lock(&state.sandboxes).insert(sandbox.clone(), "stopped");
+            let running: Vec<Arc<Command>> = lock(&state.commands)
+                .values()
+                .filter(|c| c.sandbox == sandbox)
+                .cloned()
+                .collect();
+            for command in running {
+                command.kill();
+            }
+            FakeResponse::json(200, &json!({"sandbox": sandbox_json(&sandbox, "stopped")}))
+        }
+        (_, Some("stopped")) => stopped(),
+        ("runCommand", Some(_)) => run_command(local, state, &sandbox, &req).await,
+        (op, Some(_)) => {
+            let cmd_id = req.param("cmdId").unwrap_or_default().to_string();
+            let Some(command) = lock(&state.commands).get(&cmd_id).cloned() else {
+                return not_found("command");
+            };
+            if command.sandbox != sandbox {
+                return not_found("command");
+            }
+            match op {
+                "getCommand" => {
+                    if req.query("wait") == Some("true") {
+                        let mut done = command.done.subscribe();
+                        let _ = done.wait_for(Option::is_some).await;
+                    }
+                    // Stopped while the caller waited: the sandbox is gone.
+                    if lock(&state.sandboxes).get(&sandbox).copied() == Some("stopped") {
+                        return stopped();
+                    }
+                    FakeResponse::json(200, &json!({"command": command.json(&cmd_id)}))
+                }
+                "getCommandLogs" => {
+                    let broken = lock(&state.broken_streams).remove(&sandbox);
+                    logs(command, broken)
+                }
+                "killCommand" => {
+                    command.kill();
+                    FakeResponse::json(200, &json!({"command": command.json(&cmd_id)}))
+                }
+                _ => not_found("operation"),
+            }
+        }
+    }
+}
+
+async fn run_command(
+    local: &LocalSandboxProvider,
+    state: &Arc<State>,
+    sandbox: &str,
+    req: &FakeRequest,
+) -> FakeResponse {
+    let Ok(body) = req.json::<Value>() else {
+        return FakeResponse::json(400, &error_body("bad_request", "invalid JSON"));
+    };
+    let name = body["command"].as_str().unwrap_or_default().to_string();
+    let args: Vec<String> = body["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let Ok(Some(handle)) = local.open(sandbox).await else {
+        return stopped();
+    };
+    // The program and its arguments, run as such: `exec` keeps it the leader of the command's
+    // process group, so a kill reaches everything it started.
+    let script = std::iter::once(&name)
+        .chain(&args)
+        .map(|word| shell_quote(word))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let script = format!("exec {script}");
+    let (done, _) = watch::channel(None);
+    let id = format!("cmd_{}", state.next_command.fetch_add(1, Ordering::Relaxed));
+    let task = {
+        let done = done.clone();
+        tokio::spawn(async move {
+            let result = handle
+                .exec(
+                    &script,
+                    ExecOptions {
+                        timeout_ms: 600_000,
+                    },
+                )
+                .await;
+            let finished = match result {
+                Ok(out) => Finished {
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                    exit_code: out.exit_code.into(),
+                },
+                Err(_) => Finished {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    exit_code: KILLED,
+                },
+            };
+            done.send_if_modified(|state| {
+                if state.is_some() {
+                    return false;
+                }
+                *state = Some(finished);
+                true
+            });
+        })
+    };
+    let command = Arc::new(Command {
+        sandbox: sandbox.to_string(),
+        name,
+        args,
+        started_at: SystemClock.now_ms(),
+        done,
+        task: task.abort_handle(),
+    });
+    let body = json!({"command": command.json(&id)});
+    lock(&state.commands).insert(id, command);
+    FakeResponse::json(200, &body)
+}
+
+/// The log stream: headers at once, the entries once the command ends, in chunks of at most
+/// 1,000 characters as a pipe reader would deliver them.
+fn logs(command: Arc<Command>, broken: bool) -> FakeResponse {
+    let (response, tx) = FakeResponse::channel(200, "application/x-ndjson");
+    tokio::spawn(async move {
+        let mut done = command.done.subscribe();
+        let Ok(finished) = done.wait_for(Option::is_some).await.map(|f| f.clone()) else {
+            return;
+        };
+        let Some(finished) = finished else { return };
+        for (stream, text) in [("stdout", &finished.stdout), ("stderr", &finished.stderr)] {
+            let chars: Vec<char> = text.chars().collect();
+            for piece in chars.chunks(1000) {
+                let data: String = piece.iter().collect();
+                let mut line = json!({"stream": stream, "data": data}).to_string();
+                line.push('\n');
+                if tx.send(line.into()).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if broken {
+            let data = json!({
+                "code": "sandbox_stream_closed",
+                "message": "Sandbox stream was closed and is not accepting commands.",
+            });
+            let line = format!("{}\n", json!({"stream": "error", "data": data}));
+            let _ = tx.send(line.into()).await;
+        }
+    });
+    response
+}
+
+/// The provider conformance fixture: a fresh fake per case.
+pub struct VercelFixture {
+    pub fake: FakeVercel,
+    provider: VercelSandboxProvider,
+}
+
+impl VercelFixture {
+    pub async fn new() -> Option<Arc<Self>> {
+        let fake = FakeVercel::start().await;
+        let provider = fake.provider();
+        Some(Arc::new(VercelFixture { fake, provider }))
+    }
+}
+
+impl Drop for VercelFixture {
+    fn drop(&mut self) {
+        // A case that failed half-way still reports what broke the document.
+        if !std::thread::panicking() {
+            self.fake.api.assert_no_violations();
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ProviderFixture for VercelFixture {
+    fn provider(&self) -> &dyn SandboxProvider {
+        &self.provider
+    }
+
+    async fn create_sandbox(&self) -> Result<String, String> {
+        Ok(self.fake.create_sandbox().await)
+    }
+
+    fn output_limit(&self) -> usize {
+        OUTPUT_LIMIT
+    }
+
+    fn missing_id(&self) -> String {
+        "sbx_missing0000000000".into()
+    }
+
+    async fn break_destroy(&self, id: &str) -> Result<Option<Arc<dyn SandboxProvider>>, String> {
+        self.fake.break_stop(id);
+        Ok(Some(Arc::new(self.provider.clone())))
+    }
+
+    async fn heal_destroy(&self, id: &str) -> Result<(), String> {
+        self.fake.heal_stop(id);
+        Ok(())
+    }
+}

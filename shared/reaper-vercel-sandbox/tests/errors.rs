@@ -1,0 +1,323 @@
+//! How Vercel's answers (and their absence) become the core's sandbox errors, against the fake
+//! API: the published statuses and the recorded error shapes (404 gone, 401/403, 409, 429 with
+//! Retry-After, 5xx), a stalled answer, a closed connection and a refused one. Every exchange is
+//! checked against the stored document.
+
+mod common;
+
+use common::{error_body, FakeVercel, TOKEN};
+use reaper_core::{ExecOptions, SandboxError, SandboxHandle, SandboxProvider};
+use reaper_fake_api::Fault;
+use reaper_vercel_sandbox::Config;
+
+fn opts(timeout_ms: u64) -> ExecOptions {
+    ExecOptions { timeout_ms }
+}
+
+#[tokio::test]
+async fn resume_of_an_unknown_or_stopped_sandbox_is_none() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    assert!(provider.resume("sbx_unknown").await.unwrap().is_none());
+
+    let id = fake.create_sandbox().await;
+    fake.api.inject(
+        Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped")).on("getSandbox"),
+    );
+    assert!(provider.resume(&id).await.unwrap().is_none(), "410");
+
+    provider.destroy(&id).await.unwrap();
+    assert_eq!(
+        provider.status(&id).await.unwrap().as_deref(),
+        Some("stopped")
+    );
+    assert!(provider.resume(&id).await.unwrap().is_none(), "stopped");
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn destroy_of_a_sandbox_unknown_stopped_or_stopping_is_ok() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    provider.destroy("sbx_unknown").await.unwrap();
+
+    let id = fake.create_sandbox().await;
+    provider.destroy(&id).await.unwrap();
+    // Stopped already: Vercel answers 410.
+    provider.destroy(&id).await.unwrap();
+
+    let other = fake.create_sandbox().await;
+    fake.api.inject(
+        Fault::json(
+            422,
+            &error_body("sandbox_stopping", "The Sandbox is stopping"),
+        )
+        .on("stopSandbox"),
+    );
+    provider.destroy(&other).await.unwrap();
+    assert_eq!(fake.api.count("stopSandbox"), 4);
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn exec_in_a_stopped_sandbox_is_not_found_and_never_restarts_it() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let handle = provider.resume(&id).await.unwrap().unwrap();
+    provider.destroy(&id).await.unwrap();
+    fake.api.clear_requests();
+    let result = handle.exec("echo hi", opts(10_000)).await;
+    assert!(
+        matches!(result, Err(SandboxError::NotFound(ref s)) if s == &id),
+        "{result:?}"
+    );
+    assert_eq!(
+        fake.operations(),
+        ["runCommand"],
+        "one refused run, nothing else"
+    );
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_rejected_token_is_refused_naming_vercel_token() {
+    let fake = FakeVercel::start().await;
+    let id = fake.create_sandbox().await;
+    let provider = fake.provider_with(|c: &mut Config| {
+        c.token = reaper_core::secret::Secret::new("wrong-token");
+    });
+    for result in [
+        provider.resume(&id).await.map(|_| ()),
+        provider.destroy(&id).await,
+    ] {
+        match result {
+            Err(SandboxError::Refused(message)) => {
+                assert!(message.contains("HTTP 401"), "{message}");
+                assert!(message.contains("VERCEL_TOKEN"), "{message}");
+                assert!(!message.contains("wrong-token") && !message.contains(TOKEN));
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // The sandbox was not touched.
+    assert_eq!(
+        fake.provider().status(&id).await.unwrap().as_deref(),
+        Some("running")
+    );
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_forbidden_team_is_refused_naming_vercel_team_id() {
+    let fake = FakeVercel::start().await;
+    let id = fake.create_sandbox().await;
+    let provider = fake.provider_with(|c: &mut Config| c.team_id = Some("team_other".into()));
+    match provider.resume(&id).await.map(|h| h.is_some()) {
+        Err(SandboxError::Refused(message)) => {
+            assert!(message.contains("HTTP 403"), "{message}");
+            assert!(message.contains("VERCEL_TEAM_ID"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_conflict_is_a_refusal_that_says_the_state_refuses_it() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let handle = provider.handle(&id).unwrap();
+    fake.api.inject(
+        Fault::json(409, &error_body("conflict", "sandbox is snapshotting")).on("runCommand"),
+    );
+    match handle.exec("true", opts(10_000)).await {
+        Err(SandboxError::Refused(message)) => {
+            assert!(message.contains("409"), "{message}");
+            assert!(message.contains("state"), "{message}");
+            assert!(message.contains("sandbox is snapshotting"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    fake.api
+        .inject(Fault::json(409, &error_body("conflict", "busy")).on("stopSandbox"));
+    assert!(matches!(
+        provider.destroy(&id).await,
+        Err(SandboxError::Refused(_))
+    ));
+    assert_eq!(
+        provider.status(&id).await.unwrap().as_deref(),
+        Some("running"),
+        "a refused stop leaves the sandbox live"
+    );
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn rate_limiting_is_retryable_and_quotes_retry_after_without_sleeping() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let handle = provider.handle(&id).unwrap();
+    fake.api.inject(
+        Fault::json(429, &error_body("rate_limited", "Too many requests"))
+            .with_header("retry-after", "17")
+            .on("runCommand"),
+    );
+    let started = std::time::Instant::now();
+    match handle.exec("true", opts(10_000)).await {
+        Err(SandboxError::Unreachable(message)) => {
+            assert!(message.contains("429"), "{message}");
+            assert!(message.contains("17 s (Retry-After)"), "{message}");
+        }
+        other => panic!("expected a retryable error, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the provider waited out the Retry-After itself"
+    );
+    // The next call goes through: nothing was left broken.
+    assert_eq!(
+        handle.exec("echo ok", opts(10_000)).await.unwrap().stdout,
+        "ok\n"
+    );
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn server_errors_are_unreachable_so_a_probe_says_unknown() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    for (status, operation) in [
+        (500, "getSandbox"),
+        (503, "stopSandbox"),
+        (502, "getCommand"),
+    ] {
+        fake.api
+            .inject(Fault::json(status, &error_body("internal_error", "try again")).on(operation));
+        let result = match operation {
+            "getSandbox" => provider.resume(&id).await.map(|_| ()),
+            "stopSandbox" => provider.destroy(&id).await,
+            _ => provider
+                .handle(&id)
+                .unwrap()
+                .exec("true", opts(10_000))
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Err(SandboxError::Unreachable(message)) => {
+                assert!(message.contains(&format!("HTTP {status}")), "{message}")
+            }
+            other => panic!("{operation} answered {status}: expected unreachable, got {other:?}"),
+        }
+    }
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_stalled_answer_is_unreachable_after_the_request_timeout() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider_with(|c: &mut Config| c.request_timeout_ms = 300);
+    let id = fake.create_sandbox().await;
+    fake.api.inject(Fault::stall().on("getSandbox"));
+    let started = std::time::Instant::now();
+    let result = provider.resume(&id).await.map(|h| h.is_some());
+    assert!(
+        matches!(result, Err(SandboxError::Unreachable(_))),
+        "{result:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_stalled_log_stream_is_the_exec_timeout_and_the_command_is_killed() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let handle = provider.handle(&id).unwrap();
+    fake.api.inject(Fault::stall().on("getCommandLogs"));
+    let result = handle.exec("sleep 600", opts(500)).await;
+    assert!(
+        matches!(result, Err(SandboxError::Timeout(500))),
+        "{result:?}"
+    );
+    assert_eq!(fake.api.count("killCommand"), 1);
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_closed_connection_is_unreachable() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    fake.api.inject(Fault::close().on("getSandbox"));
+    let result = provider.resume("sbx_any").await.map(|h| h.is_some());
+    assert!(
+        matches!(result, Err(SandboxError::Unreachable(_))),
+        "{result:?}"
+    );
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_unreachable() {
+    // A port nothing listens on any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a local port")
+        .port();
+    let mut config = Config::new(reaper_core::secret::Secret::new(TOKEN));
+    config.base_url = format!("http://127.0.0.1:{port}");
+    let provider = reaper_vercel_sandbox::VercelSandboxProvider::new(config).unwrap();
+    let result = provider.destroy("sbx_any").await;
+    assert!(
+        matches!(result, Err(SandboxError::Unreachable(_))),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_log_stream_is_unreachable_never_a_short_output() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    fake.break_log_stream(&id);
+    let result = provider
+        .handle(&id)
+        .unwrap()
+        .exec("echo partial", opts(10_000))
+        .await;
+    match result {
+        Err(SandboxError::Unreachable(message)) => {
+            assert!(message.contains("sandbox_stream_closed"), "{message}")
+        }
+        other => panic!("expected unreachable, got {other:?}"),
+    }
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn every_request_carries_the_bearer_token_and_the_team() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let handle = provider.resume(&id).await.unwrap().unwrap();
+    handle.exec("true", opts(10_000)).await.unwrap();
+    provider.destroy(&id).await.unwrap();
+    let requests = fake.api.requests();
+    assert_eq!(requests.len(), 5);
+    for r in &requests {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {TOKEN}").as_str())
+        );
+        assert!(
+            r.query.contains(&format!("teamId={}", common::TEAM)),
+            "{r:?}"
+        );
+    }
+    fake.api.assert_no_violations();
+}
