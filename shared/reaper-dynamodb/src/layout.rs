@@ -47,6 +47,8 @@ pub const RUN_SK: &str = "RUN";
 pub const LOG_SK: &str = "LOG";
 pub const TRANSCRIPT_SK: &str = "TRANSCRIPT";
 pub const LEASE_SK: &str = "LEASE";
+/// The note kept with a lease key, beside the lease item (a release deletes the lease item).
+pub const LEASE_NOTE_SK: &str = "NOTE";
 pub const SANDBOX_SK: &str = "SANDBOX";
 pub const RECLAIM_SK: &str = "RECLAIM";
 
@@ -80,6 +82,8 @@ pub mod lease {
     pub const OWNER: &str = "owner";
     pub const TOKEN: &str = "token";
     pub const EXPIRES_AT: &str = "expiresAt";
+    /// On the note item (`sk = NOTE`): the note's text.
+    pub const NOTE: &str = "note";
 }
 
 /// Reclaim-ledger entry attributes (the port's JSON field names).

@@ -1,12 +1,20 @@
 //! [`LeaseStore`] on lease items (`pk = LEASE#<key>`, `sk = LEASE`): conditional puts with an
-//! owner, a per-grant token and an expiry.
+//! owner, a per-grant token and an expiry. A key's note is its own item beside the lease
+//! (`sk = NOTE`), written in a transaction with a condition check on the lease item, so a
+//! release (which deletes the lease item) keeps it and only the holder's grant writes it.
 
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    ConditionCheck, Put, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem,
 };
 use reaper_core::{EpochMs, Lease, LeaseGrant, LeaseStore, StoreError};
 
-use crate::layout::{key, lease, lease_pk, n, s, Item, Reader, ENTITY, LEASE_SK, PK, TTL};
+use crate::error::map_cancelled;
+use crate::layout::{
+    key, lease, lease_pk, n, s, Item, Reader, ENTITY, LEASE_NOTE_SK, LEASE_SK, PK, TTL,
+};
 use crate::runs::condition_failed;
 use crate::store::{fresh_token, DynamoStore};
 
@@ -146,6 +154,77 @@ impl LeaseStore for DynamoStore {
             // Someone else's grant now (or gone): releasing is a no-op.
             Err(err) if condition_failed(&err).is_some() => Ok(()),
             Err(err) => Err(self.map_err("DeleteItem", err)),
+        }
+    }
+
+    /// A strongly consistent read of the note item.
+    async fn note(&self, key_name: &str) -> Result<Option<String>, StoreError> {
+        let res = self
+            .client
+            .get_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(lease_pk(key_name), LEASE_NOTE_SK)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("lease_note", &res);
+        res.map_err(|e| self.map_err("GetItem", e))?
+            .item
+            .map(|item| Reader::new(&item, format!("lease note {key_name}")).str(lease::NOTE))
+            .transpose()
+    }
+
+    /// One `TransactWriteItems`: a condition check that this grant holds the lease item, and
+    /// the put of the note item. Both land or neither.
+    async fn set_note(&self, lease_held: &Lease, note: &str) -> Result<bool, StoreError> {
+        let table = self.table_name();
+        let build_err = |e: aws_sdk_dynamodb::error::BuildError| {
+            StoreError::Backend(format!("building the lease note transaction: {e}"))
+        };
+        let held = ConditionCheck::builder()
+            .table_name(table)
+            .set_key(Some(key(lease_pk(&lease_held.key), LEASE_SK)))
+            .condition_expression("#owner = :owner AND #token = :token")
+            .expression_attribute_names("#owner", lease::OWNER)
+            .expression_attribute_names("#token", lease::TOKEN)
+            .expression_attribute_values(":owner", s(&lease_held.owner))
+            .expression_attribute_values(":token", s(&lease_held.token))
+            .build()
+            .map_err(build_err)?;
+        let mut item = key(lease_pk(&lease_held.key), LEASE_NOTE_SK);
+        item.insert(ENTITY.into(), s("lease-note"));
+        item.insert(lease::KEY.into(), s(&lease_held.key));
+        item.insert(lease::NOTE.into(), s(note));
+        let put = Put::builder()
+            .table_name(table)
+            .set_item(Some(item))
+            .build()
+            .map_err(build_err)?;
+        let res = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().condition_check(held).build())
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("lease_set_note", &res);
+        match res {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(ctx)) => match ctx.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let reasons = c.cancellation_reasons();
+                    if reasons.first().and_then(|r| r.code()) == Some("ConditionalCheckFailed") {
+                        // The grant no longer holds the key (or the lease item is gone).
+                        Ok(false)
+                    } else {
+                        Err(map_cancelled("TransactWriteItems", table, reasons))
+                    }
+                }
+                _ => Err(self.map_err("TransactWriteItems", SdkError::ServiceError(ctx))),
+            },
+            Err(err) => Err(self.map_err("TransactWriteItems", err)),
         }
     }
 }
