@@ -12,7 +12,7 @@ use common::{check_start, Counts, E2bFake, API_KEY};
 use reaper_core::secret::Secret;
 use reaper_core::{ExecOptions, SandboxError, SandboxHandle, SandboxProvider};
 use reaper_e2b::{E2bConfig, E2bProvider};
-use reaper_fake_api::{FakeRequest, Fault};
+use reaper_fake_api::Fault;
 use serde_json::json;
 
 fn error_body(status: u16, message: &str) -> serde_json::Value {
@@ -313,17 +313,8 @@ fn the_recorded_envd_shape_rejects_a_request_that_breaks_it() {
     .to_string();
     body.extend_from_slice(&(message.len() as u32).to_be_bytes());
     body.extend_from_slice(message.as_bytes());
-    let req = FakeRequest {
-        operation_id: None,
-        operation: None,
-        method: "POST".into(),
-        path: "/envd/x/process.Process/Start".into(),
-        path_params: Default::default(),
-        query: Vec::new(),
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: body.into(),
-    };
-    let problems = check_start(&req).unwrap_err().join("\n");
+    let headers = vec![("content-type".to_string(), "application/json".to_string())];
+    let problems = check_start(&headers, &body).unwrap_err().join("\n");
     for expected in [
         "Content-Type must be application/connect+json",
         "Connect-Protocol-Version",

@@ -346,7 +346,7 @@ async fn envd(state: &State, local: &LocalSandboxProvider, req: FakeRequest) -> 
     if req.method != "POST" || method != "process.Process/Start" {
         return FakeResponse::bytes(404, "text/plain", "404 page not found");
     }
-    let start = match check_start(&req) {
+    let start = match check_start(&req.headers, &req.body) {
         Ok(start) => start,
         Err(problems) => {
             let mut v = state.shape_violations.lock().unwrap();
@@ -476,19 +476,25 @@ pub struct Start {
 /// streaming request with the JSON codec, and a `StartRequest` message as protobuf JSON of
 /// `process.proto` (E2B `spec/envd/process/process.proto` at the commit in `openapi/SOURCE.md`).
 /// Returns every departure.
-pub fn check_start(req: &FakeRequest) -> Result<Start, Vec<String>> {
+pub fn check_start(headers: &[(String, String)], body: &[u8]) -> Result<Start, Vec<String>> {
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
     let mut problems = Vec::new();
     // connect-go reads the first Content-Type value.
-    if req.header("content-type") != Some("application/connect+json") {
+    if header("content-type") != Some("application/connect+json") {
         problems.push(format!(
             "Content-Type must be application/connect+json, got {:?}",
-            req.header("content-type")
+            header("content-type")
         ));
     }
-    if req.header("connect-protocol-version") != Some("1") {
+    if header("connect-protocol-version") != Some("1") {
         problems.push("Connect-Protocol-Version must be 1".into());
     }
-    let timeout_ms = match req.header("connect-timeout-ms") {
+    let timeout_ms = match header("connect-timeout-ms") {
         None => None,
         Some(v) if !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) => {
             v.parse().ok()
@@ -498,17 +504,13 @@ pub fn check_start(req: &FakeRequest) -> Result<Start, Vec<String>> {
             None
         }
     };
-    match req
-        .header("authorization")
-        .and_then(|a| a.strip_prefix("Basic "))
-    {
+    match header("authorization").and_then(|a| a.strip_prefix("Basic ")) {
         Some(b) => match base64::engine::general_purpose::STANDARD.decode(b) {
             Ok(user) if user.ends_with(b":") && user.len() > 1 => {}
             _ => problems.push("Authorization must be Basic base64(<user>:)".into()),
         },
         None => problems.push("Authorization: Basic <user> is missing (envd's user)".into()),
     }
-    let body = &req.body[..];
     let message: Option<Value> = if body.len() < 5 {
         problems.push(format!(
             "the body is {} bytes, shorter than an envelope",
