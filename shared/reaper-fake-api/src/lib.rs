@@ -7,25 +7,47 @@
 //! ([`OpenApi`]); a violation is recorded (the request is still answered, so the client sees
 //! what it would see) and the test ends with [`FakeApi::assert_no_violations`].
 //!
-//! ```ignore
+//! ```
 //! use std::sync::Arc;
+//! use std::time::Duration;
 //! use reaper_fake_api::{handler_fn, FakeApi, FakeRequest, FakeResponse, Fault, OpenApi};
 //! use serde_json::json;
 //!
-//! let doc = Arc::new(OpenApi::from_file("openapi/provider.yaml").unwrap());
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // The stored copy of the provider's document (this crate's test fixture here).
+//! let doc = Arc::new(OpenApi::from_file("tests/fixtures/sandboxes.yaml").unwrap());
 //! let fake = FakeApi::start(doc, handler_fn(|req: FakeRequest| async move {
+//!     // Route on the operationId (or on `req.operation`'s method and template).
 //!     match req.operation_id.as_deref() {
-//!         Some("getSandbox") => FakeResponse::json(200, &json!({"id": req.param("sandboxId")})),
+//!         Some("getSandbox") => FakeResponse::json(200, &json!({
+//!             "id": req.param("sandboxId"),
+//!             "state": "started",
+//!             "createdAt": "2026-12-03T09:00:00Z",
+//!         })),
 //!         Some("deleteSandbox") => FakeResponse::empty(204),
 //!         _ => FakeResponse::json(404, &json!({"message": "not found"})),
 //!     }
 //! })).await;
-//! let client = MyProvider::new(fake.url());          // base path included
+//! // `fake.url()` is `http://127.0.0.1:PORT/api`: the document's base path is included.
+//! // Configure the provider with it; here a plain client stands in.
+//! let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+//! let get = || client
+//!     .get(format!("{}/sandbox/sbx-1", fake.url()))
+//!     .header("authorization", "Bearer token")
+//!     .send();
+//!
+//! // A recorded error shape: the next getSandbox is answered 429 with Retry-After.
 //! fake.inject(Fault::json(429, &json!({"message": "slow down"}))
-//!     .with_header("retry-after", "1").on("getSandbox"));
-//! // ... drive the provider ...
+//!     .with_header("retry-after", "1")
+//!     .on("getSandbox")
+//!     .undocumented()); // the fixture declares no 429 for getSandbox
+//! assert_eq!(get().await.unwrap().status(), 429);
+//! assert_eq!(get().await.unwrap().status(), 200);
+//!
 //! assert_eq!(fake.count("getSandbox"), 2);
 //! fake.assert_no_violations();
+//! # }
 //! ```
 //!
 //! # What is checked
@@ -56,11 +78,26 @@
 //!   (`application/x-ndjson`, `application/connect+json`, `text/plain`, ...) is likewise
 //!   checked for status and content type only.
 //!
-//! Schemas: OpenAPI 3.0 schemas are rewritten to JSON Schema (`nullable: true` becomes a type
+//! Schemas: a `readOnly` property is not required in a request, nor a `writeOnly` one in a
+//! response. OpenAPI 3.0 schemas are rewritten to JSON Schema (`nullable: true` becomes a type
 //! union with `null`, or `anyOf [schema, null]` for a `$ref`) and validated as draft 4; 3.1
 //! schemas are JSON Schema 2020-12. `$ref`s must point inside the document (`#/...`); other
 //! references are refused when the document is loaded, so store a self-contained copy. Formats
 //! (`date-time`, `uuid`, ...) are validated; unknown ones (`int64`) are ignored.
+//!
+//! A JSON value that fits none of the alternatives of an `anyOf`/`oneOf` is explained by each
+//! alternative's first error (and a nullable reference by its own errors).
+//!
+//! Use [`OpenApi::compile_all`] (or `cargo run -p reaper-fake-api --example inspect -- FILE`)
+//! to check that a stored copy loads and that every schema in it compiles.
+//!
+//! # Naming operations
+//!
+//! An operation is named by its `operationId`, or by `METHOD /template` (e.g.
+//! `DELETE /sandboxes/{sandboxID}`) when the document gives none: [`FakeApi::count`],
+//! [`Fault::on`] and [`Recorded::is`] accept either. Handlers get both
+//! [`FakeRequest::operation_id`] and the matched [`OperationRef`] (method, template, path
+//! parameters).
 //!
 //! # Faults
 //!

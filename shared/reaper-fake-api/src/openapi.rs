@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use crate::schema::{self, Dialect};
+use crate::schema::{self, Dialect, Direction};
 
 const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
@@ -30,9 +30,11 @@ pub struct OpenApi {
     security_schemes: BTreeMap<String, SecurityScheme>,
     schemas: Vec<SchemaSlot>,
     dialect: Dialect,
-    /// The document's `components`, rewritten to plain JSON Schema: each compiled validator
-    /// carries it so `#/components/...` references resolve inside one self-contained schema.
-    components: Arc<Value>,
+    /// The document's `components`, rewritten to plain JSON Schema for requests and for
+    /// responses: each compiled validator carries the parts it references so
+    /// `#/components/...` references resolve inside one self-contained schema.
+    request_components: Value,
+    response_components: Value,
 }
 
 impl fmt::Debug for OpenApi {
@@ -221,6 +223,7 @@ impl SecurityScheme {
 struct SchemaSlot {
     /// Where the schema sits, for messages: `GET /a/{b}: response 200 application/json`.
     site: String,
+    direction: Direction,
     schema: Value,
     validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
@@ -728,7 +731,13 @@ impl OpenApi {
     fn validator(&self, schema: usize) -> Result<&jsonschema::Validator, &str> {
         let slot = &self.schemas[schema];
         slot.validator
-            .get_or_init(|| schema::compile(&slot.schema, &self.components, self.dialect))
+            .get_or_init(|| {
+                let components = match slot.direction {
+                    Direction::Request => &self.request_components,
+                    Direction::Response => &self.response_components,
+                };
+                schema::compile(&slot.schema, components, self.dialect)
+            })
             .as_ref()
             .map_err(String::as_str)
     }
@@ -737,18 +746,66 @@ impl OpenApi {
         match self.validator(schema) {
             Ok(validator) => {
                 for error in validator.iter_errors(instance) {
-                    let at = error.instance_path().to_string();
-                    let at = if at.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" at `{at}`")
-                    };
-                    violations.push(format!("{what}{at}: {error}"));
+                    for (at, message) in explain(&error) {
+                        let at = if at.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" at `{at}`")
+                        };
+                        violations.push(format!("{what}{at}: {message}"));
+                    }
                 }
             }
             Err(e) => violations.push(format!(
                 "{what}: the document's schema cannot be compiled, so nothing was checked: {e}"
             )),
+        }
+    }
+}
+
+/// An error in words, as `(instance path, message)` pairs. "Not valid under any of the
+/// schemas in anyOf" says nothing a reader can act on, so alternatives are opened: the `null`
+/// alternative of a nullable schema is dropped, and when one alternative is left its own
+/// errors are given; otherwise each alternative's first error is listed.
+fn explain(error: &jsonschema::ValidationError<'_>) -> Vec<(String, String)> {
+    use jsonschema::error::ValidationErrorKind;
+    let (ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context }) =
+        error.kind()
+    else {
+        return vec![(error.instance_path().to_string(), error.to_string())];
+    };
+    let branches: Vec<&Vec<jsonschema::ValidationError<'static>>> = context
+        .iter()
+        .filter(|branch| {
+            !(branch.len() == 1 && branch[0].to_string().ends_with("is not of type \"null\""))
+        })
+        .collect();
+    match branches.as_slice() {
+        [] => vec![(error.instance_path().to_string(), error.to_string())],
+        [only] => only.iter().flat_map(explain).collect(),
+        several => {
+            let reasons: Vec<String> = several
+                .iter()
+                .enumerate()
+                .filter_map(|(i, branch)| {
+                    let (at, message) = explain(branch.first()?).into_iter().next()?;
+                    let at = if at.is_empty() {
+                        String::new()
+                    } else {
+                        format!("at `{at}`: ")
+                    };
+                    Some(format!("({}) {at}{message}", i + 1))
+                })
+                .collect();
+            vec![(
+                error.instance_path().to_string(),
+                format!(
+                    "{} fits none of the {} alternatives: {}",
+                    error.instance(),
+                    several.len(),
+                    reasons.join("; ")
+                ),
+            )]
         }
     }
 }
@@ -1032,8 +1089,8 @@ impl<'a> Loader<'a> {
                 }
             }
         }
-        let components = match doc.get("components") {
-            Some(components) => schema::convert(components, self.dialect),
+        let components = |direction| match doc.get("components") {
+            Some(components) => schema::convert(components, self.dialect, direction),
             None => Value::Object(Map::new()),
         };
         Ok(OpenApi {
@@ -1045,7 +1102,8 @@ impl<'a> Loader<'a> {
             security_schemes,
             schemas: self.schemas,
             dialect: self.dialect,
-            components: Arc::new(components),
+            request_components: components(Direction::Request),
+            response_components: components(Direction::Response),
         })
     }
 
@@ -1061,11 +1119,17 @@ impl<'a> Loader<'a> {
         Err("a `$ref` chain is longer than 64 hops (a reference cycle?)".into())
     }
 
-    fn schema(&mut self, schema: Option<&Value>, site: String) -> Option<usize> {
+    fn schema(
+        &mut self,
+        schema: Option<&Value>,
+        direction: Direction,
+        site: String,
+    ) -> Option<usize> {
         let schema = schema?;
         self.schemas.push(SchemaSlot {
             site,
-            schema: schema::convert(schema, self.dialect),
+            direction,
+            schema: schema::convert(schema, self.dialect, direction),
             validator: OnceLock::new(),
         });
         Some(self.schemas.len() - 1)
@@ -1162,8 +1226,11 @@ impl<'a> Loader<'a> {
                 let body = self.resolve(body)?;
                 Some(BodySpec {
                     required: body.get("required").and_then(Value::as_bool) == Some(true),
-                    content: self
-                        .content(body.get("content"), &format!("{where_}: request body"))?,
+                    content: self.content(
+                        body.get("content"),
+                        Direction::Request,
+                        &format!("{where_}: request body"),
+                    )?,
                 })
             }
         };
@@ -1197,6 +1264,7 @@ impl<'a> Loader<'a> {
                     headers,
                     content: self.content(
                         response.get("content"),
+                        Direction::Response,
                         &format!("{where_}: response {key}"),
                     )?,
                 },
@@ -1284,6 +1352,7 @@ impl<'a> Loader<'a> {
                 || p.get("required").and_then(Value::as_bool) == Some(true),
             schema: self.schema(
                 raw_schema,
+                Direction::Request,
                 format!("{where_}: {} parameter `{name}`", location.word()),
             ),
             name,
@@ -1320,6 +1389,7 @@ impl<'a> Loader<'a> {
     fn content(
         &mut self,
         content: Option<&'a Value>,
+        direction: Direction,
         site: &str,
     ) -> Result<Vec<MediaSpec>, String> {
         let mut specs = Vec::new();
@@ -1327,7 +1397,7 @@ impl<'a> Loader<'a> {
             let spec = self.resolve(spec)?;
             specs.push(MediaSpec {
                 media: essence(media),
-                schema: self.schema(spec.get("schema"), format!("{site} `{media}`")),
+                schema: self.schema(spec.get("schema"), direction, format!("{site} `{media}`")),
             });
         }
         Ok(specs)

@@ -39,62 +39,105 @@ const NAME_MAPS: [&str; 12] = [
     "securitySchemes",
 ];
 
+/// Which way a schema's data travels: OpenAPI's `readOnly` properties are only in responses
+/// and `writeOnly` ones only in requests, so neither is required the other way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Request,
+    Response,
+}
+
 /// Rewrites a schema (or any part of the document holding schemas) for the validator.
 ///
 /// OpenAPI 3.0's `nullable: true` becomes a type union (`"type": ["string", "null"]`, with
 /// `null` added to an `enum`), or `anyOf: [schema, {"type": "null"}]` when the schema has no
-/// `type` (a `$ref` or a composition). 3.1 is JSON Schema 2020-12 already.
-pub(crate) fn convert(value: &Value, dialect: Dialect) -> Value {
-    match dialect {
-        Dialect::OpenApi31 => value.clone(),
-        Dialect::OpenApi30 => convert_30(value),
-    }
+/// `type` (a `$ref` or a composition); 3.1 is JSON Schema 2020-12 already. In both, a
+/// property that is `readOnly` (in a request) or `writeOnly` (in a response) is taken out of
+/// `required`.
+pub(crate) fn convert(value: &Value, dialect: Dialect, direction: Direction) -> Value {
+    Converter { dialect, direction }.convert(value, false)
 }
 
-fn convert_30(value: &Value) -> Value {
-    convert_30_in(value, false)
+struct Converter {
+    dialect: Dialect,
+    direction: Direction,
 }
 
-/// `names_map`: `value` maps names to schemas (`properties`, `schemas`, ...), so its keys are
-/// names, not keywords.
-fn convert_30_in(value: &Value, names_map: bool) -> Value {
-    match value {
-        Value::Array(items) => Value::Array(items.iter().map(convert_30).collect()),
-        Value::Object(map) if names_map => Value::Object(
-            map.iter()
-                .map(|(name, v)| (name.clone(), convert_30(v)))
-                .collect(),
-        ),
-        Value::Object(map) => {
-            let mut out = Map::with_capacity(map.len());
-            for (key, v) in map {
-                if key == "nullable" || key.starts_with("x-") {
-                    continue;
-                }
-                let v = if DATA_KEYWORDS.contains(&key.as_str()) {
-                    v.clone()
-                } else {
-                    convert_30_in(v, NAME_MAPS.contains(&key.as_str()))
-                };
-                out.insert(key.clone(), v);
+impl Converter {
+    /// `names_map`: `value` maps names to schemas (`properties`, `schemas`, ...), so its keys
+    /// are names, not keywords.
+    fn convert(&self, value: &Value, names_map: bool) -> Value {
+        match value {
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|v| self.convert(v, false)).collect())
             }
-            if map.get("nullable") != Some(&Value::Bool(true)) {
-                return Value::Object(out);
-            }
-            match out.get("type").cloned() {
-                Some(Value::String(t)) => {
-                    out.insert("type".into(), json!([t, "null"]));
-                    if let Some(Value::Array(values)) = out.get_mut("enum") {
-                        if !values.contains(&Value::Null) {
-                            values.push(Value::Null);
-                        }
+            Value::Object(map) if names_map => Value::Object(
+                map.iter()
+                    .map(|(name, v)| (name.clone(), self.convert(v, false)))
+                    .collect(),
+            ),
+            Value::Object(map) => {
+                let openapi_30 = self.dialect == Dialect::OpenApi30;
+                let mut out = Map::with_capacity(map.len());
+                for (key, v) in map {
+                    if openapi_30 && (key == "nullable" || key.starts_with("x-")) {
+                        continue;
                     }
-                    Value::Object(out)
+                    let v = if DATA_KEYWORDS.contains(&key.as_str()) {
+                        v.clone()
+                    } else {
+                        self.convert(v, NAME_MAPS.contains(&key.as_str()))
+                    };
+                    out.insert(key.clone(), v);
                 }
-                _ => json!({"anyOf": [Value::Object(out), {"type": "null"}]}),
+                self.drop_one_way_required(&mut out);
+                if !openapi_30 || map.get("nullable") != Some(&Value::Bool(true)) {
+                    return Value::Object(out);
+                }
+                match out.get("type").cloned() {
+                    Some(Value::String(t)) => {
+                        out.insert("type".into(), json!([t, "null"]));
+                        if let Some(Value::Array(values)) = out.get_mut("enum") {
+                            if !values.contains(&Value::Null) {
+                                values.push(Value::Null);
+                            }
+                        }
+                        Value::Object(out)
+                    }
+                    _ => json!({"anyOf": [Value::Object(out), {"type": "null"}]}),
+                }
+            }
+            other => other.clone(),
+        }
+    }
+
+    fn drop_one_way_required(&self, schema: &mut Map<String, Value>) {
+        let flag = match self.direction {
+            Direction::Request => "readOnly",
+            Direction::Response => "writeOnly",
+        };
+        let one_way: Vec<String> = match schema.get("properties") {
+            Some(Value::Object(properties)) => properties
+                .iter()
+                .filter(|(_, p)| p.get(flag) == Some(&Value::Bool(true)))
+                .map(|(name, _)| name.clone())
+                .collect(),
+            _ => return,
+        };
+        if one_way.is_empty() {
+            return;
+        }
+        if let Some(Value::Array(required)) = schema.get_mut("required") {
+            required.retain(|name| {
+                !name
+                    .as_str()
+                    .is_some_and(|n| one_way.iter().any(|o| o == n))
+            });
+            if required.is_empty() {
+                // Draft 4 wants a non-empty `required`.
+                schema.remove("required");
             }
         }
-        other => other.clone(),
     }
 }
 
@@ -271,6 +314,7 @@ mod tests {
         let converted = convert(
             &json!({"type": "string", "enum": ["a"], "nullable": true}),
             Dialect::OpenApi30,
+            Direction::Response,
         );
         assert_eq!(
             converted,
@@ -283,6 +327,7 @@ mod tests {
         let converted = convert(
             &json!({"$ref": "#/components/schemas/A", "nullable": true}),
             Dialect::OpenApi30,
+            Direction::Response,
         );
         assert_eq!(
             converted,
@@ -293,14 +338,17 @@ mod tests {
     #[test]
     fn examples_are_data_and_are_left_alone() {
         let schema = json!({"type": "object", "example": {"nullable": true, "type": "x"}});
-        assert_eq!(convert(&schema, Dialect::OpenApi30), schema);
+        assert_eq!(
+            convert(&schema, Dialect::OpenApi30, Direction::Response),
+            schema
+        );
     }
 
     #[test]
     fn a_property_named_like_a_keyword_is_still_a_schema() {
         let schema = json!({"properties": {"example": {"type": "string", "nullable": true}}});
         assert_eq!(
-            convert(&schema, Dialect::OpenApi30),
+            convert(&schema, Dialect::OpenApi30, Direction::Response),
             json!({"properties": {"example": {"type": ["string", "null"]}}})
         );
     }
@@ -333,6 +381,23 @@ mod tests {
         let validator = compile(&schema, &components, Dialect::OpenApi30).unwrap();
         assert!(validator.is_valid(&json!({"name": "a", "children": [{"name": "b"}]})));
         assert!(!validator.is_valid(&json!({"name": "a", "children": [{"nom": "b"}]})));
+    }
+
+    #[test]
+    fn read_only_properties_are_not_required_in_requests_nor_write_only_in_responses() {
+        let schema = json!({
+            "type": "object",
+            "required": ["id", "name", "secret"],
+            "properties": {
+                "id": {"type": "string", "readOnly": true},
+                "name": {"type": "string"},
+                "secret": {"type": "string", "writeOnly": true},
+            },
+        });
+        let request = convert(&schema, Dialect::OpenApi31, Direction::Request);
+        assert_eq!(request["required"], json!(["name", "secret"]));
+        let response = convert(&schema, Dialect::OpenApi30, Direction::Response);
+        assert_eq!(response["required"], json!(["id", "name"]));
     }
 
     #[test]

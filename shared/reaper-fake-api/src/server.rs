@@ -30,8 +30,12 @@ pub trait Handler: Send + Sync + 'static {
 
 /// Wraps an async closure as a [`Handler`].
 ///
-/// ```ignore
-/// let handler = handler_fn(|req: FakeRequest| async move { FakeResponse::json(200, &json!({})) });
+/// ```
+/// use reaper_fake_api::{handler_fn, FakeRequest, FakeResponse};
+///
+/// let handler = handler_fn(|req: FakeRequest| async move {
+///     FakeResponse::json(200, &serde_json::json!({"path": req.path}))
+/// });
 /// ```
 pub fn handler_fn<F, Fut>(f: F) -> Arc<dyn Handler>
 where

@@ -340,9 +340,11 @@ fn a_nullable_schema_accepts_null_and_still_checks_other_values() {
     doc.check_response(&op, 200, &json_headers(), body.to_string().as_bytes())
         .expect("a snapshot is allowed");
     body["snapshot"] = json!({"nameless": true});
-    assert!(doc
-        .check_response(&op, 200, &json_headers(), body.to_string().as_bytes())
-        .is_err());
+    // The reason inside the nullable reference is given, not "fits no anyOf branch".
+    assert_one_violation(
+        doc.check_response(&op, 200, &json_headers(), body.to_string().as_bytes()),
+        &["at `/snapshot`", "\"name\" is a required property"],
+    );
     body["snapshot"] = json!(null);
     body["errorReason"] = json!(7);
     assert_one_violation(
@@ -509,5 +511,34 @@ paths:
     assert_one_violation(
         doc.check_request("GET", "/ping", &bad, b""),
         &["header parameter `X-Trace`", "not an integer"],
+    );
+}
+
+#[test]
+fn a_value_fitting_no_alternative_lists_why_for_each() {
+    let doc = OpenApi::parse(
+        r##"{
+          "openapi": "3.1.0",
+          "info": {"title": "t", "version": "1"},
+          "paths": {"/events": {"post": {
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+              "oneOf": [
+                {"type": "object", "required": ["exit"], "properties": {"exit": {"type": "integer"}}},
+                {"type": "object", "required": ["data"], "properties": {"data": {"type": "string"}}}
+              ]}}}},
+            "responses": {"204": {"description": "ok"}}}}}
+        }"##,
+    )
+    .unwrap();
+    let json = vec![("content-type".to_string(), "application/json".to_string())];
+    doc.check_request("POST", "/events", &json, br#"{"exit": 0}"#)
+        .expect("the first alternative");
+    assert_one_violation(
+        doc.check_request("POST", "/events", &json, br#"{"exit": "0"}"#),
+        &[
+            "fits none of the 2 alternatives",
+            "(1) at `/exit`: \"0\" is not of type \"integer\"",
+            "(2) \"data\" is a required property",
+        ],
     );
 }
