@@ -11,19 +11,27 @@ use common::{Counts, E2bFake};
 use reaper_core::journal::{journal_paths, journaled_command, shell_quote};
 use reaper_core::memory::MemoryStore;
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
+use reaper_core::reap::{reap_detached_runs, ReapDeps, ReapOptions, ReapOutcome, SandboxFate};
 use reaper_core::reclaim::SandboxReclaimer;
+use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{
-    ExecOptions, ExitProbe, Reclaim, ReclaimIntent, Reclaimed, RunExitProbe, RunRecord, RunStatus,
-    RunStore, SandboxHandle, SandboxInstanceRecord, SandboxInstanceStore, SandboxProvider,
+    Clock, ExecOptions, ExitProbe, MessageStore, Reclaim, ReclaimIntent, Reclaimed, RunExitProbe,
+    RunRecord, RunStatus, RunStore, SandboxHandle, SandboxInstanceRecord, SandboxInstanceStore,
+    SandboxProvider,
 };
 use reaper_e2b::{E2bProvider, PROVIDER_NAME};
+use reaper_local::{SystemClock, TokioSleeper};
 
 const NOW: i64 = 1_800_000_000_000;
 
 /// A run detached a second ago, whose instance record names E2B sandbox `sandbox`.
 async fn detached(store: &MemoryStore, sandbox: &str, run_id: &str) -> RunRecord {
-    let mut record = RunRecord::new(run_id, "thread", NOW - 2_000);
-    record.detached_since = Some(NOW - 1_000);
+    detached_at(store, sandbox, run_id, NOW).await
+}
+
+async fn detached_at(store: &MemoryStore, sandbox: &str, run_id: &str, now: i64) -> RunRecord {
+    let mut record = RunRecord::new(run_id, "thread", now - 2_000);
+    record.detached_since = Some(now - 1_000);
     record.sandbox_key = Some(format!("key-{run_id}"));
     store.put_run(record.clone());
     store
@@ -34,7 +42,7 @@ async fn detached(store: &MemoryStore, sandbox: &str, run_id: &str) -> RunRecord
             latest_snapshot_id: None,
             thread_id: "thread".into(),
             latest_run_id: Some(run_id.into()),
-            updated_at: NOW - 1_000,
+            updated_at: now - 1_000,
         })
         .await
         .unwrap();
@@ -230,4 +238,144 @@ async fn requests_per_probe_and_per_reclaim() {
     assert_eq!(probed, one(1, 0, 1));
     assert_eq!(reclaim, one(0, 1, 0));
     assert_eq!(destroy_gone, one(0, 1, 0));
+}
+
+/// Starts `command` as agent `run_id` under the journaled wrapper, detached (the exec returns at
+/// once), and waits until its journal has a complete line.
+async fn start_agent(handle: &dyn SandboxHandle, dir: &str, run_id: &str, command: &str) {
+    let paths = journal_paths(run_id, Some(dir)).unwrap();
+    // Detached from the exec's stdout and stderr, so the exec does not wait for the agent.
+    let detached = format!(
+        "( {} ) </dev/null >/dev/null 2>&1 &",
+        journaled_command(command, &paths)
+    );
+    handle
+        .exec(&detached, ExecOptions::default())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = handle
+            .exec(
+                &format!("cat {} 2>/dev/null", shell_quote(&paths.journal)),
+                ExecOptions::default(),
+            )
+            .await
+            .unwrap();
+        if out.stdout.ends_with('\n') {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "agent {run_id} never wrote a line"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_sweep_finalizes_a_finished_run_kills_its_sandbox_and_leaves_a_live_one_alone() {
+    let fake = E2bFake::start().await;
+    let provider = Arc::new(fake.provider.clone());
+    let store = Arc::new(MemoryStore::new());
+    // One journal directory for both sandboxes: the sweep's probe and replay name one.
+    let journals = tempfile::tempdir().unwrap();
+    let dir = journals.path().to_str().unwrap().to_string();
+    let finished = fake.create_sandbox().await;
+    let working = fake.create_sandbox().await;
+    let handle = provider.resume(&finished).await.unwrap().unwrap();
+    run_agent(
+        &*handle,
+        &dir,
+        "e2b-sweep-done",
+        "for d in 1 2 3; do echo \"{\\\"delta\\\":\\\"$d\\\"}\"; done",
+    )
+    .await;
+    let live = provider.resume(&working).await.unwrap().unwrap();
+    start_agent(
+        &*live,
+        &dir,
+        "e2b-sweep-live",
+        // The pid first, then the line start_agent waits for.
+        "exec sh -c 'echo $$ > live.pid; echo {}; exec sleep 600'",
+    )
+    .await;
+    let now = SystemClock.now_ms();
+    detached_at(&store, &finished, "e2b-sweep-done", now).await;
+    detached_at(&store, &working, "e2b-sweep-live", now).await;
+
+    let dyn_provider: Arc<dyn SandboxProvider> = provider.clone();
+    let drive = JournalReplayDrive::new(
+        ReplayDeps {
+            runs: store.clone(),
+            instances: store.clone(),
+            provider: dyn_provider.clone(),
+            logs: store.clone(),
+            messages: store.clone(),
+            clock: Arc::new(SystemClock),
+            sleeper: Arc::new(TokioSleeper),
+        },
+        ReplayOptions {
+            journal_dir: Some(dir.clone()),
+            ..ReplayOptions::default()
+        },
+    );
+    let deps = ReapDeps {
+        runs: store.clone(),
+        logs: store.clone(),
+        leases: store.clone(),
+        ledger: store.clone(),
+        probe: Arc::new(JournalExitProbe::new(
+            dyn_provider.clone(),
+            store.clone(),
+            ProbeOptions {
+                dir: Some(dir.clone()),
+                ..ProbeOptions::default()
+            },
+        )),
+        drive: Arc::new(drive),
+        reclaim: Some(Arc::new(SandboxReclaimer {
+            provider: dyn_provider,
+            instances: store.clone(),
+            runs: store.clone(),
+        })),
+        clock: Arc::new(SystemClock),
+        sleeper: Arc::new(TokioSleeper),
+    };
+    let mut options = ReapOptions::new(3_600_000, "e2b-sweep");
+    options.fence_quiet_ms = 25;
+    let before = fake.counts();
+    let report = reap_detached_runs(&deps, &options).await.unwrap();
+    let cost = fake.counts().since(before);
+    println!("e2b: a sweep of one finished and one live run costs {cost}");
+    assert_eq!(report.considered, 2);
+    let entry = |run: &str| report.runs.iter().find(|e| e.run_id == run).unwrap();
+    assert_eq!(entry("e2b-sweep-done").outcome, ReapOutcome::Finalized);
+    assert_eq!(entry("e2b-sweep-done").status, Some(RunStatus::Completed));
+    assert_eq!(
+        entry("e2b-sweep-done").sandbox,
+        Some(SandboxFate::Destroyed)
+    );
+    assert_eq!(entry("e2b-sweep-live").outcome, ReapOutcome::Producing);
+    let transcript = store
+        .get_transcript("e2b-sweep-done")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(transcript.messages[0].content, "123");
+    assert!(provider.resume(&finished).await.unwrap().is_none());
+    assert!(fake.local.open(&finished).await.unwrap().is_none());
+    let still = live
+        .exec(
+            "kill -0 \"$(cat live.pid)\" && echo alive",
+            ExecOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        still.stdout, "alive\n",
+        "the live agent is no longer running"
+    );
+    assert_eq!(cost.kill_sandbox, 1, "{cost}");
+    provider.destroy(&working).await.unwrap();
 }
