@@ -143,6 +143,28 @@ struct Parameter {
     /// Arrays in a query: `form` + `explode` (the default) repeats the key; otherwise one
     /// comma-separated value.
     explode: bool,
+    /// `style: deepObject`: members arrive as `name[member]=value`.
+    deep_object: bool,
+}
+
+impl Parameter {
+    /// A query object whose members arrive as top-level keys of their own.
+    fn exploded_object(&self) -> bool {
+        self.location == In::Query
+            && self.kind == ValueKind::Object
+            && self.explode
+            && !self.deep_object
+    }
+
+    /// Whether the query key `key` carries (part of) this parameter.
+    fn owns_query_key(&self, key: &str) -> bool {
+        self.location == In::Query
+            && (key == self.name
+                || (self.deep_object
+                    && key
+                        .strip_prefix(self.name.as_str())
+                        .is_some_and(|rest| rest.starts_with('['))))
+    }
 }
 
 /// How a parameter's text is turned into JSON before its schema is checked.
@@ -153,6 +175,9 @@ enum ValueKind {
     Number,
     Boolean,
     Array(ItemKind),
+    /// Only its presence is checked: its members arrive as separate keys (`form` + `explode`:
+    /// `a=1&b=2`; `deepObject`: `p[a]=1`) or as `p=a,1,b,2`, with no types to go by.
+    Object,
     Other,
 }
 
@@ -471,9 +496,23 @@ impl OpenApi {
             } else {
                 format!(" (under the base path `{}`)", self.base_path)
             };
+            let path = stripped.unwrap_or(path);
+            let other = match path.strip_suffix('/') {
+                Some(trimmed) if !trimmed.is_empty() => trimmed.to_string(),
+                _ => format!("{path}/"),
+            };
+            let hint = if self
+                .operations
+                .iter()
+                .any(|op| match_template(&op.segments, &split_path(&other)).is_some())
+            {
+                format!(" (the document has `{other}`: mind the trailing slash)")
+            } else {
+                String::new()
+            };
             return Err(format!(
-                "no path of the document{base} matches; the request goes to an undeclared \
-                 endpoint"
+                "no path of the document{base} matches{hint}; the request goes to an \
+                 undeclared endpoint"
             ));
         }
         // Literal segments beat templated ones (`/sandbox/paginated` over `/sandbox/{id}`).
@@ -518,6 +557,17 @@ impl OpenApi {
         headers: &[(String, String)],
         violations: &mut Vec<String>,
     ) {
+        let credentials: Vec<&str> = self
+            .security_schemes
+            .values()
+            .filter_map(|s| match s {
+                SecurityScheme::Query(name) => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        let claimed = |key: &str| {
+            credentials.contains(&key) || op.parameters.iter().any(|p| p.owns_query_key(key))
+        };
         for param in &op.parameters {
             let values: Vec<&str> = match param.location {
                 In::Path => path_params
@@ -525,9 +575,14 @@ impl OpenApi {
                     .map(String::as_str)
                     .into_iter()
                     .collect(),
+                In::Query if param.exploded_object() => query
+                    .iter()
+                    .filter(|(k, _)| !claimed(k))
+                    .map(|(_, v)| v.as_str())
+                    .collect(),
                 In::Query => query
                     .iter()
-                    .filter(|(k, _)| *k == param.name)
+                    .filter(|(k, _)| param.owns_query_key(k))
                     .map(|(_, v)| v.as_str())
                     .collect(),
                 In::Header => headers
@@ -544,6 +599,9 @@ impl OpenApi {
                 }
                 continue;
             }
+            if param.kind == ValueKind::Object {
+                continue;
+            }
             let json = match to_json(param, &values) {
                 Ok(json) => json,
                 Err(e) => {
@@ -555,24 +613,20 @@ impl OpenApi {
                 self.validate(schema, &json, &where_, violations);
             }
         }
+        if op.parameters.iter().any(Parameter::exploded_object) {
+            // Its members are keys of their own: any other key may be one.
+            return;
+        }
         let declared: Vec<&str> = op
             .parameters
             .iter()
             .filter(|p| p.location == In::Query)
             .map(|p| p.name.as_str())
             .collect();
-        let credentials: Vec<&str> = self
-            .security_schemes
-            .values()
-            .filter_map(|s| match s {
-                SecurityScheme::Query(name) => Some(name.as_str()),
-                _ => None,
-            })
-            .collect();
         let mut reported: Vec<&str> = Vec::new();
         for (key, _) in query {
             let key = key.as_str();
-            if !declared.contains(&key) && !credentials.contains(&key) && !reported.contains(&key) {
+            if !claimed(key) && !reported.contains(&key) {
                 reported.push(key);
                 violations.push(format!(
                     "query parameter `{key}` is not declared by the operation (declared: {})",
@@ -1359,6 +1413,7 @@ impl<'a> Loader<'a> {
             location,
             kind,
             explode,
+            deep_object: style == "deepObject",
         })
     }
 
@@ -1369,6 +1424,7 @@ impl<'a> Loader<'a> {
             Some("number") => ValueKind::Number,
             Some("boolean") => ValueKind::Boolean,
             Some("string") => ValueKind::String,
+            Some("object") => ValueKind::Object,
             Some("array") => {
                 let item = match schema.get("items") {
                     Some(items) => type_of(self.resolve(items)?),

@@ -5,12 +5,14 @@ use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
+use futures::FutureExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -657,7 +659,26 @@ async fn exchange(
                 headers,
                 body,
             };
-            (shared.handler.handle(request).await, true)
+            let what = format!("{} {}", request.method, request.path);
+            match AssertUnwindSafe(shared.handler.handle(request))
+                .catch_unwind()
+                .await
+            {
+                Ok(response) => (response, true),
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "(not a string)".into());
+                    lock(&shared.violations)
+                        .push(format!("the handler panicked on {what}: {message}"));
+                    // Answered, so the client fails fast instead of on a dropped connection.
+                    let answer =
+                        FakeResponse::bytes(500, "text/plain", "the fake's handler panicked");
+                    (answer, false)
+                }
+            }
         }
     };
 

@@ -118,6 +118,17 @@ fn an_undeclared_path_is_reported() {
 }
 
 #[test]
+fn a_trailing_slash_the_document_does_not_have_is_pointed_out() {
+    assert_one_violation(
+        doc().check_request("GET", "/api/sandbox/sbx-1/", &auth(), b""),
+        &[
+            "no path of the document",
+            "`/sandbox/sbx-1`: mind the trailing slash",
+        ],
+    );
+}
+
+#[test]
 fn an_undeclared_method_is_reported_with_the_declared_ones() {
     assert_one_violation(
         doc().check_request("PUT", "/api/sandbox/sbx-1", &auth(), b""),
@@ -540,5 +551,48 @@ fn a_value_fitting_no_alternative_lists_why_for_each() {
             "(1) at `/exit`: \"0\" is not of type \"integer\"",
             "(2) \"data\" is a required property",
         ],
+    );
+}
+
+#[test]
+fn query_objects_are_recognised_by_their_members_keys() {
+    let doc = OpenApi::parse(
+        r#"
+openapi: 3.0.0
+info: {title: t, version: "1"}
+paths:
+  /deep:
+    get:
+      parameters:
+        - {name: filter, in: query, required: true, style: deepObject,
+           schema: {type: object, properties: {state: {type: string}}}}
+        - {name: limit, in: query, schema: {type: integer}}
+      responses:
+        "200": {description: ok}
+  /exploded:
+    get:
+      parameters:
+        - {name: labels, in: query, required: true,
+           schema: {type: object, additionalProperties: {type: string}}}
+      responses:
+        "200": {description: ok}
+"#,
+    )
+    .unwrap();
+    doc.check_request("GET", "/deep?filter[state]=started&limit=2", &[], b"")
+        .expect("deepObject members belong to `filter`");
+    assert_one_violation(
+        doc.check_request("GET", "/deep?limit=2", &[], b""),
+        &["required query parameter `filter` is missing"],
+    );
+    assert_one_violation(
+        doc.check_request("GET", "/deep?filter[state]=x&sort=asc", &[], b""),
+        &["query parameter `sort` is not declared"],
+    );
+    doc.check_request("GET", "/exploded?run=r1&team=t", &[], b"")
+        .expect("exploded members are keys of their own");
+    assert_one_violation(
+        doc.check_request("GET", "/exploded", &[], b""),
+        &["required query parameter `labels` is missing"],
     );
 }

@@ -430,3 +430,33 @@ paths:
     assert!(fake.requests()[1].is("DELETE /sandboxes/{sandboxID}"));
     fake.assert_no_violations();
 }
+
+#[tokio::test]
+async fn a_panicking_handler_answers_500_and_is_reported() {
+    let handler = handler_fn(|req: FakeRequest| async move {
+        if req.operation_id.as_deref() == Some("getSandbox") {
+            panic!("no fake for {}", req.path);
+        }
+        FakeResponse::empty(204)
+    });
+    let fake = FakeApi::start(doc(), handler).await;
+    let response = client()
+        .get(format!("{}/sandbox/sbx-1", fake.url()))
+        .header("authorization", TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 500);
+    assert_eq!(
+        fake.violations(),
+        ["the handler panicked on GET /api/sandbox/sbx-1: no fake for /api/sandbox/sbx-1"]
+    );
+    // The server goes on serving.
+    let response = client()
+        .delete(format!("{}/sandbox/sbx-1", fake.url()))
+        .header("authorization", TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+}
