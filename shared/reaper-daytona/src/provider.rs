@@ -131,7 +131,7 @@ impl DaytonaProvider {
             return Ok(SandboxState::Gone);
         }
         if response.status != 200 {
-            return Err(inner.error(&response, "sandbox lookup", id, None));
+            return Err(inner.error(&response, "sandbox lookup", id));
         }
         let sandbox: Sandbox = parse(&response, "sandbox lookup")?;
         let state = sandbox.state.as_deref().unwrap_or("unknown");
@@ -225,9 +225,9 @@ impl SandboxProvider for DaytonaProvider {
             // the first one runs), an error otherwise.
             409 => match self.lookup(id).await? {
                 SandboxState::Gone => Ok(()),
-                _ => Err(inner.error(&response, "sandbox delete", id, None)),
+                _ => Err(inner.error(&response, "sandbox delete", id)),
             },
-            _ => Err(inner.error(&response, "sandbox delete", id, None)),
+            _ => Err(inner.error(&response, "sandbox delete", id)),
         }
     }
 }
@@ -301,7 +301,7 @@ impl SandboxHandle for DaytonaSandbox {
             200 => {}
             404 => return Err(SandboxError::NotFound(self.id.clone())),
             408 => return Err(SandboxError::Timeout(options.timeout_ms)),
-            _ => return Err(inner.error(&response, "exec", &self.id, Some(options.timeout_ms))),
+            _ => return Err(inner.error(&response, "exec", &self.id)),
         }
         let answer: ExecuteResponse = parse(&response, "exec")?;
         if answer.result.len() > limit {
@@ -372,13 +372,7 @@ impl Inner {
     }
 
     /// An answer other than the expected one, as the semantic error the core acts on.
-    fn error(
-        &self,
-        response: &HttpResponse,
-        what: &str,
-        id: &str,
-        exec_timeout_ms: Option<u64>,
-    ) -> SandboxError {
+    fn error(&self, response: &HttpResponse, what: &str, id: &str) -> SandboxError {
         let status = response.status;
         let message = serde_json::from_slice::<ErrorBody>(&response.body)
             .ok()
@@ -400,9 +394,6 @@ impl Inner {
                 self.api_base,
                 crate::config::DEFAULT_API_URL
             )),
-            408 if exec_timeout_ms.is_some() => {
-                SandboxError::Timeout(exec_timeout_ms.unwrap_or_default())
-            }
             409 => SandboxError::Refused(format!(
                 "Daytona refused {what} of sandbox {id} (HTTP 409): {message}; the sandbox is \
                  changing state, and the next sweep tries again"
@@ -416,7 +407,8 @@ impl Inner {
                     None => "no Retry-After".to_string(),
                 }
             )),
-            500..=599 => SandboxError::Unreachable(format!(
+            // A proxy's request timeout, or a failure on Daytona's side: retryable.
+            408 | 500..=599 => SandboxError::Unreachable(format!(
                 "Daytona failed {what} of sandbox {id} (HTTP {status}): {message}"
             )),
             400..=499 => SandboxError::Refused(format!(

@@ -13,17 +13,21 @@ use common::{handle, FakeDaytona, KEY, MISSING_ID};
 use reaper_core::journal::{journal_paths, journaled_command, shell_quote};
 use reaper_core::memory::MemoryStore;
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
+use reaper_core::reap::{reap_detached_runs, ReapDeps, ReapOptions, ReapOutcome, SandboxFate};
 use reaper_core::reclaim::SandboxReclaimer;
+use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::secret::Secret;
 use reaper_core::{
-    ExecOptions, ExitProbe, Reclaim, ReclaimIntent, Reclaimed, RunExitProbe, RunStatus, RunStore,
-    SandboxError, SandboxHandle, SandboxInstanceRecord, SandboxInstanceStore, SandboxProvider,
+    ExecOptions, ExitProbe, MessageStore, Reclaim, ReclaimIntent, Reclaimed, RunExitProbe,
+    RunStatus, RunStore, SandboxError, SandboxHandle, SandboxInstanceRecord, SandboxInstanceStore,
+    SandboxProvider,
 };
-use reaper_daytona::{DaytonaConfig, DaytonaProvider, PROVIDER_NAME};
+use reaper_daytona::{DaytonaConfig, DaytonaProvider, DEFAULT_OUTPUT_LIMIT, PROVIDER_NAME};
 use reaper_e2e::sandbox::run_record;
 use reaper_e2e::util::{now_ms, unique};
 use reaper_fake_api::Fault;
 use reaper_http_sandbox::{HttpRequest, HttpResponse, HttpTransport, TransportError};
+use reaper_local::{SystemClock, TokioSleeper};
 use serde_json::json;
 
 fn exec_opts(timeout_ms: u64) -> ExecOptions {
@@ -310,10 +314,10 @@ async fn a_429_is_retryable_quotes_retry_after_and_does_not_sleep() {
 }
 
 #[tokio::test]
-async fn a_5xx_is_unreachable_and_a_destroy_that_got_one_is_not_ok() {
+async fn a_5xx_or_a_proxy_timeout_is_unreachable_and_a_destroy_that_got_one_is_not_ok() {
     let fake = FakeDaytona::start().await;
     let id = fake.create().await;
-    for status in [500, 502, 503] {
+    for status in [408, 500, 502, 503] {
         fake.api.inject(
             Fault::json(status, &api_error(status, "boom"))
                 .undocumented()
@@ -667,4 +671,112 @@ async fn the_key_is_never_sent_to_a_plain_http_toolbox_when_the_api_is_https() {
         .await
         .unwrap();
     assert_eq!(live.unwrap().id(), "sbx-1");
+}
+
+/// A sweep over Daytona: the finished run is probed, replayed, finalized and its sandbox
+/// deleted; the live one is left alone, its sandbox and agent untouched.
+#[tokio::test]
+async fn a_sweep_finalizes_a_finished_run_deletes_its_sandbox_and_leaves_a_live_one_alone() {
+    let fake = FakeDaytona::start_with(|c| c.output_limit = DEFAULT_OUTPUT_LIMIT).await;
+    let store = Arc::new(MemoryStore::new());
+    let journals = tempfile::tempdir().unwrap();
+    let dir = journals.path().to_str().unwrap().to_string();
+    let n = unique();
+    let (done, live) = (format!("dt-sweep-done-{n}"), format!("dt-sweep-live-{n}"));
+    let finished = fake.create().await;
+    let working = fake.create().await;
+    run_agent(
+        &*handle(&fake, &finished).await,
+        &dir,
+        &done,
+        "for d in 1 2 3; do echo \"{\\\"delta\\\":\\\"$d\\\"}\"; done",
+    )
+    .await;
+    let working_handle = handle(&fake, &working).await;
+    // The agent records its pid: other tests' sandboxes share this machine's process table.
+    let pid_file = format!("{dir}/{live}.pid");
+    start_agent(
+        &*working_handle,
+        &dir,
+        &live,
+        &format!(
+            "echo '{{\"delta\":\"1\"}}'; echo $$ > {}; exec sleep 600",
+            shell_quote(&pid_file)
+        ),
+    )
+    .await;
+    detached(&store, &finished, &done).await;
+    detached(&store, &working, &live).await;
+
+    let provider: Arc<dyn SandboxProvider> = Arc::new(fake.provider.clone());
+    let drive = JournalReplayDrive::new(
+        ReplayDeps {
+            runs: store.clone(),
+            instances: store.clone(),
+            provider: provider.clone(),
+            logs: store.clone(),
+            messages: store.clone(),
+            clock: Arc::new(SystemClock),
+            sleeper: Arc::new(TokioSleeper),
+        },
+        ReplayOptions {
+            journal_dir: Some(dir.clone()),
+            ..ReplayOptions::default()
+        },
+    );
+    let deps = ReapDeps {
+        runs: store.clone(),
+        logs: store.clone(),
+        leases: store.clone(),
+        ledger: store.clone(),
+        probe: Arc::new(JournalExitProbe::new(
+            provider.clone(),
+            store.clone(),
+            ProbeOptions {
+                dir: Some(dir.clone()),
+                ..ProbeOptions::default()
+            },
+        )),
+        drive: Arc::new(drive),
+        reclaim: Some(Arc::new(SandboxReclaimer {
+            provider,
+            instances: store.clone(),
+            runs: store.clone(),
+        })),
+        clock: Arc::new(SystemClock),
+        sleeper: Arc::new(TokioSleeper),
+    };
+    let mut options = ReapOptions::new(3_600_000, format!("daytona-sweep-{n}"));
+    options.fence_quiet_ms = 25;
+    let before = fake.counts();
+
+    let report = reap_detached_runs(&deps, &options).await.unwrap();
+    let cost = fake.counts().since(&before);
+    eprintln!("daytona: a sweep of one finished and one live run cost {cost}");
+    let entry = |run: &str| report.runs.iter().find(|e| e.run_id == run).unwrap();
+    assert_eq!(entry(&done).outcome, ReapOutcome::Finalized);
+    assert_eq!(entry(&done).status, Some(RunStatus::Completed));
+    assert_eq!(entry(&done).sandbox, Some(SandboxFate::Destroyed));
+    assert_eq!(entry(&live).outcome, ReapOutcome::Producing);
+    let transcript = store.get_transcript(&done).await.unwrap().unwrap();
+    assert_eq!(transcript.messages[0].content, "123");
+    assert!(fake.provider.resume(&finished).await.unwrap().is_none());
+    assert!(fake.provider.resume(&working).await.unwrap().is_some());
+    let agents = working_handle
+        .exec(
+            &format!(
+                "kill -0 \"$(cat {})\" && echo alive",
+                shell_quote(&pid_file)
+            ),
+            ExecOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        agents.stdout, "alive\n",
+        "the live agent is no longer running"
+    );
+    assert_eq!(cost.delete_sandbox, 1, "{cost}");
+    fake.provider.destroy(&working).await.unwrap();
+    fake.assert_clean();
 }
