@@ -23,6 +23,8 @@ const MAX_SANDBOX_ID_LEN: usize = 128;
 const MAX_COMMAND_BYTES: usize = 1024 * 1024;
 /// The budget of the kill exec that follows a timed-out or oversized one.
 const KILL_TIMEOUT_MS: u64 = 10_000;
+/// The largest `Connect-Timeout-Ms` the Connect protocol allows (10 digits).
+const MAX_CONNECT_TIMEOUT_MS: u64 = 9_999_999_999;
 
 /// `SandboxDetail` of `GET /sandboxes/{sandboxID}`: the fields this provider reads.
 #[derive(Debug, Deserialize)]
@@ -161,7 +163,10 @@ impl E2bProvider {
             inner: self.inner.clone(),
             id: id.to_string(),
             envd_url,
-            access_token: detail.envd_access_token.map(Secret::new),
+            access_token: detail
+                .envd_access_token
+                .filter(|t| !t.is_empty())
+                .map(Secret::new),
         }))
     }
 }
@@ -238,6 +243,8 @@ impl SandboxHandle for E2bSandbox {
                 command.len()
             )));
         }
+        // envd reads a zero deadline as "none", and Connect allows at most 10 digits.
+        let timeout_ms = options.timeout_ms.clamp(1, MAX_CONNECT_TIMEOUT_MS);
         let limit = self.inner.config.output_limit;
         let cut = (limit + 1).to_string();
         let token = script::kill_token(&self.id, command);
@@ -249,7 +256,7 @@ impl SandboxHandle for E2bSandbox {
             },
             stdin: false,
         };
-        let answer = self.start(&request, options.timeout_ms).await;
+        let answer = self.start(&request, timeout_ms).await;
         let stream = match answer {
             Ok(stream) => stream,
             Err(StartFailure::TimedOut) => {
@@ -437,7 +444,10 @@ impl E2bSandbox {
         };
         let outcome = match self.start(&request, KILL_TIMEOUT_MS).await {
             Ok(stream) if stream.error.is_none() && stream.end.is_some() => return,
-            Ok(stream) => format!("{:?}", stream.error),
+            Ok(stream) => match stream.error {
+                Some(e) => format!("{}: {}", e.code, e.message),
+                None => "the stream ended without the process's end".to_string(),
+            },
             Err(StartFailure::TimedOut) => "timed out".to_string(),
             Err(
                 StartFailure::TooLarge(e) | StartFailure::MaybeGone(e) | StartFailure::Error(e),
