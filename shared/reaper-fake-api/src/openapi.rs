@@ -456,14 +456,25 @@ impl OpenApi {
                 violations.push(format!("required response header `{name}` is missing"));
             }
         }
-        let what = "response body";
+        let bodiless = op.method == "HEAD" || status == 204 || status == 304;
+        if bodiless && body.is_some_and(|b| !b.is_empty()) {
+            // HTTP forbids it; hyper would drop it silently and the client never see it.
+            violations.push(format!(
+                "a {} answer carries no body, but the fake sent one",
+                if op.method == "HEAD" {
+                    "HEAD".to_string()
+                } else {
+                    status.to_string()
+                }
+            ));
+        }
         self.check_content(
-            what,
+            "response body",
             &response.content,
             false,
             headers,
             body,
-            op.method == "HEAD" || status == 204 || status == 304,
+            bodiless,
             &mut violations,
         );
         if violations.is_empty() {

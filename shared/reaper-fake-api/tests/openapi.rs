@@ -306,6 +306,10 @@ fn a_required_response_header_is_checked() {
         .expect("with Retry-After");
     doc.check_response(&op, 204, &[], b"")
         .expect("204 has no body");
+    assert_one_violation(
+        doc.check_response(&op, 204, &json_headers(), b"{}"),
+        &["a 204 answer carries no body"],
+    );
 }
 
 #[test]

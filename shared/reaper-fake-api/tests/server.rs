@@ -319,7 +319,12 @@ async fn streamed_chunks_arrive_in_order_as_they_are_sent() {
         .collect();
     for line in &lines {
         tx.send(Bytes::from(line.clone())).await.unwrap();
-        let chunk = response.chunk().await.unwrap().expect("a chunk");
+        // Bounded: a server that buffered chunks would never hand this one over.
+        let chunk = tokio::time::timeout(Duration::from_secs(5), response.chunk())
+            .await
+            .expect("each chunk arrives before the next is sent")
+            .unwrap()
+            .expect("a chunk");
         assert_eq!(chunk, Bytes::from(line.clone()));
     }
     drop(tx);
@@ -459,4 +464,28 @@ async fn a_panicking_handler_answers_500_and_is_reported() {
         .await
         .unwrap();
     assert_eq!(response.status(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_are_each_answered_and_recorded() {
+    let fake = FakeApi::start(doc(), sandboxes()).await;
+    let client = client();
+    let answers = futures::future::join_all((0..20).map(|i| {
+        client
+            .get(format!("{}/sandbox/sbx-{i}", fake.url()))
+            .header("authorization", TOKEN)
+            .send()
+    }))
+    .await;
+    for (i, answer) in answers.into_iter().enumerate() {
+        let body: serde_json::Value = answer.unwrap().json().await.unwrap();
+        assert_eq!(body["id"], format!("sbx-{i}"));
+    }
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 20);
+    assert!(requests.iter().all(|r| r.status == Some(200)));
+    let mut seqs: Vec<u64> = requests.iter().map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..20).collect::<Vec<u64>>());
+    fake.assert_no_violations();
 }
