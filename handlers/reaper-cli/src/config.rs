@@ -14,8 +14,11 @@ pub const SETTINGS_TABLE: &str = "\
 | Setting | Flag | Environment | Default | Accepted | Commands |
 |---|---|---|---|---|---|
 | Database file | `--db` | `REAPER_DB` | `reaper.db` | a path to the SQLite file the application writes runs into; it must exist (an empty file is initialised) | sweep, watch, prune, status |
-| Sandbox root | `--sandboxes` | `REAPER_SANDBOXES` | `sandboxes` | an existing directory holding one directory per local sandbox | sweep, watch, prune |
-| Journal directory | `--journal-dir` | `REAPER_JOURNAL_DIR` | each sandbox's own | an absolute path inside the sandboxes | sweep, watch, prune |
+| Sandbox providers | `--provider` (repeatable) | `REAPER_PROVIDERS` (comma-separated) | `local` | `local`, `docker`, or both: each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched | sweep, watch, prune |
+| Sandbox root | `--sandboxes` | `REAPER_SANDBOXES` | `sandboxes` | an existing directory holding one directory per local sandbox (provider `local`) | sweep, watch, prune |
+| Docker socket | `--docker-socket` | `DOCKER_HOST` | `unix:///var/run/docker.sock` | the Docker daemon's Unix socket, `unix:///path` or `/path` (provider `docker`) | sweep, watch, prune |
+| Docker provider name | `--docker-name` | `REAPER_DOCKER_NAME` | `docker` | the provider name instance records carry for containers, and the `io.reaper.sandbox` label value of the containers reaper may touch | sweep, watch, prune |
+| Journal directory | `--journal-dir` | `REAPER_JOURNAL_DIR` | each local sandbox's own; `/tmp/tanstack-runs` in containers | an absolute path inside the sandboxes | sweep, watch, prune |
 | Detached-run TTL | `--detached-ttl` | `REAPER_DETACHED_TTL` | required (no default) | a duration, 1ms..3650d | sweep, watch (status: optional) |
 | Run budget | `--run-budget` | `REAPER_RUN_BUDGET` | `30s` | a duration, 1ms..24d | sweep, watch |
 | Max runs per sweep | `--max-runs` | `REAPER_MAX_RUNS` | `25` | a whole number, 0..100000 | sweep, watch |
@@ -100,6 +103,32 @@ pub struct Db {
 
 #[derive(Debug, Args)]
 pub struct Sandboxes {
+    /// The sandbox providers to serve: local, docker, or both (repeat the flag, or set
+    /// REAPER_PROVIDERS=local,docker).
+    #[arg(
+        long = "provider",
+        env = "REAPER_PROVIDERS",
+        value_delimiter = ',',
+        default_value = "local",
+        value_name = "NAME"
+    )]
+    pub providers: Vec<String>,
+    /// The Docker daemon's Unix socket (provider docker).
+    #[arg(
+        long,
+        env = "DOCKER_HOST",
+        default_value = "unix:///var/run/docker.sock",
+        value_name = "SOCKET"
+    )]
+    pub docker_socket: String,
+    /// The provider name Docker sandboxes are recorded under (and their containers' label).
+    #[arg(
+        long,
+        env = "REAPER_DOCKER_NAME",
+        default_value = reaper_docker::DEFAULT_PROVIDER_NAME,
+        value_name = "NAME"
+    )]
+    pub docker_name: String,
     /// The directory holding the local sandboxes.
     #[arg(
         long,
@@ -395,6 +424,9 @@ pub const EVENT_RETENTION: Key = Key::new(
 );
 pub const LOG_FORMAT: Key = Key::new("log_format", "--log-format", "REAPER_LOG_FORMAT");
 pub const LOG: Key = Key::new("log", "--log", "REAPER_LOG");
+pub const PROVIDERS: Key = Key::new("providers", "--provider", "REAPER_PROVIDERS");
+pub const DOCKER_SOCKET: Key = Key::new("docker_socket", "--docker-socket", "DOCKER_HOST");
+pub const DOCKER_NAME: Key = Key::new("docker_name", "--docker-name", "REAPER_DOCKER_NAME");
 
 impl Key {
     const fn new(id: &'static str, flag: &'static str, env: &'static str) -> Self {
@@ -488,6 +520,58 @@ impl Settings<'_> {
         self.duration_ms(DETACHED_TTL, value, 1, MAX_AGE_MS)
     }
 
+    /// The providers to serve, in the order given: each `local` or `docker`, once.
+    pub fn providers(&self, values: &[String]) -> Result<Vec<ProviderKind>, ConfigError> {
+        const ACCEPTED: &str = "local, docker, or both (repeat --provider, or separate with \
+                                commas in REAPER_PROVIDERS)";
+        let mut kinds = Vec::new();
+        for value in values {
+            let kind = match value.trim() {
+                "local" => ProviderKind::Local,
+                "docker" => ProviderKind::Docker,
+                _ => return Err(self.invalid(PROVIDERS, value, ACCEPTED)),
+            };
+            if kinds.contains(&kind) {
+                return Err(self.invalid(
+                    PROVIDERS,
+                    value,
+                    &format!("{ACCEPTED}: it is given twice"),
+                ));
+            }
+            kinds.push(kind);
+        }
+        if kinds.is_empty() {
+            return Err(self.invalid(PROVIDERS, "", ACCEPTED));
+        }
+        Ok(kinds)
+    }
+
+    /// The Docker provider's options: the socket and the recorded name.
+    pub fn docker(
+        &self,
+        socket: &str,
+        name: &str,
+    ) -> Result<reaper_docker::DockerProviderOptions, ConfigError> {
+        let mut options =
+            reaper_docker::DockerProviderOptions::from_host(socket.trim()).map_err(|_| {
+                self.invalid(
+                    DOCKER_SOCKET,
+                    socket,
+                    "the daemon's Unix socket as unix:///var/run/docker.sock or an absolute \
+                     path (TCP and SSH hosts are not supported)",
+                )
+            })?;
+        if name.trim().is_empty() {
+            return Err(self.invalid(
+                DOCKER_NAME,
+                name,
+                "a non-empty name, e.g. docker (instance records of Docker sandboxes carry it)",
+            ));
+        }
+        options.name = name.trim().to_string();
+        Ok(options)
+    }
+
     pub fn log_format(&self, value: &str) -> Result<LogFormat, ConfigError> {
         match value.trim() {
             "text" => Ok(LogFormat::Text),
@@ -507,6 +591,15 @@ fn show_ms(ms: u64) -> String {
         }
     }
     format!("{ms}ms")
+}
+
+/// A sandbox provider the CLI can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// Directories and processes on this machine (`reaper-local`).
+    Local,
+    /// Containers on a Docker daemon (`reaper-docker`).
+    Docker,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use crate::config::{DemoArgs, PruneSettings};
 use crate::prune::{prune_all, PruneAll};
 use crate::render::{human_ms, outcome_totals, Table};
 use crate::sweep::{sweep_once, Swept};
-use crate::wiring::{self, DriveTuning, Progress, Sweeper};
+use crate::wiring::{self, DriveTuning, Progress, Providers, Sweeper};
 use crate::{Exit, Failure};
 
 /// The file that marks a directory as made by `reaper demo`: only such a directory is wiped.
@@ -354,9 +354,10 @@ async fn stage_sweep_and_explain(
     let orphan = plant_orphan(provider, &staged)?;
     let setup_took = started.elapsed();
 
+    let providers = Providers::local_only(provider.clone());
     let sweeper = Sweeper::new(
         store,
-        provider,
+        &providers,
         None,
         Progress::new(None),
         DriveTuning { poll_ms: POLL_MS },
@@ -370,7 +371,14 @@ async fn stage_sweep_and_explain(
         max_deletes: reaper_core::journal::DEFAULT_MAX_DELETES,
         event_retention_ms: reaper_sqlite::DEFAULT_EVENT_RETENTION_MS,
     };
-    let pruned = prune_all(store, provider, None, &prune_settings, SystemClock.now_ms()).await;
+    let pruned = prune_all(
+        store,
+        &providers,
+        None,
+        &prune_settings,
+        SystemClock.now_ms(),
+    )
+    .await;
 
     let mut rows = Vec::new();
     for s in &staged {

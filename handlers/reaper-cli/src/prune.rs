@@ -1,10 +1,13 @@
-//! `reaper prune`: the journal prune in every sandbox under the root, then the delivery-log
+//! `reaper prune`: the journal prune in every sandbox of every configured provider (the local
+//! sandboxes under the root, this Docker provider's labelled containers), then the delivery-log
 //! event retention.
 
 use std::fmt::Write;
 
 use reaper_core::prune::{prune_journals, PruneOptions, PruneReport};
+use reaper_core::SandboxProvider;
 use reaper_core::{Clock, EpochMs};
+use reaper_docker::DockerProvider;
 use reaper_local::{validate_sandbox_id, LocalSandboxProvider, SystemClock};
 use reaper_sqlite::SqliteStore;
 use serde::Serialize;
@@ -12,6 +15,7 @@ use serde::Serialize;
 use crate::config::{PruneCmd, PruneSettings, Settings};
 use crate::render::{human_ms, Table};
 use crate::sweep::journal_dir;
+use crate::wiring::Providers;
 use crate::{wiring, Exit, Failure};
 
 /// Events deleted per transaction, so an application writing to the same file waits at most one
@@ -21,6 +25,8 @@ const EVENT_BATCH: usize = 500;
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxPrune {
+    /// The provider name, as instance records carry it.
+    pub provider: String,
     pub sandbox: String,
     pub journal_dir: String,
     #[serde(flatten)]
@@ -30,6 +36,7 @@ pub struct SandboxPrune {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Skipped {
+    pub provider: String,
     pub sandbox: String,
     pub error: String,
 }
@@ -90,7 +97,7 @@ impl PruneAll {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let mut table = Table::new(&["SANDBOX", "DELETED", "KEPT", "FAILURES"]);
+        let mut table = Table::new(&["PROVIDER", "SANDBOX", "DELETED", "KEPT", "FAILURES"]);
         for j in &self.journals {
             let kept: Vec<String> = j
                 .report
@@ -111,6 +118,7 @@ impl PruneAll {
                 .map(|f| f.message.clone())
                 .collect();
             table.row(vec![
+                j.provider.clone(),
                 j.sandbox.clone(),
                 dash(j.report.deleted.join(", ")),
                 dash(kept.join(", ")),
@@ -119,6 +127,7 @@ impl PruneAll {
         }
         for s in &self.skipped {
             table.row(vec![
+                s.provider.clone(),
                 s.sandbox.clone(),
                 "-".into(),
                 "-".into(),
@@ -143,61 +152,41 @@ fn dash(s: String) -> String {
     }
 }
 
-/// Prunes every sandbox under the provider's root (in name order), then ages out events.
-/// Never fails: every problem is in the result.
+/// Prunes every sandbox of every configured provider (local ones in name order, then Docker
+/// containers in id order), then ages out events. Never fails: every problem is in the result.
+/// A sandbox is pruned through its own provider only, so a reaper never lists or deletes in a
+/// provider it was not configured with.
 pub async fn prune_all(
     store: &SqliteStore,
-    provider: &LocalSandboxProvider,
+    providers: &Providers,
     journal_dir: Option<&str>,
     s: &PruneSettings,
     now: EpochMs,
 ) -> PruneAll {
-    let mut journals = Vec::new();
-    let mut skipped = Vec::new();
-    let mut ids: Vec<String> = match std::fs::read_dir(provider.root()) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|name| validate_sandbox_id(name).is_ok())
-            .collect(),
-        Err(e) => {
-            skipped.push(Skipped {
-                sandbox: provider.root().display().to_string(),
-                error: format!("cannot list the sandbox root: {e}"),
-            });
-            Vec::new()
-        }
+    let mut all = PruneAll {
+        journals: Vec::new(),
+        skipped: Vec::new(),
+        events: EventsPruned {
+            retention_ms: s.event_retention_ms,
+            runs: None,
+            events_deleted: None,
+            error: None,
+        },
     };
-    ids.sort();
-    for id in ids {
-        let sandbox = match provider.open(&id).await {
-            Ok(Some(sandbox)) => sandbox,
-            // A directory without metadata is not a sandbox (or one half destroyed).
-            Ok(None) => continue,
-            Err(e) => {
-                skipped.push(Skipped {
-                    sandbox: id,
-                    error: e.to_string(),
-                });
-                continue;
-            }
-        };
-        let dir = journal_dir
-            .map(str::to_string)
-            .unwrap_or_else(|| sandbox.journal_dir().to_string());
+    let options = |dir: Option<String>| {
         let mut options = PruneOptions::new(now);
-        options.dir = Some(dir.clone());
+        options.dir = dir;
         options.orphan_ttl_ms = s.orphan_ttl_ms;
         options.max_deletes = s.max_deletes;
-        let report = prune_journals(&sandbox, store, &options).await;
-        journals.push(SandboxPrune {
-            sandbox: id,
-            journal_dir: dir,
-            report,
-        });
+        options
+    };
+    if let Some(local) = &providers.local {
+        prune_local(store, local, journal_dir, &options, &mut all).await;
     }
-    let events = match store
+    if let Some(docker) = &providers.docker {
+        prune_docker(store, docker, journal_dir, &options, &mut all).await;
+    }
+    all.events = match store
         .prune_events(now, s.event_retention_ms, EVENT_BATCH)
         .await
     {
@@ -214,10 +203,105 @@ pub async fn prune_all(
             error: Some(e.to_string()),
         },
     };
-    PruneAll {
-        journals,
-        skipped,
-        events,
+    all
+}
+
+async fn prune_local(
+    store: &SqliteStore,
+    provider: &LocalSandboxProvider,
+    journal_dir: Option<&str>,
+    options: &impl Fn(Option<String>) -> PruneOptions,
+    all: &mut PruneAll,
+) {
+    let name = provider.name().to_string();
+    let mut ids: Vec<String> = match std::fs::read_dir(provider.root()) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| validate_sandbox_id(name).is_ok())
+            .collect(),
+        Err(e) => {
+            all.skipped.push(Skipped {
+                provider: name,
+                sandbox: provider.root().display().to_string(),
+                error: format!("cannot list the sandbox root: {e}"),
+            });
+            return;
+        }
+    };
+    ids.sort();
+    for id in ids {
+        let sandbox = match provider.open(&id).await {
+            Ok(Some(sandbox)) => sandbox,
+            // A directory without metadata is not a sandbox (or one half destroyed).
+            Ok(None) => continue,
+            Err(e) => {
+                all.skipped.push(Skipped {
+                    provider: name.clone(),
+                    sandbox: id,
+                    error: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let dir = journal_dir
+            .map(str::to_string)
+            .unwrap_or_else(|| sandbox.journal_dir().to_string());
+        let report = prune_journals(&sandbox, store, &options(Some(dir.clone()))).await;
+        all.journals.push(SandboxPrune {
+            provider: name.clone(),
+            sandbox: id,
+            journal_dir: dir,
+            report,
+        });
+    }
+}
+
+/// The journals of this provider's running containers (labelled with its name; a stopped one
+/// cannot run the prune and holds no live agent), in the configured directory or the core's
+/// default one.
+async fn prune_docker(
+    store: &SqliteStore,
+    provider: &DockerProvider,
+    journal_dir: Option<&str>,
+    options: &impl Fn(Option<String>) -> PruneOptions,
+    all: &mut PruneAll,
+) {
+    let name = provider.name().to_string();
+    let ids = match provider.list().await {
+        Ok(ids) => ids,
+        Err(e) => {
+            all.skipped.push(Skipped {
+                provider: name,
+                sandbox: "-".into(),
+                error: format!("cannot list the Docker sandboxes: {e}"),
+            });
+            return;
+        }
+    };
+    let dir = journal_dir.unwrap_or(reaper_core::journal::DEFAULT_JOURNAL_DIR);
+    for id in ids {
+        let sandbox = match provider.open(&id).await {
+            Ok(Some(sandbox)) => sandbox,
+            // Stopped or removed since the listing.
+            Ok(None) => continue,
+            Err(e) => {
+                all.skipped.push(Skipped {
+                    provider: name.clone(),
+                    sandbox: id,
+                    error: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let report = prune_journals(&sandbox, store, &options(Some(dir.to_string()))).await;
+        all.journals.push(SandboxPrune {
+            provider: name.clone(),
+            sandbox: sandbox.id().to_string(),
+            journal_dir: dir.to_string(),
+            report,
+        });
     }
 }
 
@@ -225,10 +309,10 @@ pub async fn run(a: &PruneCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let settings = PruneSettings::parse(s, &a.prune)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
     let store = wiring::open_store(&a.db.db)?;
-    let provider = wiring::provider(&a.sandboxes.sandboxes, None, false)?;
+    let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let result = prune_all(
         &store,
-        &provider,
+        &providers,
         journal_dir.as_deref(),
         &settings,
         SystemClock.now_ms(),

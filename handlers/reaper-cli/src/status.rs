@@ -1,5 +1,5 @@
-//! `reaper status`: what is detached, for how long, in which sandbox, and the reclaim ledger
-//! (pending and leaked sandboxes). Read-only.
+//! `reaper status`: what is detached, for how long, in which sandbox of which provider, and the
+//! reclaim ledger (pending and leaked sandboxes). Read-only.
 
 use reaper_core::{
     Clock, EpochMs, LedgerCounts, ReclaimIntent, ReclaimLedger, RunStatus, SandboxInstanceStore,
@@ -33,7 +33,7 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
             Some(key) => SandboxInstanceStore::get(&store, key)
                 .await
                 .map_err(failed)?
-                .map(|i| i.provider_sandbox_id),
+                .map(|i| (i.provider, i.provider_sandbox_id)),
             None => None,
         };
         let past_ttl = ttl.map(|t| d.detached_for_ms >= t as i64);
@@ -50,7 +50,8 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
                     "detachedSince": d.record.detached_since,
                     "detachedForMs": d.detached_for_ms,
                     "sandboxKey": d.record.sandbox_key,
-                    "sandbox": sandbox,
+                    "provider": sandbox.as_ref().map(|(p, _)| p),
+                    "sandbox": sandbox.as_ref().map(|(_, id)| id),
                     "pastTtl": past_ttl,
                     "cancelRequested": d.record.cancel_requested.unwrap_or(false),
                 })
@@ -82,7 +83,7 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
             if rows.len() == 1 { "" } else { "s" },
             timestamp(now)
         );
-        let mut headers = vec!["RUN", "THREAD", "DETACHED FOR", "SANDBOX"];
+        let mut headers = vec!["RUN", "THREAD", "DETACHED FOR", "PROVIDER", "SANDBOX"];
         if ttl.is_some() {
             headers.push("PAST TTL");
         }
@@ -93,7 +94,12 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
                 d.record.thread_id.clone(),
                 human_ms(d.detached_for_ms),
                 sandbox
-                    .clone()
+                    .as_ref()
+                    .map(|(p, _)| p.clone())
+                    .unwrap_or_else(|| "-".into()),
+                sandbox
+                    .as_ref()
+                    .map(|(_, id)| id.clone())
                     .or_else(|| {
                         d.record
                             .sandbox_key

@@ -12,7 +12,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::config::{
     PruneSettings, Settings, SweepCmd, SweepSettings, WatchCmd, EVERY, MAX_TIMER_MS, PRUNE_EVERY,
 };
-use crate::wiring::{self, DriveTuning, Held, Progress, Sweeper, Trouble};
+use crate::wiring::{self, DriveTuning, Held, Progress, Providers, Sweeper, Trouble};
 use crate::{prune, render, Exit, Failure};
 
 /// The sweep options for these settings. `now` stays unset: every sweep reads the clock.
@@ -37,15 +37,18 @@ pub struct Swept {
     pub held: Option<Held>,
     /// The database failing underneath the sweep (damaged, or the listing failed).
     pub trouble: Trouble,
+    /// The provider names this sweep served (instance records naming another were left alone).
+    pub providers: Vec<String>,
 }
 
 impl Swept {
-    /// The report as JSON, with `leaseHeld` added, and `databaseDamaged` / `listingError` when
+    /// The report as JSON, with `leaseHeld` and `providers` added, and `databaseDamaged` / `listingError` when
     /// the database failed underneath the sweep.
     pub fn json(&self) -> Value {
         let mut v = serde_json::to_value(&self.report).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut v {
             map.insert("leaseHeld".into(), json!(self.held));
+            map.insert("providers".into(), json!(self.providers));
             if let Some(damaged) = &self.trouble.damaged {
                 map.insert("databaseDamaged".into(), json!(damaged));
             }
@@ -108,6 +111,7 @@ pub async fn sweep_once(
         report,
         held: sweeper.take_held(),
         trouble: sweeper.trouble.take(),
+        providers: sweeper.providers.clone(),
     }
 }
 
@@ -126,10 +130,10 @@ pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let settings = SweepSettings::parse(s, &a.sweep)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
     let store = wiring::open_store(&a.db.db)?;
-    let provider = wiring::provider(&a.sandboxes.sandboxes, None, false)?;
+    let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let sweeper = Sweeper::new(
         &store,
-        &provider,
+        &providers,
         journal_dir,
         Progress::new(Some(settings.progress_after)),
         DriveTuning::default(),
@@ -204,12 +208,12 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let prune_every = s.duration(PRUNE_EVERY, &a.prune_every, 10, MAX_TIMER_MS)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
     let store = wiring::open_store(&a.db.db)?;
-    let provider = wiring::provider(&a.sandboxes.sandboxes, None, false)?;
+    let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let mut signals = Signals::install()?;
     let owner = wiring::owner_id();
     let sweeper = Sweeper::new(
         &store,
-        &provider,
+        &providers,
         journal_dir.clone(),
         Progress::new(Some(settings.progress_after)),
         DriveTuning::default(),
@@ -221,13 +225,14 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     };
     lines.event(
         format!(
-            "watch started: sweeping every {}, pruning every {}, as {owner}; stop with Ctrl-C \
-             or SIGTERM",
+            "watch started: sweeping every {}, pruning every {}, as {owner}, serving providers \
+             {}; stop with Ctrl-C or SIGTERM",
             humantime::format_duration(every),
-            humantime::format_duration(prune_every)
+            humantime::format_duration(prune_every),
+            providers.names().join(", ")
         ),
         "start",
-        json!({"owner": owner, "everyMs": every.as_millis() as u64, "pruneEveryMs": prune_every.as_millis() as u64}),
+        json!({"owner": owner, "everyMs": every.as_millis() as u64, "pruneEveryMs": prune_every.as_millis() as u64, "providers": providers.names()}),
     );
 
     let mut ticker = tokio::time::interval(every);
@@ -319,7 +324,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         if stop.is_none() && Instant::now() >= next_prune {
             let pruned = prune::prune_all(
                 &store,
-                &provider,
+                &providers,
                 journal_dir.as_deref(),
                 &prune_settings,
                 SystemClock.now_ms(),

@@ -1,6 +1,7 @@
-//! Composition: the SQLite store, the local sandbox provider and the core's sweep parts put
-//! together, plus the few adapters the CLI needs around them (per-sandbox journal directories,
-//! progress lines, and a record of when this process held the sweep lease).
+//! Composition: the SQLite store, the sandbox providers (local, Docker, routed by one
+//! `ProviderSet`) and the core's sweep parts put together, plus the few adapters the CLI needs
+//! around them (per-sandbox journal directories, progress lines, and a record of when this
+//! process held the sweep lease).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -15,13 +16,16 @@ use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{
     CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest, EpochBump, EpochMs,
     ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, LedgerCounts, NewRun, ProbeError,
-    ReclaimIntent, ReclaimLedger, ReclaimableListing, RunExitProbe, RunPatch, RunRecord, RunStore,
-    RunStoreCapabilities, SandboxInstanceStore, SandboxProvider, StoreError, TerminalWrite,
+    ProviderSet, ReclaimIntent, ReclaimLedger, ReclaimableListing, RunExitProbe, RunPatch,
+    RunRecord, RunStore, RunStoreCapabilities, SandboxInstanceStore, SandboxProvider, StoreError,
+    TerminalWrite,
 };
+use reaper_docker::DockerProvider;
 use reaper_local::{LocalSandboxProvider, SystemClock, TokioSleeper};
 use reaper_sqlite::SqliteStore;
 use serde::Serialize;
 
+use crate::config::{ProviderKind, Sandboxes, Settings};
 use crate::Failure;
 
 /// Opens the database read-write. It must exist (an empty file is initialised): a typo in `--db`
@@ -147,6 +151,79 @@ pub fn provider(
     Ok(LocalSandboxProvider::new(options))
 }
 
+/// The sandbox providers this process serves, each also as its concrete type (prune walks the
+/// sandboxes of each), and all of them as one [`ProviderSet`] that routes every recorded sandbox
+/// to the member its instance record names.
+#[derive(Clone)]
+pub struct Providers {
+    pub local: Option<LocalSandboxProvider>,
+    pub docker: Option<DockerProvider>,
+    pub set: Arc<dyn SandboxProvider>,
+}
+
+impl Providers {
+    /// The configured providers, checked before anything is touched: a local root that is not a
+    /// directory, a Docker socket nobody answers on.
+    pub async fn from_settings(s: Settings<'_>, a: &Sandboxes) -> Result<Self, Failure> {
+        let kinds = s.providers(&a.providers)?;
+        let mut local = None;
+        let mut docker = None;
+        for kind in kinds {
+            match kind {
+                ProviderKind::Local => local = Some(provider(&a.sandboxes, None, false)?),
+                ProviderKind::Docker => {
+                    let options = s.docker(&a.docker_socket, &a.docker_name)?;
+                    let connected = DockerProvider::connect(options).await.map_err(|e| {
+                        Failure::cannot_run(format!(
+                            "{e} Set DOCKER_HOST or --docker-socket to the daemon's socket, or \
+                             leave docker out of --provider (REAPER_PROVIDERS)"
+                        ))
+                    })?;
+                    docker = Some(connected);
+                }
+            }
+        }
+        Self::new(local, docker)
+    }
+
+    /// Only the local provider (the demo's).
+    pub fn local_only(local: LocalSandboxProvider) -> Self {
+        Self::new(Some(local), None).expect("one provider is a valid set")
+    }
+
+    fn new(
+        local: Option<LocalSandboxProvider>,
+        docker: Option<DockerProvider>,
+    ) -> Result<Self, Failure> {
+        let mut members: Vec<Arc<dyn SandboxProvider>> = Vec::new();
+        if let Some(p) = &local {
+            members.push(Arc::new(p.clone()));
+        }
+        if let Some(p) = &docker {
+            members.push(Arc::new(p.clone()));
+        }
+        let set = ProviderSet::new(members).map_err(|e| {
+            Failure::usage(format!(
+                "{e} (rename the Docker provider with --docker-name / REAPER_DOCKER_NAME)"
+            ))
+        })?;
+        Ok(Providers {
+            local,
+            docker,
+            set: Arc::new(set),
+        })
+    }
+
+    /// The names instance records must carry to be served here (local first).
+    pub fn names(&self) -> Vec<String> {
+        self.local
+            .iter()
+            .map(|p| p.name().to_string())
+            .chain(self.docker.iter().map(|p| p.name().to_string()))
+            .collect()
+    }
+}
+
 /// Who holds leases taken by this process: host, pid and a random tag.
 pub fn owner_id() -> String {
     let host = nix::unistd::gethostname()
@@ -165,10 +242,11 @@ pub fn owner_id() -> String {
     format!("{host}/{}/{tag}", std::process::id())
 }
 
-/// Where a run's journal is: the configured directory, else the one its sandbox records.
+/// Where a run's journal is: the configured directory, else the one its local sandbox records,
+/// else (any other provider) the core's default directory.
 #[derive(Clone)]
 pub struct JournalDirs {
-    pub provider: LocalSandboxProvider,
+    pub local: Option<LocalSandboxProvider>,
     pub runs: Arc<dyn RunStore>,
     pub instances: Arc<dyn SandboxInstanceStore>,
     pub fixed: Option<String>,
@@ -180,16 +258,13 @@ impl JournalDirs {
         if let Some(dir) = &self.fixed {
             return Some(dir.clone());
         }
+        let local = self.local.as_ref()?;
         let key = record.sandbox_key.as_deref()?;
         let instance = self.instances.get(key).await.ok()??;
-        if instance.provider != self.provider.name() {
+        if instance.provider != local.name() {
             return None;
         }
-        let sandbox = self
-            .provider
-            .open(&instance.provider_sandbox_id)
-            .await
-            .ok()??;
+        let sandbox = local.open(&instance.provider_sandbox_id).await.ok()??;
         Some(sandbox.journal_dir().to_string())
     }
 
@@ -532,6 +607,8 @@ impl ReclaimLedger for WatchedLedger {
 /// Everything one sweep needs, built once per process.
 pub struct Sweeper {
     pub deps: ReapDeps,
+    /// The provider names served, for the report.
+    pub providers: Vec<String>,
     pub progress: Progress,
     pub trouble: StoreTrouble,
     leases: Arc<ObservedLeases>,
@@ -554,7 +631,7 @@ impl Default for DriveTuning {
 impl Sweeper {
     pub fn new(
         store: &SqliteStore,
-        provider: &LocalSandboxProvider,
+        providers: &Providers,
         journal_dir: Option<String>,
         progress: Progress,
         tuning: DriveTuning,
@@ -566,11 +643,11 @@ impl Sweeper {
             trouble: trouble.clone(),
         });
         let instances: Arc<dyn SandboxInstanceStore> = store_arc.clone();
-        let sandboxes: Arc<dyn SandboxProvider> = Arc::new(provider.clone());
+        let sandboxes = providers.set.clone();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let sleeper = Arc::new(TokioSleeper);
         let dirs = JournalDirs {
-            provider: provider.clone(),
+            local: providers.local.clone(),
             runs: runs.clone(),
             instances: instances.clone(),
             fixed: journal_dir,
@@ -623,6 +700,7 @@ impl Sweeper {
         };
         Sweeper {
             deps,
+            providers: providers.names(),
             progress,
             trouble,
             leases,
