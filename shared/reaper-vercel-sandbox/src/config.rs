@@ -19,8 +19,9 @@ pub mod vars {
     pub const TOKEN: &str = "VERCEL_TOKEN";
     /// The OIDC token a Vercel deployment receives; used when `VERCEL_TOKEN` is unset.
     pub const OIDC_TOKEN: &str = "VERCEL_OIDC_TOKEN";
-    /// The team owning the sandboxes (`teamId` on every request). Optional: an OIDC token
-    /// carries its team, and a personal account has none.
+    /// The team owning the sandboxes (`teamId` on every request). Optional: when unset, the
+    /// team named in an OIDC token's claims (`owner_id`) is used, and a personal account has
+    /// none.
     pub const TEAM_ID: &str = "VERCEL_TEAM_ID";
     /// Overrides [`super::DEFAULT_BASE_URL`] (tests, proxies).
     pub const API_URL: &str = "VERCEL_SANDBOX_API_URL";
@@ -59,7 +60,9 @@ impl Config {
 
     /// Reads the settings through `lookup` (the caller's environment, a Worker's bindings):
     /// [`vars::TOKEN`] or else [`vars::OIDC_TOKEN`] (one is required), [`vars::TEAM_ID`] and
-    /// [`vars::API_URL`] (optional). An empty value counts as unset. Everything is validated.
+    /// [`vars::API_URL`] (optional). An empty value counts as unset. Without a team id, a token
+    /// that is a JWT naming its team (`owner_id`, as Vercel's OIDC tokens do) supplies it.
+    /// Everything is validated.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let (token, from) = match (get(vars::TOKEN), get(vars::OIDC_TOKEN)) {
@@ -68,7 +71,7 @@ impl Config {
             (None, None) => return Err(ConfigError::MissingToken),
         };
         let mut config = Config::new(Secret::new(token));
-        config.team_id = get(vars::TEAM_ID);
+        config.team_id = get(vars::TEAM_ID).or_else(|| jwt_owner(config.token.expose()));
         if let Some(url) = get(vars::API_URL) {
             config.base_url = url;
         }
@@ -113,6 +116,24 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The `owner_id` claim of a JWT (Vercel's OIDC tokens name their team there), read without
+/// verifying the signature: it only chooses the `teamId` to ask for, and Vercel checks the token.
+fn jwt_owner(token: &str) -> Option<String> {
+    use base64::Engine;
+    let mut parts = token.split('.');
+    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
+        return None;
+    };
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let claims: serde_json::Value =
+        serde_json::from_slice(&engine.decode(payload.trim_end_matches('=')).ok()?).ok()?;
+    claims
+        .get("owner_id")?
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
 }
 
 impl std::fmt::Debug for Config {

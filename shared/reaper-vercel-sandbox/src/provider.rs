@@ -217,6 +217,11 @@ impl SandboxHandle for VercelSandbox {
     /// with `wait=true`). A fourth, the kill, only past the timeout or the bound.
     async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError> {
         let inner = &self.inner;
+        if command.contains('\0') {
+            return Err(SandboxError::Refused(
+                "the command contains a NUL byte, which no process argument can carry".into(),
+            ));
+        }
         let limit = inner.config.output_limit;
         let (program, args) = crate::wrapper::bounded(command, limit);
         let request = RunCommandRequest {
@@ -249,15 +254,28 @@ impl SandboxHandle for VercelSandbox {
             }
         };
 
-        let response = inner
-            .call(
-                HttpMethod::Get,
-                &inner.url(&self.id, &format!("/cmd/{cmd}"), &[("wait", "true")]),
-                None::<&()>,
-            )
-            .await?;
-        let finished: CommandEnvelope =
-            inner.expect_exec(response, "wait for command", &self.id)?;
+        let finished = async {
+            let response = inner
+                .call(
+                    HttpMethod::Get,
+                    &inner.url(&self.id, &format!("/cmd/{cmd}"), &[("wait", "true")]),
+                    None::<&()>,
+                )
+                .await?;
+            inner.expect_exec::<CommandEnvelope>(response, "wait for command", &self.id)
+        }
+        .await;
+        let finished = match finished {
+            Ok(finished) => finished,
+            // A log stream that ended before its command did leaves the command running:
+            // nothing will read it any more.
+            Err(e) => {
+                if !matches!(e, SandboxError::NotFound(_)) {
+                    self.kill(&cmd).await;
+                }
+                return Err(e);
+            }
+        };
         let exit_code = finished.command.exit_code.ok_or_else(|| {
             SandboxError::Other(format!(
                 "Vercel answered the wait for command {cmd} in sandbox {} without an exit code",
@@ -520,10 +538,12 @@ impl Inner {
             )),
             429 => SandboxError::Unreachable(format!(
                 "Vercel rate-limited {what} of sandbox {id} (HTTP 429{detail}); retry after {}",
-                response
-                    .header("retry-after")
-                    .map(|s| format!("{s} s (Retry-After)"))
-                    .unwrap_or_else(|| "a while (no Retry-After given)".into())
+                match response.header("retry-after").map(str::trim) {
+                    Some(secs) if secs.parse::<u64>().is_ok() => format!("{secs} s (Retry-After)"),
+                    // The other form Retry-After may take: an HTTP date.
+                    Some(date) => format!("{date} (Retry-After)"),
+                    None => "a while (no Retry-After given)".into(),
+                }
             )),
             500..=599 => SandboxError::Unreachable(format!(
                 "Vercel failed {what} of sandbox {id} (HTTP {status}{detail}) at {}",

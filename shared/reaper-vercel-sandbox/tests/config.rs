@@ -50,6 +50,43 @@ fn from_lookup_falls_back_to_the_oidc_token_and_prefers_vercel_token() {
     assert_eq!(both.token.expose(), TOKEN);
 }
 
+/// A JWT with these claims (unsigned: the provider never verifies it, Vercel does).
+fn jwt(claims: &str) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.signature",
+        engine.encode(r#"{"alg":"RS256","typ":"JWT"}"#),
+        engine.encode(claims)
+    )
+}
+
+#[test]
+fn without_a_team_id_the_oidc_tokens_owner_is_the_team() {
+    let token = jwt(r#"{"owner_id":"team_fromClaims1","project_id":"prj_1"}"#);
+    let config = Config::from_lookup(lookup(&[(vars::OIDC_TOKEN, &token)])).unwrap();
+    assert_eq!(config.team_id.as_deref(), Some("team_fromClaims1"));
+    let explicit = Config::from_lookup(lookup(&[
+        (vars::OIDC_TOKEN, &token),
+        (vars::TEAM_ID, "team_explicit"),
+    ]))
+    .unwrap();
+    assert_eq!(explicit.team_id.as_deref(), Some("team_explicit"));
+}
+
+#[test]
+fn a_token_that_is_no_jwt_or_names_no_owner_gives_no_team() {
+    for token in [
+        TOKEN.to_string(),
+        jwt(r#"{"sub":"x"}"#),
+        "a.b.c".to_string(),
+        format!("{}.extra", jwt(r#"{"owner_id":"team_x"}"#)),
+    ] {
+        let config = Config::from_lookup(lookup(&[(vars::TOKEN, &token)])).unwrap();
+        assert_eq!(config.team_id, None, "{token}");
+    }
+}
+
 #[test]
 fn a_missing_token_is_an_error_naming_both_variables() {
     let err = Config::from_lookup(lookup(&[(vars::TOKEN, "  ")])).unwrap_err();

@@ -177,6 +177,18 @@ async fn rate_limiting_is_retryable_and_quotes_retry_after_without_sleeping() {
         started.elapsed() < std::time::Duration::from_secs(5),
         "the provider waited out the Retry-After itself"
     );
+    fake.api.inject(
+        Fault::json(429, &error_body("rate_limited", "Too many requests"))
+            .with_header("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT")
+            .on("stopSandbox"),
+    );
+    match provider.destroy(&id).await {
+        Err(SandboxError::Unreachable(message)) => assert!(
+            message.contains("Wed, 21 Oct 2026 07:28:00 GMT (Retry-After)"),
+            "{message}"
+        ),
+        other => panic!("expected a retryable error, got {other:?}"),
+    }
     // The next call goes through: nothing was left broken.
     assert_eq!(
         handle.exec("echo ok", opts(10_000)).await.unwrap().stdout,
@@ -215,6 +227,43 @@ async fn server_errors_are_unreachable_so_a_probe_says_unknown() {
         }
     }
     fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_failed_wait_for_the_exit_code_kills_the_command() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    fake.api
+        .inject(Fault::json(502, &error_body("bad_gateway", "upstream")).on("getCommand"));
+    let result = provider
+        .handle(&id)
+        .unwrap()
+        .exec("true", opts(10_000))
+        .await;
+    assert!(
+        matches!(result, Err(SandboxError::Unreachable(_))),
+        "{result:?}"
+    );
+    assert_eq!(fake.api.count("killCommand"), 1, "{:?}", fake.operations());
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_command_with_a_nul_byte_is_refused_before_any_request() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let result = provider
+        .handle(&id)
+        .unwrap()
+        .exec("echo a\0b", opts(10_000))
+        .await;
+    assert!(
+        matches!(result, Err(SandboxError::Refused(_))),
+        "{result:?}"
+    );
+    assert!(fake.api.requests().is_empty());
 }
 
 #[tokio::test]
