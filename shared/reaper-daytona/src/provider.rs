@@ -32,6 +32,15 @@ const TRANSIENT_STATES: &[&str] = &[
     "forking",
 ];
 
+/// What a delete answers (a `Sandbox`): only its identity is read, so a delete is confirmed
+/// whatever else the sandbox carries.
+#[derive(serde::Deserialize)]
+struct Deleted {
+    id: String,
+    #[serde(default)]
+    name: Option<String>,
+}
+
 /// A [`SandboxProvider`] over Daytona.
 ///
 /// - `resume` is one `GET /sandbox/{id}`. `started` is a handle; `destroyed`, `destroying`, a
@@ -219,7 +228,21 @@ impl SandboxProvider for DaytonaProvider {
             .await
             .map_err(|e| inner.transport_error(e, "sandbox delete", None))?;
         match response.status {
-            200 | 204 => Ok(()),
+            // Only Daytona's own answer counts: a wrong base URL can reach a page served with
+            // 200 (Daytona's dashboard answers unknown non-API paths so), and taking that for
+            // a deletion would forget a live sandbox.
+            200 => {
+                let deleted: Deleted = parse(&response, "sandbox delete")?;
+                if deleted.id != id && deleted.name.as_deref() != Some(id) {
+                    return Err(SandboxError::Other(format!(
+                        "Daytona answered the delete of sandbox {id} with sandbox {}; the \
+                         sandbox may still be running",
+                        deleted.id
+                    )));
+                }
+                Ok(())
+            }
+            204 => Ok(()),
             404 if is_not_found(&response) => Ok(()),
             // A state change in progress: fine when it is our deletion (a second destroy while
             // the first one runs), an error otherwise.

@@ -165,6 +165,28 @@ async fn a_404_that_is_not_daytonas_word_on_the_sandbox_is_a_configuration_error
     fake.assert_clean();
 }
 
+/// Daytona serves its dashboard with 200 on non-API paths: a base URL without `/api` must not
+/// turn a delete into a success.
+#[tokio::test]
+async fn a_delete_answered_with_anything_but_the_sandbox_is_not_ok() {
+    let fake = FakeDaytona::start().await;
+    let id = fake.create().await;
+    for fault in [
+        Fault::respond(200).with_header("content-type", "text/html"),
+        Fault::json(200, &json!({"id": "another-sandbox"})),
+    ] {
+        fake.api.inject(fault.undocumented().on("deleteSandbox"));
+        let destroyed = fake.provider.destroy(&id).await;
+        assert!(
+            matches!(&destroyed, Err(SandboxError::Other(_))),
+            "{destroyed:?}"
+        );
+    }
+    assert!(fake.provider.resume(&id).await.unwrap().is_some());
+    fake.provider.destroy(&id).await.unwrap();
+    fake.assert_clean();
+}
+
 #[tokio::test]
 async fn a_rejected_key_is_refused_naming_daytona_api_key_and_never_quoting_it() {
     let wrong = "dtn_wrong-key-9876543210";
