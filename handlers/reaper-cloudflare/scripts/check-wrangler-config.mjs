@@ -27,10 +27,12 @@ for (const d1 of config.d1_databases ?? []) {
   need(!/^0{8}-0{4}-0{4}-0{4}-0{12}$/.test(d1.database_id ?? ""),
     `D1 binding ${d1.binding}: database_id is the all-zero placeholder; remove it (wrangler deploy binds database_name) or paste the id \`wrangler d1 create\` printed`);
 }
-for (const name of ["REAPER_DETACHED_TTL", "REAPER_SANDBOXD_URL"]) {
-  need(typeof config.vars?.[name] === "string", `[vars] ${name} is required`);
+need(typeof config.vars?.REAPER_DETACHED_TTL === "string", "[vars] REAPER_DETACHED_TTL is required");
+const providers = (config.vars?.REAPER_PROVIDERS ?? "sandboxd").split(",").map((p) => p.trim().toLowerCase());
+if (providers.includes("sandboxd")) {
+  need(typeof config.vars?.REAPER_SANDBOXD_URL === "string", "[vars] REAPER_SANDBOXD_URL is required while REAPER_PROVIDERS lists sandboxd");
 }
-for (const secret of ["REAPER_SANDBOXD_TOKEN", "REAPER_ADMIN_TOKEN"]) {
+for (const secret of ["REAPER_SANDBOXD_TOKEN", "REAPER_ADMIN_TOKEN", "DAYTONA_API_KEY", "E2B_API_KEY", "VERCEL_TOKEN", "VERCEL_OIDC_TOKEN"]) {
   need(!(secret in (config.vars ?? {})), `${secret} is a secret: never put it in [vars]`);
 }
 const cpu = config.vars?.REAPER_CPU_LIMIT;

@@ -8,6 +8,7 @@ pub const RUN_BUDGET: &str = "REAPER_RUN_BUDGET";
 pub const MAX_RUNS: &str = "REAPER_MAX_RUNS";
 pub const FENCE_QUIET: &str = "REAPER_FENCE_QUIET";
 pub const JOURNAL_DIR: &str = "REAPER_JOURNAL_DIR";
+pub const PROVIDERS: &str = reaper_providers::PROVIDERS_VAR;
 pub const SANDBOXD_URL: &str = "REAPER_SANDBOXD_URL";
 pub const SANDBOX_PROVIDER_NAME: &str = "REAPER_SANDBOX_PROVIDER_NAME";
 pub const CPU_LIMIT: &str = "REAPER_CPU_LIMIT";
@@ -36,9 +37,17 @@ pub const SETTINGS: &[Setting] = &[
         accepted: "a duration from 1s to 365d, e.g. 30m",
     },
     Setting {
+        name: PROVIDERS,
+        default: "sandboxd",
+        accepted: "a comma-separated list of sandboxd, daytona, e2b, vercel-sandbox: the \
+                   providers one sweep serves (each hosted one reads its own settings, \
+                   e.g. the DAYTONA_API_KEY secret)",
+    },
+    Setting {
         name: SANDBOXD_URL,
         default: "",
-        accepted: "the reaper-sandboxd base URL, http:// or https://",
+        accepted: "the reaper-sandboxd base URL, http:// or https:// (required when \
+                   REAPER_PROVIDERS lists sandboxd)",
     },
     Setting {
         name: INTERVAL,
@@ -115,15 +124,25 @@ pub struct Config {
     pub max_runs: usize,
     pub fence_quiet: Duration,
     pub journal_dir: Option<String>,
-    pub sandboxd_url: String,
-    pub sandboxd_token: Secret,
-    pub provider_name: String,
+    /// The providers one sweep serves, in the order listed.
+    pub providers: Vec<reaper_providers::ProviderKind>,
+    /// Set when `providers` lists sandboxd.
+    pub sandboxd: Option<Sandboxd>,
     pub cpu_limit: Duration,
     pub cpu_per_run: Duration,
     pub wall_limit: Duration,
     pub subrequests: u64,
     pub subrequests_per_run: u64,
     pub log_retention: Duration,
+}
+
+/// How to reach `reaper-sandboxd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandboxd {
+    pub url: String,
+    pub token: Secret,
+    /// The provider name its instance records carry.
+    pub provider_name: String,
 }
 
 /// Every problem with the settings, so one deploy fixes them all.
@@ -207,6 +226,32 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
     }
 }
 
+impl<G: Fn(&str) -> Option<String>> Reader<G> {
+    fn sandboxd(&mut self) -> Sandboxd {
+        let provider_name = self
+            .raw(SANDBOX_PROVIDER_NAME)
+            .unwrap_or_else(|| spec(SANDBOX_PROVIDER_NAME).default.into());
+        let url = self.raw(SANDBOXD_URL).unwrap_or_default();
+        let http = url.starts_with("http://") || url.starts_with("https://");
+        if !url.is_empty() && !http {
+            // A URL may carry credentials: name the problem without repeating them.
+            let shown = reaper_http_sandbox::redact_url(&url);
+            self.fail(SANDBOXD_URL, Some(&shown), "is not an http(s) URL");
+        }
+        let token = (self.get)(SANDBOXD_TOKEN).unwrap_or_default();
+        if token.is_empty() {
+            self.problems.push(format!(
+                "{SANDBOXD_TOKEN} is not set (a secret: `wrangler secret put {SANDBOXD_TOKEN}`)"
+            ));
+        }
+        Sandboxd {
+            url,
+            token: Secret::new(token),
+            provider_name,
+        }
+    }
+}
+
 impl Config {
     /// Reads `[vars]` and secrets through `get` (`None` when unset).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
@@ -233,22 +278,21 @@ impl Config {
                 r.fail(JOURNAL_DIR, Some(dir), "is not an absolute path");
             }
         }
-        let provider_name = r
-            .raw(SANDBOX_PROVIDER_NAME)
-            .unwrap_or_else(|| spec(SANDBOX_PROVIDER_NAME).default.into());
-        let sandboxd_url = r.raw(SANDBOXD_URL).unwrap_or_default();
-        let http = sandboxd_url.starts_with("http://") || sandboxd_url.starts_with("https://");
-        if !sandboxd_url.is_empty() && !http {
-            // A URL may carry credentials: name the problem without repeating them.
-            let shown = reaper_http_sandbox::redact_url(&sandboxd_url);
-            r.fail(SANDBOXD_URL, Some(&shown), "is not an http(s) URL");
+        let providers = match reaper_providers::parse((r.get)(PROVIDERS).as_deref()) {
+            Ok(kinds) => kinds,
+            Err(e) => {
+                r.problems.push(e.to_string());
+                Vec::new()
+            }
+        };
+        for kind in &providers {
+            if let Err(e) = reaper_providers::check_hosted(*kind, &r.get) {
+                r.problems.push(e.to_string());
+            }
         }
-        let token = (r.get)(SANDBOXD_TOKEN).unwrap_or_default();
-        if token.is_empty() {
-            r.problems.push(format!(
-                "{SANDBOXD_TOKEN} is not set (a secret: `wrangler secret put {SANDBOXD_TOKEN}`)"
-            ));
-        }
+        let sandboxd = providers
+            .contains(&reaper_providers::ProviderKind::Sandboxd)
+            .then(|| r.sandboxd());
         if r.problems.is_empty() {
             Ok(Config {
                 detached_ttl,
@@ -257,9 +301,8 @@ impl Config {
                 max_runs,
                 fence_quiet,
                 journal_dir,
-                sandboxd_url,
-                sandboxd_token: Secret::new(token),
-                provider_name,
+                providers,
+                sandboxd,
                 cpu_limit,
                 cpu_per_run,
                 wall_limit,
@@ -303,8 +346,44 @@ mod tests {
         assert_eq!(c.max_runs, 25);
         assert_eq!(c.cpu_limit, Duration::from_secs(30));
         assert_eq!(c.wall_limit, Duration::from_secs(900));
-        assert_eq!(c.provider_name, "sandboxd");
+        assert_eq!(c.sandboxd.unwrap().provider_name, "sandboxd");
+        assert_eq!(c.providers, [reaper_providers::ProviderKind::Sandboxd]);
         assert_eq!(c.journal_dir, None);
+    }
+
+    #[test]
+    fn hosted_providers_alone_need_no_sandboxd_settings() {
+        let c = Config::from_lookup(lookup(&[
+            (DETACHED_TTL, "30m"),
+            (PROVIDERS, "daytona,e2b"),
+            ("DAYTONA_API_KEY", "dtn_0123456789"),
+            ("E2B_API_KEY", "e2b_0123456789"),
+        ]))
+        .unwrap();
+        assert_eq!(c.sandboxd, None);
+        assert_eq!(
+            c.providers,
+            [
+                reaper_providers::ProviderKind::Daytona,
+                reaper_providers::ProviderKind::E2b
+            ]
+        );
+    }
+
+    #[test]
+    fn a_listed_provider_missing_its_secret_is_named_with_the_other_problems() {
+        let e = Config::from_lookup(lookup(&[
+            (DETACHED_TTL, "30m"),
+            (PROVIDERS, "sandboxd,vercel-sandbox"),
+            (MAX_RUNS, "0"),
+        ]))
+        .unwrap_err();
+        assert!(e.names(MAX_RUNS), "{e}");
+        assert!(e.names(SANDBOXD_URL), "{e}");
+        assert!(e.to_string().contains("VERCEL_TOKEN"), "{e}");
+        let unknown =
+            Config::from_lookup(lookup(&[(DETACHED_TTL, "30m"), (PROVIDERS, "e2c")])).unwrap_err();
+        assert!(unknown.to_string().contains("e2c"), "{unknown}");
     }
 
     #[test]

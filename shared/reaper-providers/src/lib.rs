@@ -106,6 +106,26 @@ pub fn parse(value: Option<&str>) -> Result<Vec<ProviderKind>, ProvidersError> {
     Ok(kinds)
 }
 
+/// Checks a hosted provider's settings without building it (a handler validating every setting
+/// at start-up, before it has a transport). `Ok` for [`ProviderKind::Sandboxd`].
+pub fn check_hosted(
+    kind: ProviderKind,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<(), ProvidersError> {
+    match kind {
+        ProviderKind::Sandboxd => Ok(()),
+        ProviderKind::Daytona => reaper_daytona::DaytonaConfig::from_lookup(lookup)
+            .map(drop)
+            .map_err(ProvidersError::Daytona),
+        ProviderKind::E2b => reaper_e2b::E2bConfig::from_lookup(lookup)
+            .map(drop)
+            .map_err(ProvidersError::E2b),
+        ProviderKind::VercelSandbox => reaper_vercel_sandbox::Config::from_lookup(lookup)
+            .map(drop)
+            .map_err(ProvidersError::VercelSandbox),
+    }
+}
+
 /// Builds a hosted provider from its own settings (read through `lookup`) over `transport`.
 /// `None` for [`ProviderKind::Sandboxd`], which the handler builds.
 pub fn build_hosted(

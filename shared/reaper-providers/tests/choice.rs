@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use reaper_core::{ProviderSet, SandboxProvider};
 use reaper_http_sandbox::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use reaper_providers::{build_hosted, parse, ProviderKind, ProvidersError};
+use reaper_providers::{build_hosted, check_hosted, parse, ProviderKind, ProvidersError};
 
 /// A transport that must never be used: choosing and building providers sends nothing.
 #[derive(Debug)]
@@ -107,6 +107,8 @@ fn a_listed_provider_without_its_key_names_the_setting_to_set() {
         let Err(error) = build_hosted(kind, lookup(&[]), Arc::new(NoNetwork)) else {
             panic!("{kind:?} built without its key");
         };
+        assert_eq!(check_hosted(kind, lookup(&[])).unwrap_err(), error);
+        assert!(check_hosted(kind, lookup(SECRETS)).is_ok());
         let message = error.to_string();
         assert!(message.contains(var), "{message}");
         assert!(message.contains(kind.as_str()), "{message}");

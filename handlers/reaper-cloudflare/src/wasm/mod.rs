@@ -13,7 +13,7 @@ use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{sweep_until, ReapDeps, SweepReport};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
-use reaper_core::{EpochMs, SandboxProvider};
+use reaper_core::{EpochMs, ProviderSet, SandboxProvider};
 use reaper_d1::D1Store;
 use reaper_http_sandbox::{HttpProviderConfig, HttpSandboxProvider};
 use serde_json::json;
@@ -42,13 +42,16 @@ const KEY_LAST_RETENTION: &str = "lastRetention";
 /// Where the round robin over runs inside the TTL goes on at the next alarm.
 const KEY_CURSOR: &str = "listingCursor";
 
+/// A `[vars]` setting or a secret.
+fn setting(env: &Env, name: &str) -> Option<String> {
+    env.var(name)
+        .map(|v| v.to_string())
+        .or_else(|_| env.secret(name).map(|v| v.to_string()))
+        .ok()
+}
+
 pub(crate) fn config(env: &Env) -> std::result::Result<Config, crate::config::ConfigError> {
-    Config::from_lookup(|name| {
-        env.var(name)
-            .map(|v| v.to_string())
-            .or_else(|_| env.secret(name).map(|v| v.to_string()))
-            .ok()
-    })
+    Config::from_lookup(|name| setting(env, name))
 }
 
 fn absolute(at: EpochMs) -> ScheduledTime {
@@ -73,21 +76,43 @@ pub(crate) async fn open_metered_store(
         .map_err(|e| Error::RustError(e.to_string()))
 }
 
-/// Builds the sweep's ports: D1 for every store, sandboxd over `fetch` for the sandboxes.
-fn deps(config: &Config, store: D1Store, meter: Arc<SubrequestMeter>) -> Result<ReapDeps> {
+/// The providers `REAPER_PROVIDERS` lists, each over the metered `fetch`, routed by the
+/// provider name in each instance record.
+fn providers(config: &Config, env: &Env, meter: Arc<SubrequestMeter>) -> Result<ProviderSet> {
+    let transport: Arc<dyn reaper_http_sandbox::HttpTransport> = Arc::new(Metered {
+        inner: FetchTransport,
+        meter,
+    });
+    let lookup = |name: &str| setting(env, name);
+    let mut members: Vec<Arc<dyn SandboxProvider>> = Vec::new();
+    for kind in &config.providers {
+        let built = reaper_providers::build_hosted(*kind, lookup, transport.clone())
+            .map_err(|e| Error::RustError(e.to_string()))?;
+        match (built, &config.sandboxd) {
+            (Some(hosted), _) => members.push(hosted),
+            (None, Some(sandboxd)) => {
+                let mut http = HttpProviderConfig::new(&sandboxd.url, sandboxd.token.expose());
+                http.name = sandboxd.provider_name.clone();
+                members.push(Arc::new(
+                    HttpSandboxProvider::with_transport(http, transport.clone())
+                        .map_err(|e| Error::RustError(e.to_string()))?,
+                ));
+            }
+            (None, None) => {}
+        }
+    }
+    ProviderSet::new(members).map_err(|e| Error::RustError(e.to_string()))
+}
+
+/// Builds the sweep's ports: D1 for every store, the listed providers over `fetch`.
+fn deps(
+    config: &Config,
+    env: &Env,
+    store: D1Store,
+    meter: Arc<SubrequestMeter>,
+) -> Result<ReapDeps> {
     let store = Arc::new(store);
-    let mut http = HttpProviderConfig::new(&config.sandboxd_url, config.sandboxd_token.expose());
-    http.name = config.provider_name.clone();
-    let provider: Arc<dyn SandboxProvider> = Arc::new(
-        HttpSandboxProvider::with_transport(
-            http,
-            Arc::new(Metered {
-                inner: FetchTransport,
-                meter,
-            }),
-        )
-        .map_err(|e| Error::RustError(e.to_string()))?,
-    );
+    let provider: Arc<dyn SandboxProvider> = Arc::new(providers(config, env, meter)?);
     let probe = JournalExitProbe::new(
         provider.clone(),
         store.clone(),
@@ -200,7 +225,7 @@ impl RunReaper {
             .flatten();
         let meter = Arc::new(SubrequestMeter::new(plan.subrequest_stop_at));
         let store = open_metered_store(&self.env, Some(meter.clone())).await?;
-        let deps = deps(config, store.clone(), meter.clone())?;
+        let deps = deps(config, &self.env, store.clone(), meter.clone())?;
         let report = sweep_until(&deps, &plan.options, plan.lease_ttl_ms, Some(meter.stop())).await;
         let used = meter.used();
         match &report.report.cursor {
