@@ -420,10 +420,14 @@ impl OpenApi {
         headers: &[(String, String)],
         body: Option<&[u8]>,
     ) -> Result<(), Vec<String>> {
-        let Some(op) = self.operations.get(op_ref.index) else {
+        let op = self
+            .operations
+            .get(op_ref.index)
+            .filter(|op| op.method == op_ref.method && op.template == op_ref.path_template);
+        let Some(op) = op else {
             return Err(vec![format!(
-                "{} is not an operation of this document",
-                op_ref.name()
+                "{} is not an operation of this document (was it matched by another one?)",
+                op_ref.route()
             )]);
         };
         let prefix = format!("{} {} → {status}", op.method, op.template);

@@ -540,13 +540,14 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// Returned to hyper to drop the connection without an answer.
+/// Returned to hyper to drop the connection without an answer (an injected close, or a
+/// client gone before its body arrived).
 #[derive(Debug)]
 struct CloseConnection;
 
 impl fmt::Display for CloseConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("connection closed by an injected fault")
+        f.write_str("connection closed without an answer")
     }
 }
 
@@ -659,26 +660,7 @@ async fn exchange(
                 headers,
                 body,
             };
-            let what = format!("{} {}", request.method, request.path);
-            match AssertUnwindSafe(shared.handler.handle(request))
-                .catch_unwind()
-                .await
-            {
-                Ok(response) => (response, true),
-                Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "(not a string)".into());
-                    lock(&shared.violations)
-                        .push(format!("the handler panicked on {what}: {message}"));
-                    // Answered, so the client fails fast instead of on a dropped connection.
-                    let answer =
-                        FakeResponse::bytes(500, "text/plain", "the fake's handler panicked");
-                    (answer, false)
-                }
-            }
+            call_handler(&shared, request).await
         }
     };
 
@@ -708,8 +690,41 @@ async fn exchange(
         }
     }
 
+    Ok(into_http(&shared, seq, status, &headers, body))
+}
+
+/// Calls the handler; a panic in it is a violation answered with a 500 (the client fails
+/// fast instead of on a dropped connection). The flag says whether to check the answer.
+async fn call_handler(shared: &Shared, request: FakeRequest) -> (FakeResponse, bool) {
+    let what = format!("{} {}", request.method, request.path);
+    match AssertUnwindSafe(shared.handler.handle(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => (response, true),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(a panic without a message)".into());
+            lock(&shared.violations).push(format!("the handler panicked on {what}: {message}"));
+            let answer = FakeResponse::bytes(500, "text/plain", "the fake's handler panicked");
+            (answer, false)
+        }
+    }
+}
+
+/// The hyper response; a streamed body appends each chunk to the exchange's record as it goes.
+fn into_http(
+    shared: &Arc<Shared>,
+    seq: u64,
+    status: u16,
+    headers: &[(String, String)],
+    body: FakeBody,
+) -> hyper::Response<Body> {
     let mut builder = hyper::Response::builder().status(status);
-    for (name, value) in &headers {
+    for (name, value) in headers {
         builder = builder.header(name.as_str(), value.as_str());
     }
     let body: Body = match body {
@@ -725,17 +740,14 @@ async fn exchange(
             StreamBody::new(frames).boxed_unsync()
         }
     };
-    match builder.body(body) {
-        Ok(response) => Ok(response),
-        Err(e) => {
-            lock(&shared.violations).push(format!(
-                "the fake's answer is not valid HTTP (status {status}, headers {headers:?}): {e}"
-            ));
-            let mut response = hyper::Response::new(Full::new(Bytes::new()).boxed_unsync());
-            *response.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
-            Ok(response)
-        }
-    }
+    builder.body(body).unwrap_or_else(|e| {
+        lock(&shared.violations).push(format!(
+            "the fake's answer is not valid HTTP (status {status}, headers {headers:?}): {e}"
+        ));
+        let mut response = hyper::Response::new(Full::new(Bytes::new()).boxed_unsync());
+        *response.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        response
+    })
 }
 
 fn find_record(log: &mut [Recorded], seq: u64) -> Option<&mut Recorded> {

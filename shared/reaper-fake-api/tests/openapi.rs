@@ -600,3 +600,17 @@ paths:
         &["required query parameter `labels` is missing"],
     );
 }
+
+#[test]
+fn an_operation_of_another_document_is_refused() {
+    let other = OpenApi::parse(
+        "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    get:\n      \
+         responses:\n        '200': {description: ok}\n",
+    )
+    .unwrap();
+    let op = other.check_request("GET", "/x", &[], b"").unwrap();
+    assert_one_violation(
+        doc().check_response(&op, 200, &[], b""),
+        &["GET /x is not an operation of this document"],
+    );
+}
