@@ -188,6 +188,33 @@ async fn a_delete_answered_with_anything_but_the_sandbox_is_not_ok() {
 }
 
 #[tokio::test]
+async fn a_sandbox_id_that_could_change_the_url_is_refused_before_any_request() {
+    let fake = FakeDaytona::start().await;
+    for id in [
+        "",
+        "..",
+        "a/b",
+        "x?verbose=true",
+        "a%2Fb",
+        "a b",
+        &"x".repeat(129),
+    ] {
+        let resumed = fake.provider.resume(id).await;
+        assert!(
+            matches!(&resumed, Err(SandboxError::Refused(m)) if m.contains("invalid Daytona sandbox id")),
+            "{id:?}: {:?}",
+            resumed.map(|h| h.is_some())
+        );
+        let destroyed = fake.provider.destroy(id).await;
+        assert!(
+            matches!(&destroyed, Err(SandboxError::Refused(_))),
+            "{id:?}: {destroyed:?}"
+        );
+    }
+    assert_eq!(fake.counts().total(), 0);
+}
+
+#[tokio::test]
 async fn a_rejected_key_is_refused_naming_daytona_api_key_and_never_quoting_it() {
     let wrong = "dtn_wrong-key-9876543210";
     let fake = FakeDaytona::start_with(|c| c.api_key = Secret::new(wrong)).await;
