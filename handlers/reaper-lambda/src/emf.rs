@@ -178,6 +178,7 @@ mod tests {
                         oldest_detached_ms: Some(7_200_000),
                         max_detached_to_finalized_ms: Some(95_000),
                         max_ttl_to_destroyed_ms: Some(12_000),
+                        ..Default::default()
                     },
                     ..ReapReport::default()
                 },
