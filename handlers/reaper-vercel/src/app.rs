@@ -1,20 +1,32 @@
-//! [`App`]: one request in, one response out. The sweep is behind [`Sweeper`] so the request
-//! handling is tested without a store; [`ServerlessSweeper`] is the real one.
+//! [`App`]: one request in, one response out. The sweep is behind [`Sweeper`] and the status
+//! read behind [`StatusReader`], so the request handling is tested without a store;
+//! [`ServerlessSweeper`] is the real one of both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::Response;
+use reaper_core::StoreError;
 use reaper_core::{Clock, EpochMs};
+use reaper_serverless::status::{assess, read_last_sweep, read_status, record_last_sweep};
 use reaper_serverless::{
     build_deps, check_budget, plan, run_sweep, BudgetTooShort, ComposeError, ConfigError,
-    NoAwsCredentials, OidcTokens, ServerlessConfig, ServerlessDeps, ServerlessReport,
+    LastSweep, NoAwsCredentials, OidcTokens, ServerlessConfig, ServerlessDeps, ServerlessReport,
+    ServiceStatus, StatusLimits,
 };
 
 use crate::auth::{CronSecret, SecretError, CRON_SECRET_ENV};
 use crate::budget::budget;
-use crate::request::{gate, oidc_token, report_response};
+use crate::request::{gate, oidc_token, report_response, status_response, Route};
+use crate::schedule::{deployed_schedule, longest_interval, ScheduleError};
+
+/// How long writing the last-sweep mark may take: it runs inside the safety margin, after the
+/// sweep.
+const MARK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a status read may take before it answers 503 (a monitor's own timeout is often
+/// 30 s).
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs one single-flight sweep that starts no run it cannot finish by `deadline`.
 #[async_trait::async_trait]
@@ -22,21 +34,30 @@ pub trait Sweeper: Send + Sync {
     async fn sweep(&self, started_at: EpochMs, deadline: EpochMs) -> ServerlessReport;
 }
 
+/// Reads the deployment's status at `now`: reads only, no sweep, no write.
+#[async_trait::async_trait]
+pub trait StatusReader: Send + Sync {
+    async fn status(&self, now: EpochMs) -> ServiceStatus;
+}
+
 /// The sweep over DynamoDB and `reaper-sandboxd`, as `reaper-serverless` composes it.
 #[derive(Debug)]
 pub struct ServerlessSweeper {
     pub config: ServerlessConfig,
     pub deps: ServerlessDeps,
+    /// What the status read judges against.
+    pub limits: StatusLimits,
     /// This process, in every lease owner it takes (`vercel:<pid>:<random>`).
     owner_prefix: String,
     invocations: AtomicU64,
 }
 
 impl ServerlessSweeper {
-    pub fn new(config: ServerlessConfig, deps: ServerlessDeps) -> Self {
+    pub fn new(config: ServerlessConfig, deps: ServerlessDeps, limits: StatusLimits) -> Self {
         ServerlessSweeper {
             config,
             deps,
+            limits,
             owner_prefix: format!("vercel:{}:{}", std::process::id(), random_tag()),
             invocations: AtomicU64::new(0),
         }
@@ -49,8 +70,51 @@ impl Sweeper for ServerlessSweeper {
         // Fluid compute runs several requests in one process: each gets its own lease owner.
         let n = self.invocations.fetch_add(1, Ordering::Relaxed);
         let owner = format!("{}:{n}", self.owner_prefix);
-        run_sweep(&self.deps, &plan(&self.config, owner, started_at, deadline)).await
+        let report = run_sweep(&self.deps, &plan(&self.config, owner, started_at, deadline)).await;
+        // Vercel keeps no heartbeat: the mark is how the status path knows sweeps happen.
+        if let Some(mark) = LastSweep::of(&report) {
+            match tokio::time::timeout(MARK_TIMEOUT, record_last_sweep(&self.deps.store, &mark))
+                .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "the last-sweep mark was not written; the status path will show an older sweep")
+                }
+                Err(_) => tracing::warn!(
+                    timeout_ms = MARK_TIMEOUT.as_millis() as u64,
+                    "writing the last-sweep mark timed out; the status path will show an older sweep"
+                ),
+            }
+        }
+        report
     }
+}
+
+#[async_trait::async_trait]
+impl StatusReader for ServerlessSweeper {
+    async fn status(&self, now: EpochMs) -> ServiceStatus {
+        let store = &self.deps.store;
+        let read = async {
+            let last = read_last_sweep(store).await;
+            read_status(store, store, last, self.limits, now).await
+        };
+        match tokio::time::timeout(STATUS_TIMEOUT, read).await {
+            Ok(status) => status,
+            Err(_) => {
+                let late = || {
+                    StoreError::Unavailable(format!(
+                        "DynamoDB did not answer within {}s",
+                        STATUS_TIMEOUT.as_secs()
+                    ))
+                };
+                assess(now, self.limits, Err(late()), Err(late()), Err(late()))
+            }
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn random_tag() -> String {
@@ -78,6 +142,8 @@ pub enum StartupError {
     #[error(transparent)]
     Budget(#[from] BudgetTooShort),
     #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error(transparent)]
     Compose(#[from] ComposeError),
 }
 
@@ -96,6 +162,8 @@ pub struct App {
     /// How long one invocation may run (Vercel's `maxDuration`).
     pub budget: Duration,
     pub sweeper: Arc<dyn Sweeper>,
+    /// Answers `?status`.
+    pub status: Arc<dyn StatusReader>,
     pub clock: Arc<dyn Clock>,
     /// Where each authorized request's OIDC token goes, when the store assumes a role with it.
     pub oidc_tokens: Option<OidcTokens>,
@@ -127,12 +195,20 @@ impl App {
         config.aws_credentials.require_explicit()?;
         let budget = budget(config.budget);
         check_budget(&config, budget, budget_source(config.budget))?;
+        let limits = StatusLimits {
+            detached_ttl_ms: millis(config.detached_ttl),
+            run_budget_ms: millis(config.run_budget),
+            schedule_interval_ms: millis(longest_interval(&deployed_schedule()?)?),
+            budget_ms: millis(budget),
+        };
         let deps = build_deps(&config).await?;
         let oidc_tokens = deps.oidc_tokens.clone();
+        let serverless = Arc::new(ServerlessSweeper::new(config, deps, limits));
         Ok(App {
             secret,
             budget,
-            sweeper: Arc::new(ServerlessSweeper::new(config, deps)),
+            sweeper: serverless.clone(),
+            status: serverless,
             clock,
             oidc_tokens,
         })
@@ -142,13 +218,25 @@ impl App {
     pub async fn handle(&self, parts: &http::request::Parts) -> Response<String> {
         // The budget counts from the request's arrival: Vercel's clock started no later.
         let started_at = self.clock.now_ms();
-        if let Err(refusal) = gate(parts, &self.secret) {
-            refusal.log(parts);
-            return refusal.response();
-        }
+        let route = match gate(parts, &self.secret) {
+            Ok(route) => route,
+            Err(refusal) => {
+                refusal.log(parts);
+                return refusal.response();
+            }
+        };
         // Only after the gate: an unauthenticated caller cannot swap the token the store uses.
         if let (Some(tokens), Some(token)) = (&self.oidc_tokens, oidc_token(parts)) {
             tokens.offer(token);
+        }
+        if route == Route::Status {
+            let status = self.status.status(started_at).await;
+            if status.healthy {
+                tracing::info!(healthy = true, "status answered");
+            } else {
+                tracing::warn!(healthy = false, problems = ?status.problems, "status answered");
+            }
+            return status_response(&status);
         }
         let header = |name: &str| {
             parts
@@ -326,10 +414,13 @@ pub(crate) mod tests {
         assert_eq!(summary["fields"]["reclaim_failed"], 2);
     }
 
-    /// Records each call's `(started_at, deadline)` and answers with `status`.
+    /// Records each sweep's `(started_at, deadline)` and answers with `status`; records each
+    /// status read's `now` and answers with a ledger holding `leaked` leaks.
     struct Recording {
         calls: Mutex<Vec<(EpochMs, EpochMs)>>,
         status: SweepStatus,
+        status_reads: Mutex<Vec<EpochMs>>,
+        leaked: u64,
     }
 
     #[async_trait::async_trait]
@@ -340,15 +431,37 @@ pub(crate) mod tests {
         }
     }
 
+    #[async_trait::async_trait]
+    impl StatusReader for Recording {
+        async fn status(&self, now: EpochMs) -> ServiceStatus {
+            self.status_reads.lock().unwrap().push(now);
+            let limits = StatusLimits {
+                detached_ttl_ms: 1_800_000,
+                run_budget_ms: 30_000,
+                schedule_interval_ms: 300_000,
+                budget_ms: 300_000,
+            };
+            let ledger = reaper_core::LedgerCounts {
+                pending: self.leaked,
+                leaked: self.leaked,
+                oldest_first_seen: None,
+            };
+            assess(now, limits, Ok(None), Ok(ledger), Ok(Default::default()))
+        }
+    }
+
     fn recording_app(secret: Option<&str>, status: SweepStatus) -> (App, Arc<Recording>) {
         let sweeper = Arc::new(Recording {
             calls: Mutex::default(),
             status,
+            status_reads: Mutex::default(),
+            leaked: 0,
         });
         let app = App {
             secret: CronSecret::from_env_value(secret.map(std::ffi::OsStr::new)).unwrap(),
             budget: Duration::from_secs(300),
             sweeper: sweeper.clone(),
+            status: sweeper.clone(),
             clock: Arc::new(ManualClock::new(1_700_000_000_000)),
             oidc_tokens: None,
         };
@@ -403,6 +516,76 @@ pub(crate) mod tests {
         );
         assert!(sweeper.calls.lock().unwrap().is_empty());
         assert!(unset_sweeper.calls.lock().unwrap().is_empty());
+    }
+
+    fn status_request(auth: Option<&str>) -> http::request::Parts {
+        let mut parts = cron("GET", auth);
+        parts.uri = "/api/reap?status".parse().unwrap();
+        parts
+    }
+
+    #[tokio::test]
+    async fn an_authorized_status_request_reads_the_status_at_arrival_and_never_sweeps() {
+        let (app, recording) = recording_app(Some(SECRET), SweepStatus::Swept);
+        let response = app
+            .handle(&status_request(Some(&format!("Bearer {SECRET}"))))
+            .await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["cache-control"], "no-store");
+        let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
+        assert_eq!(body["healthy"], true);
+        assert_eq!(body["ledger"]["leaked"], 0);
+        assert_eq!(body["lastSweep"], serde_json::Value::Null);
+        assert_eq!(*recording.status_reads.lock().unwrap(), [1_700_000_000_000]);
+        assert!(
+            recording.calls.lock().unwrap().is_empty(),
+            "the status path swept"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unhealthy_status_is_503_with_the_problems() {
+        let (mut app, _) = recording_app(Some(SECRET), SweepStatus::Swept);
+        let leaking = Arc::new(Recording {
+            calls: Mutex::default(),
+            status: SweepStatus::Swept,
+            status_reads: Mutex::default(),
+            leaked: 2,
+        });
+        app.status = leaking.clone();
+        let response = app
+            .handle(&status_request(Some(&format!("Bearer {SECRET}"))))
+            .await;
+        assert_eq!(response.status(), 503);
+        let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
+        assert_eq!(body["healthy"], false);
+        assert_eq!(body["ledger"]["leaked"], 2);
+        assert!(body["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("2 sandbox(es) of finished runs could not be destroyed"));
+        assert!(leaking.calls.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn refused_status_requests_never_read_the_status() {
+        let (app, recording) = recording_app(Some(SECRET), SweepStatus::Swept);
+        for auth in [None, Some("Bearer x")] {
+            let response = app.handle(&status_request(auth)).await;
+            assert_eq!(response.status(), 401);
+            assert!(response.body().is_empty());
+        }
+        let (unset, unset_recording) = recording_app(None, SweepStatus::Swept);
+        assert_eq!(
+            unset
+                .handle(&status_request(Some("Bearer ")))
+                .await
+                .status(),
+            500
+        );
+        assert!(recording.status_reads.lock().unwrap().is_empty());
+        assert!(unset_recording.status_reads.lock().unwrap().is_empty());
+        assert!(recording.calls.lock().unwrap().is_empty());
     }
 
     #[tokio::test]
@@ -474,6 +657,7 @@ pub(crate) mod tests {
         assert!(tokens.current().is_none());
         let (recording, _) = recording_app(Some(SECRET), SweepStatus::Swept);
         app.sweeper = recording.sweeper;
+        app.status = recording.status;
 
         let with_token = |auth: &str, token: &str| {
             let mut parts = cron("GET", Some(auth));

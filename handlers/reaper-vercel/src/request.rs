@@ -4,7 +4,7 @@
 
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use reaper_core::reap::{SweepReport, SweepStatus};
-use reaper_serverless::ServerlessReport;
+use reaper_serverless::{ServerlessReport, ServiceStatus};
 
 use crate::auth::{authorize, AuthFailure, CronSecret, CRON_SECRET_ENV};
 
@@ -24,6 +24,18 @@ pub fn oidc_token(parts: &http::request::Parts) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
+/// The query parameter that asks for the status instead of a sweep: `GET /api/reap?status`.
+pub const STATUS_QUERY: &str = "status";
+
+/// What an admitted request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The cron's request: a sweep.
+    Sweep,
+    /// `?status`: the last sweep, the ledger and the detached runs, read without sweeping.
+    Status,
+}
+
 /// Why a request gets no sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -37,8 +49,9 @@ pub enum Refusal {
     SecretMissing,
 }
 
-/// Decides whether a request may sweep: the path, then the method, then the secret.
-pub fn gate(parts: &http::request::Parts, secret: &CronSecret) -> Result<(), Refusal> {
+/// Decides whether a request is admitted, and to what: the path, then the method, then the
+/// secret (the status path is guarded exactly as the sweep), then the query.
+pub fn gate(parts: &http::request::Parts, secret: &CronSecret) -> Result<Route, Refusal> {
     if parts.uri.path() != CRON_PATH {
         return Err(Refusal::NotFound);
     }
@@ -48,6 +61,15 @@ pub fn gate(parts: &http::request::Parts, secret: &CronSecret) -> Result<(), Ref
     authorize(&parts.headers, secret).map_err(|e| match e {
         AuthFailure::SecretMissing => Refusal::SecretMissing,
         AuthFailure::Unauthorized => Refusal::Unauthorized,
+    })?;
+    let asks_status = parts.uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair.split('=').next() == Some(STATUS_QUERY))
+    });
+    Ok(if asks_status {
+        Route::Status
+    } else {
+        Route::Sweep
     })
 }
 
@@ -118,6 +140,17 @@ pub fn report_response(report: &ServerlessReport) -> Response<String> {
     json_response(report_status(&report.sweep), report)
 }
 
+/// The status as JSON: 200 when healthy, 503 when not (an uptime monitor alerts on the status
+/// code alone; `problems` says why).
+pub fn status_response(status: &ServiceStatus) -> Response<String> {
+    let code = if status.healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(code, status)
+}
+
 /// A JSON body with `cache-control: no-store` (a cached answer would hide a sweep).
 pub fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response<String> {
     let body = serde_json::to_string(body).unwrap_or_else(|e| {
@@ -167,12 +200,48 @@ mod tests {
     fn a_cron_shaped_get_with_the_secret_may_sweep_even_with_a_query_string() {
         assert_eq!(
             gate(&parts("GET", CRON_PATH, Some(&bearer())), &secret()),
-            Ok(())
+            Ok(Route::Sweep)
         );
-        let with_query = format!("{CRON_PATH}?from=cron");
+        for query in ["from=cron", "statuses", "x=status", "stat"] {
+            let with_query = format!("{CRON_PATH}?{query}");
+            assert_eq!(
+                gate(&parts("GET", &with_query, Some(&bearer())), &secret()),
+                Ok(Route::Sweep),
+                "{query}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_status_query_with_the_secret_reads_the_status() {
+        for query in ["status", "status=1", "from=monitor&status"] {
+            let uri = format!("{CRON_PATH}?{query}");
+            assert_eq!(
+                gate(&parts("GET", &uri, Some(&bearer())), &secret()),
+                Ok(Route::Status),
+                "{query}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_status_query_is_refused_exactly_as_the_sweep_without_the_secret() {
+        let uri = format!("{CRON_PATH}?status");
+        for auth in [None, Some("Bearer nope")] {
+            let refusal = gate(&parts("GET", &uri, auth), &secret()).unwrap_err();
+            assert_eq!(refusal, Refusal::Unauthorized);
+            let response = refusal.response();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+            assert!(response.body().is_empty());
+        }
         assert_eq!(
-            gate(&parts("GET", &with_query, Some(&bearer())), &secret()),
-            Ok(())
+            gate(&parts("POST", &uri, Some(&bearer())), &secret()),
+            Err(Refusal::MethodNotAllowed)
+        );
+        let missing = CronSecret::from_env_value(None).unwrap();
+        assert_eq!(
+            gate(&parts("GET", &uri, Some("Bearer ")), &missing),
+            Err(Refusal::SecretMissing)
         );
     }
 

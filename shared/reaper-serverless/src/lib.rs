@@ -10,7 +10,10 @@
 //!   time, composed into the core's [`ReapDeps`](reaper_core::reap::ReapDeps);
 //! - [`plan`]: deadline-aware batch sizing from the invocation's start and deadline;
 //! - [`run_sweep`] and [`ServerlessReport`]: the single-flight sweep and what a handler returns
-//!   (the sweep report, the plan, the DynamoDB requests of the sweep).
+//!   (the sweep report, the plan, the DynamoDB requests of the sweep);
+//! - [`status`]: the last sweep's mark in the table, and a read-only health verdict over it, the
+//!   reclaim ledger and the detached runs, for an uptime monitor on a platform without a
+//!   heartbeat.
 //!
 //! A handler is then: read the config once, build the deps once, and per invocation
 //! `run_sweep(&deps, &plan(&config, owner, start, deadline))`.
@@ -19,6 +22,7 @@ pub mod compose;
 pub mod config;
 pub mod credentials;
 pub mod plan;
+pub mod status;
 
 pub use compose::{
     build_deps, compose, dynamo_options, requests_since, run_sweep, ComposeError, ServerlessDeps,
@@ -29,3 +33,4 @@ pub use credentials::{AwsCredentialsConfig, NoAwsCredentials, OidcTokens, WebIde
 pub use plan::{check_budget, minimum_budget, plan, reserve, BudgetTooShort, SweepPlan};
 /// The wall clock the serverless handlers run on (their deadlines are wall time).
 pub use reaper_local::SystemClock;
+pub use status::{LastSweep, ServiceStatus, StatusLimits};
