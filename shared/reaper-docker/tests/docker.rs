@@ -683,3 +683,39 @@ async fn engine_api_requests_per_resume_exec_probe_and_reclaim() {
         (1, 1)
     );
 }
+
+#[tokio::test]
+async fn engine_api_requests_per_prune_of_a_sandbox() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let (host, _) = common::docker_env().unwrap();
+    // A name of its own, so the listing holds exactly this test's sandbox.
+    let provider_name = format!("docker-prune-cost-{}", unique());
+    let own = common::connect(&host, Some(&provider_name)).await;
+    drop(provider);
+    let sbx = sandbox(&own, &image).await;
+    let n = unique();
+    let (done, live) = (format!("dk-pc-done-{n}"), format!("dk-pc-live-{n}"));
+    run_agent(&sbx, &done, "echo '{\"delta\":\"1\"}'").await;
+    run_agent(&sbx, &live, "echo '{\"delta\":\"1\"}'").await;
+    let runs = MemoryStore::new();
+    runs.put_run(run_record(&done, RunStatus::Completed));
+    runs.put_run(run_record(&live, RunStatus::Running));
+    let before = own.request_counts();
+
+    // What `reaper prune` does per Docker provider: list, then open and prune each sandbox.
+    let ids = own.list().await.unwrap();
+    assert_eq!(ids, vec![sbx.container_id().to_string()]);
+    let opened = own.open(&ids[0]).await.unwrap().unwrap();
+    let report = prune_journals(&opened, &runs, &prune_options()).await;
+    let cost = own.request_counts().since(&before);
+
+    eprintln!("docker: prune of one sandbox (1 deletable run, 1 kept) costs {cost}");
+    assert_eq!(report.deleted, vec![done]);
+    assert_eq!((cost.list_containers, cost.inspect_container), (1, 1));
+    // The name listing, the mtime listing (the orphan age gate) and one delete batch.
+    assert_eq!(cost.create_exec, 3, "{cost}");
+    assert_eq!(cost.create_exec, cost.start_exec);
+    own.destroy(sbx.id()).await.unwrap();
+}
