@@ -8,17 +8,18 @@
 //! `SIGPIPE` on its next write instead of printing on, and the log stream stays bounded.
 //!
 //! The user's command still runs as `sh -c <command>` (so `$$`, quoting and `exec` behave as
-//! with any provider), its exit status is passed through, and only it sees the real stdin.
+//! with any provider), its exit status is passed through, and its stdin is `/dev/null` whatever
+//! Vercel gives the command (the port's contract: no stdin).
 
 /// The wrapper, run as `sh -c WRAPPER reaper-exec <limit+1> <command>`.
 ///
-/// fd 4 keeps the real stdout; fd 3 is the pipe into the stderr `head`; fd 5 carries the
+/// The command reads `/dev/null`; fd 4 keeps the real stdout; fd 3 is the pipe into the stderr `head`; fd 5 carries the
 /// command's exit status out of the pipeline into `$( )`. Every process closes the descriptors
 /// it has no use for, so the command (and anything it leaves in the background) holds only its
 /// own stdout and stderr, exactly as without the wrapper.
 const WRAPPER: &str = r#"n=$1 c=$2
 exec 4>&1
-s=$( { { { sh -c "$c" 2>&3 3>&- 4>&- 5>&-; echo $? >&5; } | head -c "$n" >&4 3>&- 4>&- 5>&-; } 3>&1 | head -c "$n" >&2 4>&- 5>&-; } 5>&1 )
+s=$( { { { sh -c "$c" </dev/null 2>&3 3>&- 4>&- 5>&-; echo $? >&5; } | head -c "$n" >&4 3>&- 4>&- 5>&-; } 3>&1 | head -c "$n" >&2 4>&- 5>&-; } 5>&1 )
 exec 4>&-
 exit "${s:-1}""#;
 
@@ -81,6 +82,24 @@ mod tests {
         assert_eq!((out.len(), err.len()), (11, 11));
         let (out, err, code) = run("head -c 10 /dev/zero; head -c 10 /dev/zero >&2", 10);
         assert_eq!((out.len(), err.len(), code), (10, 10, Some(0)));
+    }
+
+    #[test]
+    fn the_wrapper_gives_the_command_no_stdin_even_when_it_has_one() {
+        use std::io::Write;
+        let (program, args) = bounded("if read -r l; then echo \"read:$l\"; else echo eof; fi", 64);
+        let mut child = Command::new(program)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run sh");
+        // An open stdin with a line waiting in it: the command must not see either.
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"secret\n").expect("write stdin");
+        let out = child.wait_with_output().expect("wait");
+        drop(stdin);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "eof\n");
     }
 
     #[test]
