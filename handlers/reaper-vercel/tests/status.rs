@@ -259,3 +259,78 @@ async fn the_status_path_is_refused_without_the_secret_exactly_like_the_sweep() 
     assert_eq!(world.run(&run).await.status, RunStatus::Running);
     assert!(sandbox_exists(&world, &sandbox).await);
 }
+
+fn mark(finished_at: i64, considered: usize) -> reaper_serverless::LastSweep {
+    reaper_serverless::LastSweep {
+        started_at: finished_at - 1_000,
+        finished_at,
+        considered,
+        probed: 0,
+        deferred: 0,
+        outcomes: serde_json::json!({}),
+        ledger: None,
+        listing_error: None,
+        owner: "test".into(),
+    }
+}
+
+#[tokio::test]
+async fn the_last_sweep_mark_keeps_the_latest_of_overlapping_sweeps() {
+    use reaper_serverless::status::{read_last_sweep, record_last_sweep};
+    let world = World::new().await;
+    assert_eq!(read_last_sweep(&world.store).await.unwrap(), None);
+    assert!(record_last_sweep(&world.store, &mark(2_000, 2))
+        .await
+        .unwrap());
+    // A sweep that started earlier but finished later in another process wins; one that
+    // finished earlier, whatever order the writes land in, does not overwrite it.
+    assert!(!record_last_sweep(&world.store, &mark(1_500, 1))
+        .await
+        .unwrap());
+    assert_eq!(
+        read_last_sweep(&world.store).await.unwrap(),
+        Some(mark(2_000, 2))
+    );
+    assert!(record_last_sweep(&world.store, &mark(3_000, 3))
+        .await
+        .unwrap());
+    assert_eq!(
+        read_last_sweep(&world.store).await.unwrap(),
+        Some(mark(3_000, 3))
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_mark_is_503_naming_it() {
+    let world = World::new().await;
+    world
+        .store
+        .client()
+        .put_item()
+        .table_name(&world.table)
+        .item(
+            "pk",
+            reaper_dynamodb::layout::s(reaper_serverless::status::LAST_SWEEP_PK),
+        )
+        .item(
+            "sk",
+            reaper_dynamodb::layout::s(reaper_serverless::status::LAST_SWEEP_SK),
+        )
+        .item("summary", reaper_dynamodb::layout::s("{not json"))
+        .send()
+        .await
+        .unwrap();
+    let function = DevFunction::start(&world.env(Some(&world.secret)), world.tmp.path()).await;
+    let bearer = format!("Bearer {}", world.secret);
+    let answer = send(function.port, "GET", &status_path(), Some(&bearer), &[]).await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    let status = answer.json();
+    let problem = status["problems"][0].as_str().unwrap();
+    assert!(
+        problem.starts_with("cannot read the last sweep: corrupt record REAPER#last-sweep/SWEEP"),
+        "{status}"
+    );
+    // The other figures are still there.
+    assert_eq!(status["ledger"]["leaked"], 0);
+    assert_eq!(status["detached"]["listed"], 0);
+}
