@@ -307,6 +307,14 @@ impl VercelSandbox {
         let response = match inner.transport.send(request).await {
             Ok(response) => response,
             Err(TransportError::TimedOut { .. }) => return Err(LogsEnd::TimedOut),
+            Err(TransportError::ResponseTooLarge { limit: bytes, .. }) => {
+                return Err(LogsEnd::Failed(SandboxError::Other(format!(
+                    "Vercel's log stream of command {cmd} in sandbox {} passed {bytes} bytes, \
+                     more than {limit} bytes per stream can take: its output came in unusually \
+                     small pieces; nothing of it is returned",
+                    self.id
+                ))))
+            }
             Err(e) => return Err(LogsEnd::Failed(inner.transport_error(e))),
         };
         if response.status != 200 {

@@ -349,6 +349,38 @@ async fn a_failed_log_stream_is_unreachable_never_a_short_output() {
 }
 
 #[tokio::test]
+async fn a_log_stream_past_its_bound_is_an_error_never_a_truncation() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let bound = reaper_vercel_sandbox::log_stream_bound(common::OUTPUT_LIMIT);
+    // Each empty entry is about 30 bytes: together they pass the bound.
+    fake.flood_log_stream(&id, bound / 20);
+    let result = provider
+        .handle(&id)
+        .unwrap()
+        .exec("echo hi", opts(10_000))
+        .await;
+    match result {
+        Err(SandboxError::Other(message)) => {
+            assert!(message.contains("log stream"), "{message}");
+            assert!(message.contains(&bound.to_string()), "{message}");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert_eq!(fake.api.count("killCommand"), 1, "{:?}", fake.operations());
+    // Empty entries within the bound are harmless.
+    fake.flood_log_stream(&id, 1000);
+    let out = provider
+        .handle(&id)
+        .unwrap()
+        .exec("echo hi", opts(10_000))
+        .await;
+    assert_eq!(out.unwrap().stdout, "hi\n");
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
 async fn every_request_carries_the_bearer_token_and_the_team() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider();

@@ -121,6 +121,8 @@ struct State {
     stop_fails: Mutex<HashSet<String>>,
     /// Sandboxes whose next log stream fails with Vercel's `error` entry.
     broken_streams: Mutex<HashSet<String>>,
+    /// Sandboxes whose next log stream first sends this many empty stdout entries.
+    flooded_streams: Mutex<HashMap<String, usize>>,
     next_command: AtomicU64,
 }
 
@@ -192,6 +194,12 @@ impl FakeVercel {
 
     pub fn heal_stop(&self, id: &str) {
         lock(&self.state.stop_fails).remove(id);
+    }
+
+    /// The next log stream read in sandbox `id` starts with `entries` empty stdout entries: a
+    /// stream whose envelopes outweigh its output.
+    pub fn flood_log_stream(&self, id: &str, entries: usize) {
+        lock(&self.state.flooded_streams).insert(id.to_string(), entries);
     }
 
     /// The next log stream read in sandbox `id` ends with an `error` entry after the output.
@@ -299,7 +307,8 @@ async fn handle(
                 }
                 "getCommandLogs" => {
                     let broken = lock(&state.broken_streams).remove(&sandbox);
-                    logs(command, broken)
+                    let flood = lock(&state.flooded_streams).remove(&sandbox).unwrap_or(0);
+                    logs(command, broken, flood)
                 }
                 "killCommand" => {
                     command.kill();
@@ -389,7 +398,7 @@ async fn run_command(
 
 /// The log stream: headers at once, the entries once the command ends, in chunks of at most
 /// 1,000 characters as a pipe reader would deliver them.
-fn logs(command: Arc<Command>, broken: bool) -> FakeResponse {
+fn logs(command: Arc<Command>, broken: bool, flood: usize) -> FakeResponse {
     let (response, tx) = FakeResponse::channel(200, "application/x-ndjson");
     tokio::spawn(async move {
         let mut done = command.done.subscribe();
@@ -397,6 +406,12 @@ fn logs(command: Arc<Command>, broken: bool) -> FakeResponse {
             return;
         };
         let Some(finished) = finished else { return };
+        let empty = format!("{}\n", json!({"stream": "stdout", "data": ""}));
+        for _ in 0..flood {
+            if tx.send(empty.clone().into()).await.is_err() {
+                return;
+            }
+        }
         for (stream, text) in [("stdout", &finished.stdout), ("stderr", &finished.stderr)] {
             let chars: Vec<char> = text.chars().collect();
             for piece in chars.chunks(1000) {
