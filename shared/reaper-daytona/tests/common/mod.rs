@@ -418,7 +418,11 @@ impl World {
             .as_u64()
             .filter(|t| *t > 0)
             .unwrap_or(3600);
-        let daemon = format!("printf '%s' {} | sh 2>&1", shell_quote(command));
+        let daemon = format!(
+            "printf '%s' {} | {} 2>&1",
+            shell_quote(command),
+            daemon_shell()
+        );
         let ran = local
             .exec(
                 &daemon,
@@ -444,6 +448,16 @@ impl World {
             Err(e) => FakeResponse::json(200, &json!({"result": e.to_string(), "exitCode": -1})),
         }
     }
+}
+
+/// The shell the daemon pipes commands into (`apps/daemon/pkg/common/get_shell.go`): zsh,
+/// else bash, else sh, as `/etc/shells` lists them.
+fn daemon_shell() -> &'static str {
+    let listed = std::fs::read_to_string("/etc/shells").unwrap_or_default();
+    ["/usr/bin/zsh", "/bin/zsh", "/usr/bin/bash", "/bin/bash"]
+        .into_iter()
+        .find(|shell| listed.lines().any(|l| l.trim() == *shell))
+        .unwrap_or("sh")
 }
 
 /// The YAML document as JSON (the toolbox fakes each serve it under their own base path).
