@@ -77,6 +77,11 @@
 //!   type only; their chunks are never validated against a schema. Non-JSON content
 //!   (`application/x-ndjson`, `application/connect+json`, `text/plain`, ...) is likewise
 //!   checked for status and content type only.
+//! - Opt-in, [`FakeApiOptions::check_json_lines`]: each line of a JSON-lines answer
+//!   (`application/x-ndjson`, `application/jsonl`, ...), whole or streamed, is validated
+//!   against the schema the document gives for that media type, read as one line's shape
+//!   (also [`OpenApi::check_json_lines`]). A stream the client cuts short is not checked for
+//!   its unfinished last line.
 //!
 //! Schemas: a `readOnly` property is not required in a request, nor a `writeOnly` one in a
 //! response. OpenAPI 3.0 schemas are rewritten to JSON Schema (`nullable: true` becomes a type

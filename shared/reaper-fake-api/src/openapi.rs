@@ -413,6 +413,99 @@ impl OpenApi {
         self.check_response_inner(op, status, headers, None)
     }
 
+    /// Validates each line of a JSON-lines answer (`application/x-ndjson`, `application/jsonl`,
+    /// ...) against the schema the document gives for that media type, read as the shape of
+    /// one line. Answers of other content types, and undeclared statuses (which
+    /// [`check_response`](Self::check_response) reports), pass.
+    pub fn check_json_lines(
+        &self,
+        op: &OperationRef,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Result<(), Vec<String>> {
+        let mut violations = Vec::new();
+        for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+            violations.extend(self.check_json_line(op, status, headers, line, i + 1));
+        }
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(violations)
+        }
+    }
+
+    /// One line of a JSON-lines answer, numbered from 1 for messages.
+    pub(crate) fn check_json_line(
+        &self,
+        op_ref: &OperationRef,
+        status: u16,
+        headers: &[(String, String)],
+        line: &[u8],
+        number: usize,
+    ) -> Vec<String> {
+        let line = line.trim_ascii();
+        let Some(content_type) = header(headers, "content-type").map(essence) else {
+            return Vec::new();
+        };
+        if line.is_empty() || !is_json_lines(&content_type) {
+            return Vec::new();
+        }
+        let Ok((op, Some(response))) = self.response(op_ref, status) else {
+            return Vec::new();
+        };
+        let Some(schema) = best_media(&response.content, &content_type).and_then(|m| m.schema)
+        else {
+            return Vec::new();
+        };
+        let what = format!("line {number} of the `{content_type}` response body");
+        let mut violations = Vec::new();
+        match serde_json::from_slice::<Value>(line) {
+            Ok(json) => self.validate(schema, &json, &what, &mut violations),
+            Err(e) => violations.push(format!("{what} is not JSON: {e}")),
+        }
+        violations
+            .into_iter()
+            .map(|v| {
+                format!(
+                    "{} {} → {status} ({}): {v}",
+                    op.method,
+                    op.template,
+                    describe_op(op)
+                )
+            })
+            .collect()
+    }
+
+    /// The operation behind `op_ref` and the response declared for `status` (`None` when it
+    /// is not declared).
+    fn response(
+        &self,
+        op_ref: &OperationRef,
+        status: u16,
+    ) -> Result<(&Operation, Option<&ResponseSpec>), String> {
+        let op = self
+            .operations
+            .get(op_ref.index)
+            .filter(|op| op.method == op_ref.method && op.template == op_ref.path_template)
+            .ok_or_else(|| {
+                format!(
+                    "{} is not an operation of this document (was it matched by another one?)",
+                    op_ref.route()
+                )
+            })?;
+        let declared = |wanted: StatusKey| {
+            op.responses
+                .iter()
+                .find(|(key, _)| *key == wanted)
+                .map(|(_, response)| response)
+        };
+        let response = declared(StatusKey::Exact(status))
+            .or_else(|| declared(StatusKey::Range(status / 100)))
+            .or_else(|| declared(StatusKey::Default));
+        Ok((op, response))
+    }
+
     fn check_response_inner(
         &self,
         op_ref: &OperationRef,
@@ -420,32 +513,9 @@ impl OpenApi {
         headers: &[(String, String)],
         body: Option<&[u8]>,
     ) -> Result<(), Vec<String>> {
-        let op = self
-            .operations
-            .get(op_ref.index)
-            .filter(|op| op.method == op_ref.method && op.template == op_ref.path_template);
-        let Some(op) = op else {
-            return Err(vec![format!(
-                "{} is not an operation of this document (was it matched by another one?)",
-                op_ref.route()
-            )]);
-        };
+        let (op, response) = self.response(op_ref, status).map_err(|e| vec![e])?;
         let prefix = format!("{} {} → {status}", op.method, op.template);
-        let response = op
-            .responses
-            .iter()
-            .find(|(key, _)| *key == StatusKey::Exact(status))
-            .or_else(|| {
-                op.responses
-                    .iter()
-                    .find(|(key, _)| *key == StatusKey::Range(status / 100))
-            })
-            .or_else(|| {
-                op.responses
-                    .iter()
-                    .find(|(key, _)| *key == StatusKey::Default)
-            });
-        let Some((_, response)) = response else {
+        let Some(response) = response else {
             let declared: Vec<String> = op.responses.iter().map(|(k, _)| k.to_string()).collect();
             return Err(vec![format!(
                 "{prefix} ({}): status {status} is not a declared response (declared: {}); \
@@ -910,6 +980,18 @@ fn essence(content_type: &str) -> String {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase()
+}
+
+/// Newline-delimited JSON under its usual names.
+fn is_json_lines(media: &str) -> bool {
+    matches!(
+        media,
+        "application/x-ndjson"
+            | "application/ndjson"
+            | "application/jsonl"
+            | "application/x-jsonlines"
+            | "application/jsonlines"
+    )
 }
 
 fn is_json(media: &str) -> bool {

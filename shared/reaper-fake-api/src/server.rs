@@ -354,9 +354,19 @@ impl Fault {
 #[derive(Debug, Clone, Default)]
 pub struct FakeApiOptions {
     undocumented_prefixes: Vec<String>,
+    json_lines: bool,
 }
 
 impl FakeApiOptions {
+    /// Also validate each line of a JSON-lines answer (`application/x-ndjson`,
+    /// `application/jsonl`, ...), whole or streamed, against the schema the document gives
+    /// for that media type, read as the shape of one line. Off by default: a document may
+    /// mean the schema otherwise.
+    pub fn check_json_lines(mut self) -> FakeApiOptions {
+        self.json_lines = true;
+        self
+    }
+
     /// Requests whose path starts with `prefix` are not in the document (e.g. a Connect/gRPC
     /// endpoint described by a `.proto`): they go to the handler with `operation_id: None`
     /// and are recorded, but are not violations. Check them in the handler against a recorded
@@ -669,14 +679,32 @@ async fn exchange(
         headers,
         body,
     } = response;
-    if let (Some(op), true) = (&operation, checked) {
-        let result = match &body {
-            FakeBody::Whole(bytes) => shared.doc.check_response(op, status, &headers, bytes),
-            FakeBody::Stream(_) => shared.doc.check_streamed_response(op, status, &headers),
-        };
-        if let Err(found) = result {
-            lock(&shared.violations).extend(found.into_iter().map(|v| format!("response {v}")));
+    let checked = operation.filter(|_| checked);
+    if let Some(op) = &checked {
+        let mut found = Vec::new();
+        match &body {
+            FakeBody::Whole(bytes) => {
+                found.extend(shared.doc.check_response(op, status, &headers, bytes).err());
+                if shared.options.json_lines {
+                    found.extend(
+                        shared
+                            .doc
+                            .check_json_lines(op, status, &headers, bytes)
+                            .err(),
+                    );
+                }
+            }
+            FakeBody::Stream(_) => {
+                found.extend(
+                    shared
+                        .doc
+                        .check_streamed_response(op, status, &headers)
+                        .err(),
+                );
+            }
         }
+        lock(&shared.violations)
+            .extend(found.into_iter().flatten().map(|v| format!("response {v}")));
     }
     {
         let mut log = lock(&shared.log);
@@ -690,7 +718,17 @@ async fn exchange(
         }
     }
 
-    Ok(into_http(&shared, seq, status, &headers, body))
+    let lines = checked
+        .filter(|_| shared.options.json_lines)
+        .map(|op| LineChecker {
+            shared: shared.clone(),
+            op,
+            status,
+            headers: headers.clone(),
+            partial: Vec::new(),
+            number: 0,
+        });
+    Ok(into_http(&shared, seq, status, &headers, body, lines))
 }
 
 /// Calls the handler; a panic in it is a violation answered with a 500 (the client fails
@@ -722,6 +760,7 @@ fn into_http(
     status: u16,
     headers: &[(String, String)],
     body: FakeBody,
+    lines: Option<LineChecker>,
 ) -> hyper::Response<Body> {
     let mut builder = hyper::Response::builder().status(status);
     for (name, value) in headers {
@@ -731,12 +770,27 @@ fn into_http(
         FakeBody::Whole(bytes) => Full::new(bytes).boxed_unsync(),
         FakeBody::Stream(chunks) => {
             let shared = shared.clone();
-            let frames = chunks.map(move |chunk| {
-                if let Some(record) = find_record(&mut lock(&shared.log), seq) {
-                    record.response_body.extend_from_slice(&chunk);
-                }
-                Ok::<_, Infallible>(Frame::data(chunk))
-            });
+            let frames =
+                futures::stream::unfold((chunks, lines), move |(mut chunks, mut lines)| {
+                    let shared = shared.clone();
+                    async move {
+                        let Some(chunk) = chunks.next().await else {
+                            // The stream ended: a last line without its newline is whole now (a
+                            // stream cut short by the client is not, and is never checked).
+                            if let Some(lines) = &mut lines {
+                                lines.finish();
+                            }
+                            return None;
+                        };
+                        if let Some(record) = find_record(&mut lock(&shared.log), seq) {
+                            record.response_body.extend_from_slice(&chunk);
+                        }
+                        if let Some(lines) = &mut lines {
+                            lines.feed(&chunk);
+                        }
+                        Some((Ok::<_, Infallible>(Frame::data(chunk)), (chunks, lines)))
+                    }
+                });
             StreamBody::new(frames).boxed_unsync()
         }
     };
@@ -748,6 +802,47 @@ fn into_http(
         *response.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         response
     })
+}
+
+/// Checks a streamed JSON-lines answer line by line as the chunks go out
+/// ([`FakeApiOptions::check_json_lines`]).
+struct LineChecker {
+    shared: Arc<Shared>,
+    op: OperationRef,
+    status: u16,
+    headers: Vec<(String, String)>,
+    /// The bytes after the last newline seen.
+    partial: Vec<u8>,
+    number: usize,
+}
+
+impl LineChecker {
+    fn feed(&mut self, chunk: &[u8]) {
+        self.partial.extend_from_slice(chunk);
+        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            self.check(&line);
+        }
+    }
+
+    fn check(&mut self, line: &[u8]) {
+        self.number += 1;
+        let found = self.shared.doc.check_json_line(
+            &self.op,
+            self.status,
+            &self.headers,
+            line,
+            self.number,
+        );
+        lock(&self.shared.violations).extend(found.into_iter().map(|v| format!("response {v}")));
+    }
+
+    fn finish(&mut self) {
+        let last = std::mem::take(&mut self.partial);
+        if !last.is_empty() {
+            self.check(&last);
+        }
+    }
 }
 
 fn find_record(log: &mut [Recorded], seq: u64) -> Option<&mut Recorded> {

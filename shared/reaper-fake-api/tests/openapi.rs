@@ -614,3 +614,39 @@ fn an_operation_of_another_document_is_refused() {
         &["GET /x is not an operation of this document"],
     );
 }
+
+#[test]
+fn json_lines_are_each_checked_against_the_one_line_schema() {
+    let doc = doc();
+    let op = doc
+        .check_request("GET", "/api/sandbox/sbx-1/logs", &auth(), b"")
+        .unwrap();
+    let ndjson = vec![(
+        "content-type".to_string(),
+        "application/x-ndjson".to_string(),
+    )];
+    let good = b"{\"stream\":\"stdout\",\"data\":\"a\"}\n\n{\"stream\":\"stderr\",\"data\":\"b\"}";
+    doc.check_json_lines(&op, 200, &ndjson, good)
+        .expect("every line fits");
+    let bad = b"{\"stream\":\"stdout\",\"data\":\"a\"}\n{\"stream\":\"stdlog\"}\nnot json\n";
+    let violations = doc.check_json_lines(&op, 200, &ndjson, bad).unwrap_err();
+    let all = violations.join("\n");
+    assert_eq!(violations.len(), 3, "{all}");
+    assert!(
+        all.contains("line 2 of the `application/x-ndjson` response body at `/stream`"),
+        "{all}"
+    );
+    assert!(
+        all.contains(
+            "line 2 of the `application/x-ndjson` response body: \"data\" is a required property"
+        ),
+        "{all}"
+    );
+    assert!(
+        all.contains("line 3 of the `application/x-ndjson` response body is not JSON"),
+        "{all}"
+    );
+    // Other content types are not JSON lines.
+    doc.check_json_lines(&op, 200, &json_headers(), b"not json")
+        .expect("not JSON lines");
+}

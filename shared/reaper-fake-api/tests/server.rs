@@ -489,3 +489,36 @@ async fn concurrent_requests_are_each_answered_and_recorded() {
     assert_eq!(seqs, (0..20).collect::<Vec<u64>>());
     fake.assert_no_violations();
 }
+
+#[tokio::test]
+async fn streamed_json_lines_are_checked_line_by_line_when_asked() {
+    // A line split across chunks, a bad second line, and a last line without its newline.
+    let chunks = [
+        "{\"stream\":\"stdout\",\"da",
+        "ta\":\"x\"}\n{\"stream\":\"weird\",\"data\":\"y\"}\n{\"stream\":",
+        "\"stderr\"}",
+    ];
+    let handler = handler_fn(move |_req: FakeRequest| async move {
+        let chunks = chunks.map(|c: &'static str| Bytes::from_static(c.as_bytes()));
+        FakeResponse::stream(200, "application/x-ndjson", futures::stream::iter(chunks))
+    });
+    let get = |fake: &FakeApi| {
+        client()
+            .get(format!("{}/sandbox/sbx-1/logs", fake.url()))
+            .header("authorization", TOKEN)
+            .send()
+    };
+
+    let unchecked = FakeApi::start(doc(), handler.clone()).await;
+    get(&unchecked).await.unwrap().text().await.unwrap();
+    unchecked.assert_no_violations();
+
+    let options = FakeApiOptions::default().check_json_lines();
+    let fake = FakeApi::start_with(doc(), handler, options).await;
+    let body = get(&fake).await.unwrap().text().await.unwrap();
+    assert_eq!(body, chunks.concat());
+    let violations = fake.violations();
+    assert_eq!(violations.len(), 2, "{violations:#?}");
+    assert!(violations[0].contains("line 2") && violations[0].contains("\"weird\" is not one of"));
+    assert!(violations[1].contains("line 3") && violations[1].contains("\"data\" is a required"));
+}
