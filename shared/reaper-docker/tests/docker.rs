@@ -12,8 +12,9 @@ use std::sync::Arc;
 use bollard::models::ContainerCreateBody;
 use common::{docker, file_exists, now_ms, run_record, sandbox, sh, unique};
 use reaper_core::journal::{
-    journal_mtime_list_command, journal_paths, journaled_command, parse_mtime_listing, shell_quote,
-    MtimeListing,
+    decode_base64_text, decode_journal_run_id, journal_cleanup_command, journal_mtime_list_command,
+    journal_paths, journaled_command, parse_mtime_listing, shell_quote, stderr_tail_command,
+    DecodedJournalName, MtimeListing,
 };
 use reaper_core::memory::MemoryStore;
 use reaper_core::probe::{probe_run_exit, JournalExitProbe, ProbeOptions};
@@ -341,7 +342,7 @@ async fn creating_from_an_image_the_daemon_lacks_is_refused_without_pulling() {
 // H14 and the BusyBox prune/probe, in a BusyBox container, journals in the default directory.
 
 #[tokio::test]
-async fn h14_prune_deletes_the_terminal_run_keeps_the_live_one_and_a_stray_file() {
+async fn h14_1_and_3_prune_deletes_the_terminal_run_keeps_the_live_one_and_a_stray_file() {
     let Some((provider, image)) = docker().await else {
         return;
     };
@@ -389,7 +390,7 @@ async fn h14_prune_deletes_the_terminal_run_keeps_the_live_one_and_a_stray_file(
 }
 
 #[tokio::test]
-async fn h14_busybox_age_gate_deletes_the_older_orphan_and_keeps_the_newer_one() {
+async fn h14_6_busybox_age_gate_deletes_the_older_orphan_and_keeps_the_newer_one() {
     let Some((provider, image)) = docker().await else {
         return;
     };
@@ -430,7 +431,7 @@ async fn h14_busybox_age_gate_deletes_the_older_orphan_and_keeps_the_newer_one()
 }
 
 #[tokio::test]
-async fn h14_a_shell_hostile_run_id_cannot_inject_and_is_probed_and_pruned() {
+async fn h14_9_a_shell_hostile_run_id_cannot_inject_and_is_probed_read_and_pruned() {
     let Some((provider, image)) = docker().await else {
         return;
     };
@@ -446,9 +447,105 @@ async fn h14_a_shell_hostile_run_id_cannot_inject_and_is_probed_and_pruned() {
     );
     let runs = MemoryStore::new();
     runs.put_run(run_record(&run_id, RunStatus::Completed));
+    let paths = journal_paths(&run_id, None).unwrap();
+    let file = paths
+        .journal
+        .strip_prefix(&format!("{}/", paths.dir))
+        .expect("the journal is inside the directory");
+    assert!(
+        file.ends_with(".ndjson")
+            && file
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)),
+        "{file}"
+    );
+    let sidecar = sh(&sbx, &stderr_tail_command(&paths, 4096).unwrap()).await;
+    assert_eq!(decode_base64_text(&sidecar).unwrap(), "boom\n");
+    let listed: Vec<String> = sh(&sbx, &format!("ls -1 {}", shell_quote(&paths.dir)))
+        .await
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(listed, names(&run_id));
+    for name in &listed {
+        assert_eq!(
+            decode_journal_run_id(name),
+            DecodedJournalName::RunId(run_id.clone())
+        );
+    }
     let report = prune_journals(&sbx, &runs, &prune_options()).await;
     assert_eq!(report.deleted, vec![run_id.clone()]);
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(!file_exists(&sbx, &paths.journal).await && !file_exists(&sbx, &paths.stderr).await);
     assert!(!file_exists(&sbx, &canary).await, "command injection");
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn h14_2_a_second_prune_finds_nothing_and_cleanup_of_absent_files_exits_zero() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let done = format!("dk-again-{}", unique());
+    run_agent(&sbx, &done, "echo hi").await;
+    let runs = MemoryStore::new();
+    runs.put_run(run_record(&done, RunStatus::Completed));
+    let first = prune_journals(&sbx, &runs, &prune_options()).await;
+    assert_eq!(first.deleted, vec![done.clone()]);
+
+    let second = prune_journals(&sbx, &runs, &prune_options()).await;
+    assert_eq!((second.listed, second.run_ids), (0, 0));
+    assert!(second.deleted.is_empty() && second.kept.is_empty() && second.failures.is_empty());
+    let paths = journal_paths(&done, None).unwrap();
+    let cleanup = sbx
+        .exec(&journal_cleanup_command(&paths), ExecOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(cleanup.exit_code, 0, "{cleanup:?}");
+    provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn h14_4_and_5_the_busybox_mtime_listing_has_its_witness_and_an_empty_directory_prunes_nothing(
+) {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let sbx = sandbox(&provider, &image).await;
+    let dir = journal_paths("x", None).unwrap().dir;
+    sh(&sbx, &format!("mkdir -p {}", shell_quote(&dir))).await;
+    let empty = sh(&sbx, &journal_mtime_list_command(None)).await;
+    assert_eq!(
+        parse_mtime_listing(&empty, None),
+        MtimeListing::Listed(Vec::new())
+    );
+    let report = prune_journals(&sbx, &MemoryStore::new(), &prune_options()).await;
+    assert_eq!(report.listed, 0);
+    assert_eq!(report.age_gate, AgeGate::Listed);
+    assert!(report.deleted.is_empty() && report.failures.is_empty());
+
+    let run = format!("dk-mtime-{}", unique());
+    run_agent(&sbx, &run, "echo hi; echo err >&2").await;
+    let out = sh(&sbx, &journal_mtime_list_command(None)).await;
+    let (secs, witness_dir) = out.lines().next().unwrap().split_once(' ').unwrap();
+    assert!(
+        !secs.is_empty() && secs.bytes().all(|b| b.is_ascii_digit()),
+        "{out}"
+    );
+    assert_eq!(witness_dir, dir);
+    let MtimeListing::Listed(entries) = parse_mtime_listing(&out, None) else {
+        panic!("no witness in {out:?}");
+    };
+    let mut listed: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+    listed.sort();
+    assert_eq!(listed, names(&run));
+    for e in &entries {
+        assert!(
+            (now_ms() - e.mtime_ms).abs() <= 120_000,
+            "{e:?} is not recent"
+        );
+    }
     provider.destroy(sbx.id()).await.unwrap();
 }
 
@@ -533,6 +630,11 @@ async fn a_sweep_finalizes_a_finished_run_reclaims_its_container_and_leaves_a_li
     start_agent(&working, &live, "echo '{\"delta\":\"1\"}'; sleep 600", 1).await;
     detached(&store, provider.name(), &finished, &done).await;
     detached(&store, provider.name(), &working, &live).await;
+    let live_detached_since = RunStore::get(store.as_ref(), &live)
+        .await
+        .unwrap()
+        .unwrap()
+        .detached_since;
 
     let dyn_provider: Arc<dyn SandboxProvider> = provider.clone();
     let drive = JournalReplayDrive::new(
@@ -581,14 +683,14 @@ async fn a_sweep_finalizes_a_finished_run_reclaims_its_container_and_leaves_a_li
     assert_eq!(entry(&live).outcome, ReapOutcome::Producing);
     let transcript = store.get_transcript(&done).await.unwrap().unwrap();
     assert_eq!(transcript.messages[0].content, "123");
+    // H14.8: a producing run is left completely untouched.
+    let untouched = RunStore::get(store.as_ref(), &live).await.unwrap().unwrap();
+    assert_eq!(untouched.status, RunStatus::Running);
     assert_eq!(
-        RunStore::get(store.as_ref(), &live)
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
-        RunStatus::Running
+        untouched.driver_epoch, None,
+        "a producing run is not even claimed"
     );
+    assert_eq!(untouched.detached_since, live_detached_since);
     assert!(
         provider.resume(finished.id()).await.unwrap().is_none(),
         "the finished run's container was not reclaimed"
@@ -686,14 +788,13 @@ async fn engine_api_requests_per_resume_exec_probe_and_reclaim() {
 
 #[tokio::test]
 async fn engine_api_requests_per_prune_of_a_sandbox() {
-    let Some((provider, image)) = docker().await else {
+    let Some((_, image)) = docker().await else {
         return;
     };
     let (host, _) = common::docker_env().unwrap();
     // A name of its own, so the listing holds exactly this test's sandbox.
     let provider_name = format!("docker-prune-cost-{}", unique());
     let own = common::connect(&host, Some(&provider_name)).await;
-    drop(provider);
     let sbx = sandbox(&own, &image).await;
     let n = unique();
     let (done, live) = (format!("dk-pc-done-{n}"), format!("dk-pc-live-{n}"));
