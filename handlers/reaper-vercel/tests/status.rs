@@ -113,6 +113,7 @@ async fn a_healthy_deployment_answers_200_with_the_last_sweep_the_ledger_and_the
     assert_eq!(last["outcomes"]["finalized"], 1);
     assert_eq!(last["outcomes"]["reclaim-failed"], 0);
     assert_eq!(last["ledger"]["leaked"], 0);
+    assert_eq!(last["slo"]["backlog"], 1, "{status}");
     assert!(last["owner"].as_str().unwrap().starts_with("vercel:"));
     let age = status["lastSweepAgeMs"].as_i64().unwrap();
     assert!((0..MINUTE).contains(&age), "{status}");
@@ -269,6 +270,7 @@ fn mark(finished_at: i64, considered: usize) -> reaper_serverless::LastSweep {
         deferred: 0,
         outcomes: serde_json::json!({}),
         ledger: None,
+        slo: serde_json::json!({"backlog": considered}),
         listing_error: None,
         owner: "test".into(),
     }

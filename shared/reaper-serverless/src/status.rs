@@ -44,6 +44,10 @@ pub struct LastSweep {
     /// The reclaim ledger after the sweep; absent when the sweep could not read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<LedgerCounts>,
+    /// The sweep's service-level figures: `backlog` (and whether it is exact),
+    /// `oldestDetachedMs`, the longest waits to finalization and to a destroy.
+    #[serde(default)]
+    pub slo: serde_json::Value,
     /// Why the sweep's listing failed: it swept nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listing_error: Option<String>,
@@ -70,6 +74,7 @@ impl LastSweep {
             deferred: r.deferred,
             outcomes: serde_json::to_value(r.outcomes).unwrap_or_default(),
             ledger: r.reclaims.ledger,
+            slo: serde_json::to_value(&r.slo).unwrap_or_default(),
             listing_error: r.listing_error.clone(),
             owner: report.plan.options.owner.clone(),
         })
@@ -368,6 +373,7 @@ mod tests {
             deferred: 0,
             outcomes: serde_json::json!({"finalized": 1, "reclaim-failed": 0}),
             ledger: Some(LedgerCounts::default()),
+            slo: serde_json::json!({"backlog": 2}),
             listing_error: None,
             owner: "vercel:1:ab:0".into(),
         }
