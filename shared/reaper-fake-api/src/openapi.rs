@@ -322,7 +322,8 @@ impl OpenApi {
 
     /// Finds the operation for `method` + `path_and_query` and checks the request against it.
     ///
-    /// The path may include the `servers` base path or not. Checked: the path matches a path
+    /// The path may include the `servers` base path or not (a whole URL is taken for its path
+    /// and query). Checked: the path matches a path
     /// template (literal segments win over templated ones), the method is declared there,
     /// required path/query/header parameters are present, parameter values fit their schema
     /// (integer, number, boolean, enum, pattern, ...), no undeclared query parameter is sent,
@@ -352,6 +353,11 @@ impl OpenApi {
         body: &[u8],
     ) -> RequestCheck {
         let method = method.to_ascii_uppercase();
+        // A whole URL is taken for its path and query.
+        let path_and_query = match path_and_query.split_once("://") {
+            Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+            None => path_and_query,
+        };
         let (path, query) = match path_and_query.split_once('?') {
             Some((path, query)) => (path, query),
             None => (path_and_query, ""),

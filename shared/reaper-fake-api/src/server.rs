@@ -228,6 +228,13 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The first value of a query parameter, decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    }
+
     /// Whether the request was matched to the operation `name`: its `operationId`, or
     /// `METHOD /template` (for documents without ids).
     pub fn is(&self, name: &str) -> bool {

@@ -56,9 +56,13 @@ fn a_valid_request_and_response_pass() {
 }
 
 #[test]
-fn path_parameters_are_bound_and_the_base_path_is_optional() {
+fn path_parameters_are_bound_and_the_base_path_and_origin_are_optional() {
     let doc = doc();
-    for path in ["/api/sandbox/sbx-42", "/sandbox/sbx-42"] {
+    for path in [
+        "/api/sandbox/sbx-42",
+        "/sandbox/sbx-42",
+        "https://api.example.test/api/sandbox/sbx-42",
+    ] {
         let op = doc.check_request("GET", path, &auth(), b"").expect(path);
         assert_eq!(op.operation_id.as_deref(), Some("getSandbox"));
         assert_eq!(op.path_template, "/sandbox/{sandboxId}");

@@ -522,3 +522,28 @@ async fn streamed_json_lines_are_checked_line_by_line_when_asked() {
     assert!(violations[0].contains("line 2") && violations[0].contains("\"weird\" is not one of"));
     assert!(violations[1].contains("line 3") && violations[1].contains("\"data\" is a required"));
 }
+
+#[tokio::test]
+async fn the_record_keeps_the_query_as_sent_and_decodes_it_on_demand() {
+    let handler = handler_fn(|req: FakeRequest| async move {
+        assert_eq!(req.query("projectId"), Some("p 1"));
+        FakeResponse::json(200, &json!([]))
+    });
+    let fake = FakeApi::start(doc(), handler).await;
+    let response = client()
+        .get(format!(
+            "{}/sandbox?projectId=p%201&labels=a&labels=b",
+            fake.url()
+        ))
+        .header("authorization", TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let r = &fake.requests()[0];
+    assert_eq!(r.query, "projectId=p%201&labels=a&labels=b");
+    assert_eq!(r.query_param("projectId").as_deref(), Some("p 1"));
+    assert_eq!(r.query_param("labels").as_deref(), Some("a"));
+    assert_eq!(r.query_param("absent"), None);
+    fake.assert_no_violations();
+}
