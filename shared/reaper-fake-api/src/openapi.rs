@@ -1661,6 +1661,32 @@ mod tests {
     }
 
     #[test]
+    fn a_literal_segment_wins_even_when_a_template_comes_first() {
+        let doc = OpenApi::parse(
+            r#"
+openapi: 3.0.0
+info: {title: t, version: "1"}
+paths:
+  /items/{id}:
+    get: {operationId: getItem, responses: {"200": {description: ok}}}
+  /items/~latest:
+    get: {operationId: getLatest, responses: {"200": {description: ok}}}
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            doc.operations[0].template, "/items/{id}",
+            "the template is tried first"
+        );
+        let op = doc
+            .check_request("GET", "/items/~latest", &[], b"")
+            .unwrap();
+        assert_eq!(op.operation_id.as_deref(), Some("getLatest"));
+        let op = doc.check_request("GET", "/items/7", &[], b"").unwrap();
+        assert_eq!(op.operation_id.as_deref(), Some("getItem"));
+    }
+
+    #[test]
     fn status_keys_parse_exact_codes_ranges_and_default() {
         assert_eq!(parse_status("404"), Some(StatusKey::Exact(404)));
         assert_eq!(parse_status("4XX"), Some(StatusKey::Range(4)));
