@@ -166,23 +166,33 @@ impl Providers {
     /// directory, a Docker socket nobody answers on.
     pub async fn from_settings(s: Settings<'_>, a: &Sandboxes) -> Result<Self, Failure> {
         let kinds = s.providers(&a.providers)?;
-        let mut local = None;
-        let mut docker = None;
-        for kind in kinds {
-            match kind {
-                ProviderKind::Local => local = Some(provider(&a.sandboxes, None, false)?),
-                ProviderKind::Docker => {
-                    let options = s.docker(&a.docker_socket, &a.docker_name)?;
-                    let connected = DockerProvider::connect(options).await.map_err(|e| {
-                        Failure::cannot_run(format!(
-                            "{e} Set DOCKER_HOST or --docker-socket to the daemon's socket, or \
-                             leave docker out of --provider (REAPER_PROVIDERS)"
-                        ))
-                    })?;
-                    docker = Some(connected);
+        let local = match kinds.contains(&ProviderKind::Local) {
+            true => Some(provider(&a.sandboxes, None, false)?),
+            false => None,
+        };
+        let docker = match kinds.contains(&ProviderKind::Docker) {
+            true => {
+                let options = s.docker(&a.docker_socket, &a.docker_name)?;
+                // Checked before connecting: a name clash is a setting to fix, whatever dockerd
+                // says.
+                if let Some(local) = local.as_ref().filter(|l| l.name() == options.name) {
+                    return Err(Failure::usage(format!(
+                        "invalid value for {}: {:?}: the local provider is named so too, and each \
+                         instance record names one provider: pick another Docker provider name",
+                        s.name(crate::config::DOCKER_NAME),
+                        local.name()
+                    )));
                 }
+                let connected = DockerProvider::connect(options).await.map_err(|e| {
+                    Failure::cannot_run(format!(
+                        "{e} Set DOCKER_HOST or --docker-socket to the daemon's socket, or \
+                         leave docker out of --provider (REAPER_PROVIDERS)"
+                    ))
+                })?;
+                Some(connected)
             }
-        }
+            false => None,
+        };
         Self::new(local, docker)
     }
 
@@ -202,11 +212,7 @@ impl Providers {
         if let Some(p) = &docker {
             members.push(Arc::new(p.clone()));
         }
-        let set = ProviderSet::new(members).map_err(|e| {
-            Failure::usage(format!(
-                "{e} (rename the Docker provider with --docker-name / REAPER_DOCKER_NAME)"
-            ))
-        })?;
+        let set = ProviderSet::new(members).map_err(|e| Failure::usage(e.to_string()))?;
         Ok(Providers {
             local,
             docker,

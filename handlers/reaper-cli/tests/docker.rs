@@ -480,7 +480,7 @@ fn provider_settings_are_checked_and_named_as_given() {
     let site = Site::new();
     /// Flags, environment, and what the error must say.
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 4] = [
+    let cases: [Case; 5] = [
         (
             &["--provider", "podman"],
             &[],
@@ -500,6 +500,14 @@ fn provider_settings_are_checked_and_named_as_given() {
             &["--provider", "docker", "--docker-name", " "],
             &[("DOCKER_HOST", "/run/docker.sock")],
             "invalid value for --docker-name",
+        ),
+        (
+            &["--provider", "local", "--provider", "docker"],
+            &[
+                ("DOCKER_HOST", "/nonexistent/docker.sock"),
+                ("REAPER_DOCKER_NAME", "local"),
+            ],
+            "invalid value for REAPER_DOCKER_NAME: \"local\": the local provider is named so too",
         ),
     ];
     for (args, env, expected) in cases {
