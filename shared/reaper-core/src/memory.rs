@@ -14,8 +14,8 @@ use crate::domain::{
 };
 use crate::error::StoreError;
 use crate::ports::{
-    Appended, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore, MessageStore,
-    ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
+    Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
+    MessageStore, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
     RunStoreCapabilities, SandboxInstanceStore,
 };
 
@@ -176,6 +176,32 @@ impl RunStore for MemoryStore {
             corrupt: Vec::new(),
             next,
         })
+    }
+
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        let range = ReclaimableQuery {
+            detached_after,
+            detached_until,
+            after: None,
+            limit: 0,
+        };
+        let s = self.lock();
+        let seen = s
+            .runs
+            .values()
+            .filter(|r| range.admits(r))
+            .take(
+                usize::try_from(at_most)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1),
+            )
+            .count();
+        Ok(BoundedCount::of(seen as u64, at_most))
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

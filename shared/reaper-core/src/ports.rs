@@ -166,6 +166,28 @@ pub struct ReclaimablePage {
     pub next: Option<ReclaimableCursor>,
 }
 
+/// A count that stops at a bound, so counting costs the same whatever the backlog: `exact`
+/// false means "at least `count`".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BoundedCount {
+    pub count: u64,
+    pub exact: bool,
+}
+
+impl BoundedCount {
+    /// What counting `seen` rows with a bound of `at_most` says: a count past the bound is
+    /// reported as the bound, and not exact.
+    pub fn of(seen: u64, at_most: u64) -> Self {
+        BoundedCount {
+            count: seen.min(at_most),
+            exact: seen <= at_most,
+        }
+    }
+}
+
+/// Rows [`RunStore::count_reclaimable`]'s default reads at most to count.
+pub const DEFAULT_COUNT_PAGE_ROWS: u64 = 1_000;
+
 /// The run store: the same store the chat routes write runs into.
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
@@ -247,6 +269,36 @@ pub trait RunStore: MaybeSend + MaybeSync {
             runs,
             corrupt,
             next,
+        })
+    }
+
+    /// How many rows the listing holds in a range (every `running` run with
+    /// `detached_after < detachedSince <= detached_until`, as in [`ReclaimableQuery`], corrupt
+    /// rows included), counting at most `at_most` of
+    /// them within a fixed number of requests (the sweep's true backlog). A store that stops
+    /// early answers `exact: false` with what it counted. Stores count without reading the
+    /// rows; this default reads one page of at most [`DEFAULT_COUNT_PAGE_ROWS`] (correct, and
+    /// bounded, but it reads whole rows and stops early).
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        let reads = at_most.min(DEFAULT_COUNT_PAGE_ROWS);
+        let page = self
+            .list_reclaimable_page(ReclaimableQuery {
+                detached_after,
+                detached_until,
+                after: None,
+                limit: usize::try_from(reads.saturating_add(1)).unwrap_or(usize::MAX),
+            })
+            .await?;
+        let seen = (page.runs.len() + page.corrupt.len()) as u64;
+        let counted = BoundedCount::of(seen, reads);
+        Ok(BoundedCount {
+            exact: counted.exact && page.next.is_none(),
+            ..counted
         })
     }
 

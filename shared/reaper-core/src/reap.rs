@@ -42,6 +42,8 @@ pub const STORE_ALLOWANCE_MS: u64 = 2_000;
 pub const RECLAIM_RETRY_BASE_MS: u64 = 60_000;
 /// The longest wait between two retries of a failed destroy.
 pub const RECLAIM_RETRY_MAX_MS: u64 = 3_600_000;
+/// Detached runs a sweep counts at most for its backlog figure (beyond it, "at least").
+pub const DEFAULT_BACKLOG_COUNT_MAX: u64 = 10_000;
 /// The sweep-wide single-flight lease key.
 pub const SWEEP_LEASE_KEY: &str = "reaper:sweep";
 /// The longest budget or TTL accepted (about 24.8 days, the range of a JS timer): anything larger
@@ -230,9 +232,12 @@ pub struct ReapReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SweepSlo {
-    /// Detached runs the bounded listing read (corrupt rows included): at most the batch, so a
-    /// full batch means at least this many.
+    /// Detached runs waiting (corrupt rows included), counted by the store up to
+    /// [`ReapOptions::backlog_count_max`]; see `backlog_exact`.
     pub backlog: usize,
+    /// Whether `backlog` is the whole backlog. `false`: at least that many (the count stopped at
+    /// its bound, or the store cannot count and `backlog` is what this sweep's listing read).
+    pub backlog_exact: bool,
     /// How long the oldest listed run has been detached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oldest_detached_ms: Option<i64>,
@@ -369,6 +374,9 @@ pub struct ReapOptions {
     /// Where the round-robin among runs inside the TTL resumes: the previous sweep's
     /// [`ReapReport::cursor`]. `None` starts from the longest detached.
     pub resume_after: Option<ReclaimableCursor>,
+    /// The backlog figure counts at most this many detached runs (one bounded request per sweep
+    /// whatever the backlog; 0 skips the count and reports the rows the listing read).
+    pub backlog_count_max: u64,
 }
 
 impl ReapOptions {
@@ -387,6 +395,7 @@ impl ReapOptions {
             concurrency: DEFAULT_CONCURRENCY,
             step_timeout_ms: DEFAULT_STEP_TIMEOUT_MS,
             resume_after: None,
+            backlog_count_max: DEFAULT_BACKLOG_COUNT_MAX,
         }
     }
 
@@ -696,6 +705,7 @@ async fn reap_with(
         failed = o.failed,
         corrupt = report.corrupt.len(),
         backlog = report.slo.backlog,
+        backlog_exact = report.slo.backlog_exact,
         oldest_detached_ms = report.slo.oldest_detached_ms,
         reclaims_retried = r.retried,
         reclaims_settled = r.settled,
@@ -831,8 +841,8 @@ async fn reap_listed(
         });
     }
     let candidates = candidates.runs;
-    // Bounded listing: what this sweep read, not the whole backlog.
-    report.slo.backlog = candidates.len() + report.corrupt.len();
+    let read = candidates.len() + report.corrupt.len();
+    (report.slo.backlog, report.slo.backlog_exact) = count_backlog(deps, options, now, read).await;
     report.slo.oldest_detached_ms = candidates
         .iter()
         .filter_map(|r| r.detached_since)
@@ -888,6 +898,34 @@ async fn reap_listed(
         report.push(entry);
     }
 }
+/// The backlog figure: the store's bounded count, or, when it cannot count, the rows this
+/// sweep's listing read (then "at least", never exact).
+async fn count_backlog(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    now: EpochMs,
+    read: usize,
+) -> (usize, bool) {
+    if options.backlog_count_max == 0 {
+        return (read, false);
+    }
+    match deps
+        .runs
+        .count_reclaimable(None, now, options.backlog_count_max)
+        .await
+    {
+        Ok(counted) => (
+            usize::try_from(counted.count).unwrap_or(usize::MAX),
+            counted.exact,
+        ),
+        Err(StoreError::Unsupported(_)) => (read, false),
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, "counting the backlog failed; reporting the rows this sweep read");
+            (read, false)
+        }
+    }
+}
+
 /// Renews the sweep lease once more than half its TTL has passed (one request per long sweep,
 /// not per run).
 async fn renew_sweep_lease(deps: &ReapDeps, lease: &mut crate::ports::Lease, ttl: u64) {

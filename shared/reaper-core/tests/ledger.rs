@@ -452,15 +452,17 @@ async fn the_report_carries_the_backlog_and_the_waits_runs_had() {
     h.probe.finished("finished", 0);
     let report = h.sweep().await;
     assert_eq!(
-        report.slo.backlog, 2,
-        "what the bounded listing read: the batch, never the whole backlog"
+        (report.slo.backlog, report.slo.backlog_exact),
+        (3, true),
+        "every detached run, not only the batch of 2"
     );
     assert_eq!(report.slo.oldest_detached_ms, Some(ttl + 5_000));
     assert_eq!(report.slo.max_detached_to_finalized_ms, Some(90_000));
     assert_eq!(entry(&report, "old").outcome, ReapOutcome::Expired);
     assert_eq!(report.slo.max_ttl_to_destroyed_ms, Some(5_000));
     let json = serde_json::to_value(&report).unwrap();
-    assert_eq!(json["slo"]["backlog"], 2);
+    assert_eq!(json["slo"]["backlog"], 3);
+    assert_eq!(json["slo"]["backlogExact"], true);
 }
 
 /// A probe that never answers: a sandbox host that accepted the connection and hung.

@@ -12,15 +12,16 @@ use reaper_core::domain::{EpochMs, NewRun, RunPatch, RunRecord, TerminalWrite};
 use reaper_core::error::StoreError;
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
-    EpochBump, Fenced, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
+    BoundedCount, EpochBump, Fenced, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
 };
 use reaper_core::reap::{ReapOutcome, ReapReport};
 
-/// The memory store, counting its listing requests.
+/// The memory store, counting its listing and backlog-count requests.
 #[derive(Clone)]
 struct CountingRuns {
     inner: MemoryStore,
     pages: Arc<AtomicUsize>,
+    counts: Arc<AtomicUsize>,
 }
 
 #[async_trait::async_trait]
@@ -54,6 +55,17 @@ impl RunStore for CountingRuns {
         self.pages.fetch_add(1, Ordering::SeqCst);
         self.inner.list_reclaimable_page(query).await
     }
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.counts.fetch_add(1, Ordering::SeqCst);
+        self.inner
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await
+    }
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         self.inner.bump_epoch(run_id).await
     }
@@ -79,6 +91,7 @@ impl Fixture {
         let runs = CountingRuns {
             inner: h.memory.clone(),
             pages: Arc::default(),
+            counts: Arc::default(),
         };
         Fixture { h, runs }
     }
@@ -95,6 +108,10 @@ impl Fixture {
 
     fn pages(&self) -> usize {
         self.runs.pages.swap(0, Ordering::SeqCst)
+    }
+
+    fn counts(&self) -> usize {
+        self.runs.counts.swap(0, Ordering::SeqCst)
     }
 }
 
@@ -224,6 +241,12 @@ async fn listing_requests_per_sweep_do_not_grow_with_the_backlog() {
         for _ in 0..45 {
             let next = f.sweep_after(report.as_ref()).await;
             assert_eq!(next.outcomes.producing, 25);
+            assert_eq!(
+                (next.slo.backlog, next.slo.backlog_exact),
+                (backlog as usize, true),
+                "the true backlog, counted"
+            );
+            assert_eq!(f.counts(), 1, "one bounded count per sweep");
             most = most.max(f.pages());
             report = Some(next);
         }

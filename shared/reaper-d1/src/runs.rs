@@ -1,7 +1,7 @@
 //! The `runs` table: [`RunStore`].
 
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimableListing,
+    BoundedCount, EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimableListing,
     ReclaimablePage, ReclaimableQuery, RunError, RunPatch, RunRecord, RunStatus, RunStore,
     RunStoreCapabilities, StoreError, TerminalWrite,
 };
@@ -304,6 +304,33 @@ impl RunStore for D1Store {
             page.next = None;
         }
         Ok(page)
+    }
+
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        let after = detached_after.unwrap_or(i64::MIN);
+        // D1 bills rows read: the inner LIMIT keeps it at the bound plus one.
+        let bound = safe_u(at_most.saturating_add(1));
+        let rows = self
+            .one(Statement::new(
+                sql::COUNT_RECLAIMABLE,
+                vec![
+                    safe(detached_until).into(),
+                    safe(after).into(),
+                    bound.into(),
+                ],
+            ))
+            .await?;
+        let seen = rows
+            .first()
+            .map(|row| row.int("n", "runs count"))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(BoundedCount::of(u64::try_from(seen).unwrap_or(0), at_most))
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

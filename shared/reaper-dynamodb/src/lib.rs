@@ -98,6 +98,6 @@ mod stats;
 mod store;
 
 pub use log::{MAX_CHUNK_BYTES, MAX_TRANSACTION_ITEMS};
-pub use runs::ReclaimableListing;
+pub use runs::{ReclaimableListing, MAX_COUNT_PAGES};
 pub use stats::{OpStats, RequestStats};
 pub use store::{DynamoOptions, DynamoStore, SystemClock, DEFAULT_LOG_RETENTION};

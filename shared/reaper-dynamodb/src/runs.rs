@@ -3,9 +3,10 @@
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    Select,
 };
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimablePage,
+    BoundedCount, EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimablePage,
     ReclaimableQuery, RunPatch, RunRecord, RunStatus, RunStore, RunStoreCapabilities, StoreError,
     TerminalWrite,
 };
@@ -19,6 +20,10 @@ use crate::layout::{
 use crate::store::{DynamoStore, Expr};
 
 pub use reaper_core::ports::ReclaimableListing;
+
+/// Query pages one backlog count reads at most, so a sweep's requests stay constant whatever
+/// the backlog (each page reads up to 1 MB of the index, a few thousand runs).
+pub const MAX_COUNT_PAGES: usize = 2;
 
 /// Operation errors that can carry the item of a failed condition.
 pub(crate) trait ConditionItem {
@@ -208,6 +213,59 @@ impl DynamoStore {
         }
         self.counters.corrupt_skipped(page.corrupt.len() as u64);
         Ok(page)
+    }
+
+    /// The bounded count of the listing's range: a `Select = COUNT` Query on the sparse index
+    /// (no item is returned or parsed), `Limit` set to what is still missing of the bound plus
+    /// one, over at most [`MAX_COUNT_PAGES`] pages (each reads up to 1 MB of index). A count
+    /// cut short by the page cap answers "at least" what it counted.
+    pub async fn count_reclaimable_report(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        let lower = detached_after.map_or(i64::MIN, |a| a.saturating_add(1));
+        if lower > detached_until {
+            return Ok(BoundedCount::of(0, at_most));
+        }
+        let wanted = at_most.saturating_add(1);
+        let mut seen: u64 = 0;
+        let mut start: Option<Item> = None;
+        for _ in 0..MAX_COUNT_PAGES {
+            let want = i32::try_from(wanted - seen).unwrap_or(i32::MAX);
+            let want = self.options.page_limit.map_or(want, |p| p.min(want));
+            let res = self
+                .client
+                .query()
+                .table_name(self.table_name())
+                .index_name(RECLAIMABLE_INDEX)
+                .select(Select::Count)
+                .key_condition_expression("#pk = :pk AND #sk BETWEEN :lower AND :upper")
+                .expression_attribute_names("#pk", GSI1_PK)
+                .expression_attribute_names("#sk", GSI1_SK)
+                .expression_attribute_values(":pk", s(DETACHED))
+                .expression_attribute_values(":lower", n(lower))
+                .expression_attribute_values(":upper", n(detached_until))
+                .limit(want)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            self.track("count_reclaimable", &res);
+            let out = res.map_err(|e| self.map_err("Query", e))?;
+            seen += u64::try_from(out.count()).unwrap_or(0);
+            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(last) if seen < wanted => start = Some(last),
+                // The range is exhausted, or the bound passed: the count says which.
+                _ => return Ok(BoundedCount::of(seen, at_most)),
+            }
+        }
+        // The page cap came first: at least this many.
+        Ok(BoundedCount {
+            count: seen.min(at_most),
+            exact: false,
+        })
     }
 
     /// Runs of a thread from the thread index, ascending or descending by `startedAt`, stopping
@@ -491,6 +549,16 @@ impl RunStore for DynamoStore {
         query: ReclaimableQuery,
     ) -> Result<ReclaimablePage, StoreError> {
         self.list_reclaimable_page_report(&query).await
+    }
+
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.count_reclaimable_report(detached_after, detached_until, at_most)
+            .await
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

@@ -12,9 +12,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::{fresh_store, store_with, unique_table};
 use reaper_core::time::ManualClock;
 use reaper_core::{
-    Chunk, DeliveryLog, EpochBump, Fenced, MessageStore, NewRun, Patch, RunError, RunPatch,
-    RunRecord, RunStatus, RunStore, StoreError, TerminalStatus, TerminalWrite, Transcript,
-    TranscriptMessage,
+    BoundedCount, Chunk, DeliveryLog, EpochBump, Fenced, MessageStore, NewRun, Patch, RunError,
+    RunPatch, RunRecord, RunStatus, RunStore, StoreError, TerminalStatus, TerminalWrite,
+    Transcript, TranscriptMessage,
 };
 use reaper_dynamodb::{DynamoOptions, DynamoStore};
 
@@ -115,6 +115,47 @@ async fn listing_pages_through_more_than_one_page_of_detached_runs() {
         stats.requests >= 4,
         "10 runs in pages of 3 need at least 4 queries, made {}",
         stats.requests
+    );
+}
+
+#[tokio::test]
+async fn the_backlog_count_reads_no_item_and_stops_at_its_page_cap_saying_at_least() {
+    let mut options = DynamoOptions::new(unique_table("count"));
+    options.page_limit = Some(3);
+    let store = store_with(options).await;
+    for i in 0..10 {
+        create_detached(&store, &format!("run-{i:02}"), NOW - i).await;
+    }
+    store.take_request_stats();
+
+    // Pages of 3: two pages count 6 of the 10, and the count says "at least".
+    let capped = store.count_reclaimable(None, NOW, 100).await.unwrap();
+    assert_eq!(
+        capped,
+        BoundedCount {
+            count: 3 * reaper_dynamodb::MAX_COUNT_PAGES as u64,
+            exact: false
+        }
+    );
+    let stats = store.request_stats().op("count_reclaimable");
+    assert_eq!(stats.requests, reaper_dynamodb::MAX_COUNT_PAGES as u64);
+    // Within the cap the count is exact, and past its bound it is "at least" the bound.
+    assert_eq!(
+        store
+            .count_reclaimable(Some(NOW - 5), NOW, 100)
+            .await
+            .unwrap(),
+        BoundedCount {
+            count: 5,
+            exact: true
+        }
+    );
+    assert_eq!(
+        store.count_reclaimable(None, NOW, 2).await.unwrap(),
+        BoundedCount {
+            count: 2,
+            exact: false
+        }
     );
 }
 

@@ -42,6 +42,14 @@ pub const LIST_RECLAIMABLE_PAGE: &str = concat!(
      ORDER BY detached_since, run_id LIMIT ?5"
 );
 
+/// How many rows the reclaimable listing holds with `?2 < detached_since <= ?1`, stopping at
+/// `?3` (bind the bound plus one, so a count past the bound tells "at least"; an absent lower
+/// bound is `i64::MIN`). Counted inside the partial index `runs_reclaimable` (the inner `LIMIT`
+/// stops the index scan), so the cost is bounded by `?3` whatever the backlog. Column `n`.
+pub const COUNT_RECLAIMABLE: &str = "SELECT COUNT(*) AS n FROM (SELECT 1 FROM runs \
+     WHERE status = 'running' AND detached_since IS NOT NULL \
+     AND detached_since <= ?1 AND detached_since > ?2 LIMIT ?3)";
+
 /// The parameters of [`LIST_RECLAIMABLE_PAGE`], in order: an absent lower bound or cursor
 /// becomes the smallest value, which every row passes.
 pub fn page_params(
@@ -228,6 +236,17 @@ mod tests {
             assert!(sql.contains(COLUMNS), "{sql}");
         }
         assert!(COLUMNS.starts_with("run_id, ") && COLUMNS.ends_with(", driver_epoch"));
+    }
+
+    #[test]
+    fn the_reclaimable_count_implies_the_partial_index_condition_verbatim() {
+        let index = crate::MIGRATIONS[0]
+            .statements
+            .iter()
+            .find(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
+            .unwrap();
+        let condition = index.split("WHERE ").nth(1).unwrap();
+        assert!(COUNT_RECLAIMABLE.contains(condition), "{condition}");
     }
 
     #[test]

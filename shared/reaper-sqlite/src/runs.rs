@@ -1,7 +1,7 @@
 //! The `runs` table: [`RunStore`], and the read-only listings `reaper status` needs.
 
 use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimableListing,
+    BoundedCount, EpochBump, EpochMs, Fenced, NewRun, Patch, ReclaimableCursor, ReclaimableListing,
     ReclaimablePage, ReclaimableQuery, RunError, RunPatch, RunRecord, RunStatus, RunStore,
     RunStoreCapabilities, StoreError, TerminalWrite,
 };
@@ -416,6 +416,26 @@ impl RunStore for SqliteStore {
         }
         self.call(move |c| list_reclaimable_page_rows(c, &query))
             .await
+    }
+
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        let after = detached_after.unwrap_or(i64::MIN);
+        let bound = to_i64(at_most.saturating_add(1));
+        let seen: i64 = self
+            .call(move |c| {
+                c.prepare_cached(sql::COUNT_RECLAIMABLE)
+                    .and_then(|mut s| {
+                        s.query_row(params![detached_until, after, bound], |r| r.get(0))
+                    })
+                    .map_err(store_err)
+            })
+            .await?;
+        Ok(BoundedCount::of(u64::try_from(seen).unwrap_or(0), at_most))
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

@@ -6,7 +6,9 @@
 //! agree (`Unsupported`) and report a skip; an undeclared gap is a failure.
 
 use futures::future::join_all;
-use reaper_core::ports::{EpochBump, Fenced, ReclaimableCursor, ReclaimableQuery, RunStore};
+use reaper_core::ports::{
+    BoundedCount, EpochBump, Fenced, ReclaimableCursor, ReclaimableQuery, RunStore,
+};
 use reaper_core::{
     EpochMs, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, StoreError, TerminalStatus,
     TerminalWrite,
@@ -43,6 +45,8 @@ macro_rules! __reaper_run_store_cases {
             list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_past_the_last_when_capable,
             list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upper_when_capable,
             list_reclaimable_pages_see_inserts_after_the_cursor_and_not_runs_that_left_when_capable,
+            count_reclaimable_counts_running_detached_runs_up_to_the_cutoff_when_capable,
+            count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable,
             durable_fields_of_a_fresh_row_read_back_absent,
             durable_fields_round_trip,
             overwriting_one_durable_field_leaves_the_others_unchanged,
@@ -1426,6 +1430,85 @@ async fn round_trip_ids<S: RunStore + ?Sized>(
         store.find_active_run(thread).await?.map(|r| r.run_id),
         ids.last().cloned(),
         "active run of the thread"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn count_reclaimable_counts_running_detached_runs_up_to_the_cutoff_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    seed(store, &ctx.id("at-lower-bound"), &thread, 1, detached(base)).await?;
+    seed(store, &ctx.id("a"), &thread, 1, detached(base + 1)).await?;
+    seed(store, &ctx.id("b"), &thread, 1, detached(base + 2)).await?;
+    seed(store, &ctx.id("boundary"), &thread, 1, detached(base + 5)).await?;
+    seed(store, &ctx.id("too-recent"), &thread, 1, detached(base + 6)).await?;
+    for terminal in [RunStatus::Completed, RunStatus::Interrupted] {
+        let mut patch = detached(base + 1);
+        patch.status = Some(terminal);
+        seed(store, &ctx.id(terminal.as_str()), &thread, 1, patch).await?;
+    }
+    let exact = |count| BoundedCount { count, exact: true };
+    ensure_eq!(
+        store.count_reclaimable(Some(base), base + 5, 100).await?,
+        exact(3),
+        "the count past the lower bound up to the boundary, inclusive"
+    );
+    ensure_eq!(
+        store.count_reclaimable(Some(base), base + 5, 3).await?,
+        exact(3),
+        "the count with a bound equal to it"
+    );
+    ensure_eq!(
+        store
+            .count_reclaimable(Some(base + 6), base + 100, 100)
+            .await?,
+        exact(0),
+        "the count of a range with no run"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    for i in 1..=5 {
+        seed(
+            store,
+            &ctx.id(&format!("run-{i}")),
+            &thread,
+            1,
+            detached(base + i),
+        )
+        .await?;
+    }
+    let counted = store.count_reclaimable(Some(base), base + 10, 3).await?;
+    ensure!(
+        !counted.exact && (1..=3).contains(&counted.count),
+        "a count bounded at 3 over 5 runs answered {counted:?}, not at least 1..=3"
+    );
+    ensure_eq!(
+        store.count_reclaimable(Some(base), base + 10, 0).await?,
+        BoundedCount {
+            count: 0,
+            exact: false
+        },
+        "a count bounded at 0 over runs"
     );
     Ok(Verdict::Passed)
 }

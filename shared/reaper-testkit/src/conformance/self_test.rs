@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
-    Appended, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore, MessageStore,
-    RunStore, RunStoreCapabilities, SandboxInstanceStore,
+    Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
+    MessageStore, RunStore, RunStoreCapabilities, SandboxInstanceStore,
 };
 use reaper_core::{
     Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, Patch, RunPatch, RunRecord,
@@ -27,6 +27,8 @@ enum Flaw {
     ListByThreadInInsertionOrder,
     ReclaimableCutoffExclusive,
     ReclaimableIncludesInterrupted,
+    /// Counts past its bound and calls it exact.
+    CountIgnoresBound,
     /// The reference's read-then-write claim: concurrent claims read the same epoch.
     BumpReadsThenWrites,
     BumpClaimsTerminal,
@@ -153,6 +155,25 @@ impl RunStore for Flawed {
                 .collect()),
             _ => self.inner.list_reclaimable(now, ttl_ms).await,
         }
+    }
+
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        let inner = &self.inner;
+        if self.flaw == Flaw::CountIgnoresBound {
+            let mut counted = inner
+                .count_reclaimable(detached_after, detached_until, u64::MAX)
+                .await?;
+            counted.exact = true;
+            return Ok(counted);
+        }
+        inner
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {
@@ -490,6 +511,10 @@ async fn every_planted_flaw_fails_the_case_written_for_it() {
         (
             Flaw::ReclaimableIncludesInterrupted,
             &["list_reclaimable_never_lists_terminal_or_interrupted_runs_when_capable"],
+        ),
+        (
+            Flaw::CountIgnoresBound,
+            &["count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable"],
         ),
         (
             Flaw::BumpReadsThenWrites,
