@@ -654,3 +654,38 @@ fn json_lines_are_each_checked_against_the_one_line_schema() {
     doc.check_json_lines(&op, 200, &json_headers(), b"not json")
         .expect("not JSON lines");
 }
+
+#[test]
+fn a_schema_that_cannot_compile_is_named_by_compile_all_and_reported_when_used() {
+    let doc = OpenApi::parse(
+        r#"
+openapi: 3.0.0
+info: {title: t, version: "1"}
+paths:
+  /things:
+    get:
+      operationId: listThings
+      parameters:
+        - {name: name, in: query, schema: {type: string, pattern: "(["}}
+      responses:
+        "200": {description: ok}
+"#,
+    )
+    .expect("loading does not compile schemas");
+    let failures = doc.compile_all().unwrap_err();
+    assert_eq!(failures.len(), 1, "{failures:#?}");
+    assert!(
+        failures[0].starts_with("GET /things: query parameter `name`"),
+        "{failures:#?}"
+    );
+    assert_one_violation(
+        doc.check_request("GET", "/things?name=x", &[], b""),
+        &[
+            "query parameter `name`",
+            "cannot be compiled, so nothing was checked",
+        ],
+    );
+    self::doc()
+        .compile_all()
+        .expect("the fixture compiles whole");
+}
