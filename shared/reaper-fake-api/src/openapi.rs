@@ -354,8 +354,11 @@ impl OpenApi {
     ) -> RequestCheck {
         let method = method.to_ascii_uppercase();
         // A whole URL is taken for its path and query.
-        let path_and_query = match path_and_query.split_once("://") {
-            Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+        let path_and_query = match path_and_query
+            .strip_prefix("http://")
+            .or_else(|| path_and_query.strip_prefix("https://"))
+        {
+            Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
             None => path_and_query,
         };
         let (path, query) = match path_and_query.split_once('?') {
