@@ -178,9 +178,13 @@ impl FakeVercel {
 
     /// A new running sandbox (Vercel's create is not part of what the provider uses).
     pub async fn create_sandbox(&self) -> String {
+        self.create_sandbox_with(CreateOptions::default()).await
+    }
+
+    pub async fn create_sandbox_with(&self, options: CreateOptions) -> String {
         let sandbox = self
             .local
-            .create(CreateOptions::default())
+            .create(options)
             .await
             .expect("create a local sandbox");
         let id = sandbox.id().to_string();
