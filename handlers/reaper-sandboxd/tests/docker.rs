@@ -60,7 +60,7 @@ struct DockerDaemon {
     provider: HttpSandboxProvider,
     /// The daemon's own view of its containers, to check what the API did.
     docker: DockerProvider,
-    _tmp: tempfile::TempDir,
+    tmp: tempfile::TempDir,
 }
 
 impl DockerDaemon {
@@ -85,29 +85,93 @@ impl DockerDaemon {
             _daemon: daemon,
             provider,
             docker,
-            _tmp: tmp,
+            tmp,
         })
     }
 }
 
-struct Fixture(DockerDaemon);
+/// A Unix socket in front of dockerd that forwards every Engine API request but a `DELETE`,
+/// which it answers 500 (fault injection: a daemon failing the container's removal). Each
+/// forwarded request is made the last of its connection (`Connection: close`), so a client's
+/// next request, a `DELETE` included, arrives on a new connection and is seen here; an upgraded
+/// exec stream is forwarded as it is. Served until the test process ends; returns its path.
+fn failing_removal_proxy(
+    upstream: std::path::PathBuf,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let path = dir.join(format!("proxy-{}.sock", unique()));
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind the proxy socket");
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                let end = loop {
+                    if let Some(at) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at;
+                    }
+                    match client.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                };
+                if head.starts_with(b"DELETE ") {
+                    let body = br#"{"message":"injected fault: the removal failed"}"#;
+                    let answer = format!(
+                        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = client.write_all(answer.as_bytes()).await;
+                    let _ = client.write_all(body).await;
+                    return;
+                }
+                let upgrade = String::from_utf8_lossy(&head[..end])
+                    .to_ascii_lowercase()
+                    .contains("\r\nupgrade:");
+                if !upgrade {
+                    head.splice(end..end, b"\r\nConnection: close".iter().copied());
+                }
+                let Ok(mut up) = tokio::net::UnixStream::connect(&upstream).await else {
+                    return;
+                };
+                if up.write_all(&head).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
+                }
+            });
+        }
+    });
+    path
+}
+
+struct Fixture {
+    d: DockerDaemon,
+    /// A second daemon on the same containers whose dockerd fails every removal
+    /// (`break_destroy`); kept here because dropping it kills it.
+    failing: tokio::sync::Mutex<Option<Daemon>>,
+}
 
 impl Fixture {
     async fn new() -> Option<Arc<Fixture>> {
         let limit = OUTPUT_LIMIT.to_string();
         let d = DockerDaemon::start(&["--max-output-bytes", &limit]).await?;
-        Some(Arc::new(Fixture(d)))
+        Some(Arc::new(Fixture {
+            d,
+            failing: tokio::sync::Mutex::new(None),
+        }))
     }
 }
 
 #[async_trait::async_trait]
 impl ProviderFixture for Fixture {
     fn provider(&self) -> &dyn SandboxProvider {
-        &self.0.provider
+        &self.d.provider
     }
 
     async fn create_sandbox(&self) -> Result<String, String> {
-        self.0
+        self.d
             .provider
             .create(&CreateSandboxRequest::default())
             .await
@@ -123,10 +187,24 @@ impl ProviderFixture for Fixture {
         format!("reaper-missing-{}", unique())
     }
 
-    /// A remove the Docker daemon fails cannot be injected behind a running sandboxd; the
-    /// Docker provider's own suite covers a failing daemon (shared/reaper-docker/tests).
+    /// A second daemon serving the same containers through [`failing_removal_proxy`].
     async fn break_destroy(&self, _id: &str) -> Result<Option<Arc<dyn SandboxProvider>>, String> {
-        Ok(None)
+        let (host, image) = dockerd_env().ok_or("no dockerd")?;
+        let socket = host.strip_prefix("unix://").unwrap_or(&host).into();
+        let proxy = failing_removal_proxy(socket, self.d.tmp.path());
+        let proxy_host = format!("unix://{}", proxy.display());
+        let args = [
+            "--backend",
+            "docker",
+            "--docker-host",
+            &proxy_host,
+            "--docker-image",
+            &image,
+        ];
+        let failing = Daemon::start(self.d.tmp.path(), &args).await;
+        let provider = Arc::new(failing.provider());
+        *self.failing.lock().await = Some(failing);
+        Ok(Some(provider))
     }
 
     async fn heal_destroy(&self, _id: &str) -> Result<(), String> {
