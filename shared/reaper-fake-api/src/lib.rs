@@ -72,7 +72,7 @@
 //!   (`application/json`, `*+json`) validates against its schema; an empty body where only
 //!   JSON with a schema is declared is a violation (not for `HEAD`, 204, 304). A response that
 //!   declares no content is not checked for its body (documents often leave error bodies
-//!   undescribed).
+//!   undescribed). A body on a `HEAD`, 204 or 304 answer is a violation (HTTP drops it).
 //! - **Streamed answers** ([`FakeBody::Stream`]) are checked for status, headers and content
 //!   type only; their chunks are never validated against a schema. Non-JSON content
 //!   (`application/x-ndjson`, `application/connect+json`, `text/plain`, ...) is likewise
@@ -88,7 +88,8 @@
 //! union with `null`, or `anyOf [schema, null]` for a `$ref`) and validated as draft 4; 3.1
 //! schemas are JSON Schema 2020-12. `$ref`s must point inside the document (`#/...`); other
 //! references are refused when the document is loaded, so store a self-contained copy. Formats
-//! (`date-time`, `uuid`, ...) are validated; unknown ones (`int64`) are ignored.
+//! the JSON Schema draft knows (`date-time`, `email`, ...) are validated; OpenAPI's own
+//! (`int64`, `binary`, ...) are ignored.
 //!
 //! A JSON value that fits none of the alternatives of an `anyOf`/`oneOf` is explained by each
 //! alternative's first error (and a nullable reference by its own errors).
@@ -107,7 +108,7 @@
 //! # Faults
 //!
 //! [`FakeApi::inject`] queues a [`Fault`] for the next N requests (optionally only those
-//! matched to one `operationId`): answer with a status, headers and body instead of calling
+//! matched to one operation): answer with a status, headers and body instead of calling
 //! the handler ([`Fault::respond`], [`Fault::json`]), [`Fault::stall`] (never answer, until
 //! the client times out or the fake is dropped) or [`Fault::close`] (drop the connection).
 //! An injected answer is checked against the document like any other, unless marked
@@ -123,9 +124,10 @@
 //!
 //! # Lifecycle
 //!
-//! [`FakeApi::start`] binds `127.0.0.1:0` and serves on the current tokio runtime until the
-//! [`FakeApi`] is dropped, which closes the port and drops every connection, stalled ones
-//! included. [`FakeApi::requests`] returns every exchange ([`Recorded`]: operation, method,
+//! [`FakeApi::start`] (inside a tokio runtime, e.g. `#[tokio::test]`) binds `127.0.0.1:0`
+//! and serves HTTP/1.1 on that runtime until the [`FakeApi`] is dropped, which closes the port
+//! and drops every connection, stalled ones included. A handler that panics answers 500 and
+//! the panic is recorded as a violation. [`FakeApi::requests`] returns every exchange ([`Recorded`]: operation, method,
 //! path, query, headers, body, status, response), [`FakeApi::count`] counts one operation's.
 
 mod openapi;
