@@ -242,7 +242,10 @@ impl SandboxHandle for VercelSandbox {
         let output = match self.read_logs(&cmd, options.timeout_ms).await {
             Ok(output) => output,
             Err(end) => {
-                self.kill(&cmd).await;
+                // A sandbox that is gone took its commands with it.
+                if !matches!(end, LogsEnd::Failed(SandboxError::NotFound(_))) {
+                    self.kill(&cmd).await;
+                }
                 return Err(match end {
                     LogsEnd::TimedOut => SandboxError::Timeout(options.timeout_ms),
                     LogsEnd::Overflow(stream) => SandboxError::OutputLimit {
@@ -267,8 +270,7 @@ impl SandboxHandle for VercelSandbox {
         .await;
         let finished = match finished {
             Ok(finished) => finished,
-            // A log stream that ended before its command did leaves the command running:
-            // nothing will read it any more.
+            // The command may still be running, and nothing will read it any more.
             Err(e) => {
                 if !matches!(e, SandboxError::NotFound(_)) {
                     self.kill(&cmd).await;

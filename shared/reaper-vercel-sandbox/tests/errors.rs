@@ -81,6 +81,33 @@ async fn exec_in_a_stopped_sandbox_is_not_found_and_never_restarts_it() {
 }
 
 #[tokio::test]
+async fn a_sandbox_stopped_under_a_running_exec_is_not_found_and_costs_no_kill() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let handle = provider.handle(&id).unwrap();
+    fake.api.inject(
+        Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped"))
+            .on("getCommandLogs"),
+    );
+    let result = handle.exec("true", opts(10_000)).await;
+    assert!(
+        matches!(result, Err(SandboxError::NotFound(_))),
+        "{result:?}"
+    );
+    fake.api.inject(
+        Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped")).on("getCommand"),
+    );
+    let result = handle.exec("true", opts(10_000)).await;
+    assert!(
+        matches!(result, Err(SandboxError::NotFound(_))),
+        "{result:?}"
+    );
+    assert_eq!(fake.api.count("killCommand"), 0, "{:?}", fake.operations());
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
 async fn a_rejected_token_is_refused_naming_vercel_token() {
     let fake = FakeVercel::start().await;
     let id = fake.create_sandbox().await;
