@@ -2,10 +2,9 @@
 //! native transport, through the fake Daytona (real `sh` in real directories, every exchange
 //! checked against the stored OpenAPI documents).
 //!
-//! Three cases cannot hold for Daytona by the API's nature: its toolbox returns stdout and
-//! stderr folded into one `result`, so a provider cannot give stderr apart nor bound it on its
-//! own. Those cases run too, and must fail for exactly that reason (and only that one): if
-//! one starts passing, or fails otherwise, its test fails.
+//! Daytona's toolbox returns stdout and stderr folded into one `result`, so the fixture declares
+//! [`ProviderFixture::folds_stderr`]: the stream cases then hold it to the folded contract
+//! (stderr on stdout in order, the bound on the one stream).
 
 mod common;
 
@@ -57,6 +56,10 @@ impl ProviderFixture for DaytonaFixture {
         self.fake.refuse_delete(id, false);
         Ok(())
     }
+
+    fn folds_stderr(&self) -> bool {
+        true
+    }
 }
 
 fn context(case: &str) -> CaseContext {
@@ -72,11 +75,8 @@ fn passed(case: &str, result: CaseResult) {
 }
 
 macro_rules! suite {
-    (
-        passes: [$($case:ident),* $(,)?],
-        fails_because_stderr_is_folded: [$($folded:ident => $says:expr),* $(,)?] $(,)?
-    ) => {
-        const RUN_HERE: &[&str] = &[$(stringify!($case),)* $(stringify!($folded),)*];
+    ($($case:ident),* $(,)?) => {
+        const RUN_HERE: &[&str] = &[$(stringify!($case),)*];
 
         $(
             #[tokio::test]
@@ -87,62 +87,29 @@ macro_rules! suite {
                 fx.fake.assert_clean();
             }
         )*
-
-        mod fails_because_daytona_folds_stderr_into_stdout {
-            use super::*;
-            $(
-                #[tokio::test]
-                async fn $folded() {
-                    let fx = DaytonaFixture::start().await;
-                    let result = provider::$folded(&fx, &context(stringify!($folded))).await;
-                    let failure = match result {
-                        Err(failure) => failure.message,
-                        Ok(verdict) => panic!(
-                            "{} now concludes {verdict:?}: move it to the passing cases",
-                            stringify!($folded)
-                        ),
-                    };
-                    assert!(
-                        failure.contains($says),
-                        "{} failed, but not only because stderr is folded: {failure}",
-                        stringify!($folded)
-                    );
-                    fx.fake.assert_clean();
-                }
-            )*
-        }
     };
 }
 
 suite! {
-    passes: [
-        resume_of_a_missing_id_is_none,
-        resume_of_a_live_sandbox_is_a_handle_with_its_id,
-        exec_passes_the_command_to_sh_verbatim,
-        exec_decodes_invalid_utf8_lossily,
-        exec_gives_the_command_no_stdin,
-        exec_stdout_beyond_the_bound_is_an_output_limit_error,
-        exec_of_an_endless_output_stops_at_the_bound_and_kills_the_command,
-        exec_past_its_timeout_is_a_timeout_error_and_kills_the_command,
-        destroy_then_resume_is_none,
-        exec_through_a_handle_of_a_destroyed_sandbox_is_not_found,
-        destroy_of_a_missing_id_is_ok_and_repeatable,
-        destroy_ends_an_exec_still_running,
-        a_failed_destroy_is_an_error_and_the_sandbox_stays_live,
-    ],
-    fails_because_stderr_is_folded: [
-        // `printf out; printf err >&2; exit 7` gives stdout "out\nerr\n", stderr "", code 7.
-        exec_returns_stdout_stderr_and_the_exit_code => r#"got: ("out\nerr\n", "", 7)"#,
-        // The bound on stdout plus the bound on stderr is twice the bound in one stream.
-        exec_output_at_the_bound_is_returned_whole =>
-            "sandbox command stdout exceeded the 4096-byte output limit",
-        // Stderr past the bound is reported, on the one stream there is.
-        exec_stderr_beyond_the_bound_is_an_output_limit_error =>
-            r#"got Err(OutputLimit { stream: "stdout", limit: 4096 })"#,
-    ],
+    resume_of_a_missing_id_is_none,
+    resume_of_a_live_sandbox_is_a_handle_with_its_id,
+    exec_returns_stdout_stderr_and_the_exit_code,
+    exec_passes_the_command_to_sh_verbatim,
+    exec_decodes_invalid_utf8_lossily,
+    exec_gives_the_command_no_stdin,
+    exec_output_at_the_bound_is_returned_whole,
+    exec_stdout_beyond_the_bound_is_an_output_limit_error,
+    exec_stderr_beyond_the_bound_is_an_output_limit_error,
+    exec_of_an_endless_output_stops_at_the_bound_and_kills_the_command,
+    exec_past_its_timeout_is_a_timeout_error_and_kills_the_command,
+    destroy_then_resume_is_none,
+    exec_through_a_handle_of_a_destroyed_sandbox_is_not_found,
+    destroy_of_a_missing_id_is_ok_and_repeatable,
+    destroy_ends_an_exec_still_running,
+    a_failed_destroy_is_an_error_and_the_sandbox_stays_live,
 }
 
-/// A case added to the suite must be added here too (as passing, or failing for a reason).
+/// A case added to the suite must be added here too.
 #[test]
 fn every_case_of_the_suite_runs_here() {
     let suite: Vec<&str> = provider::cases::<DaytonaFixture>()
