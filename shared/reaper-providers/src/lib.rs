@@ -47,6 +47,26 @@ impl ProviderKind {
         }
     }
 
+    /// The variables this provider reads (all of them, optional ones too).
+    pub fn variables(self) -> &'static [&'static str] {
+        match self {
+            ProviderKind::Sandboxd => &[],
+            ProviderKind::Daytona => &[reaper_daytona::API_KEY_VAR, reaper_daytona::API_URL_VAR],
+            ProviderKind::E2b => &[
+                reaper_e2b::vars::API_KEY,
+                reaper_e2b::vars::DOMAIN,
+                reaper_e2b::vars::API_URL,
+                reaper_e2b::vars::ENVD_URL_TEMPLATE,
+            ],
+            ProviderKind::VercelSandbox => &[
+                reaper_vercel_sandbox::vars::TOKEN,
+                reaper_vercel_sandbox::vars::OIDC_TOKEN,
+                reaper_vercel_sandbox::vars::TEAM_ID,
+                reaper_vercel_sandbox::vars::API_URL,
+            ],
+        }
+    }
+
     /// The settings this provider reads, for messages and docs.
     pub fn settings(self) -> &'static str {
         match self {
@@ -77,6 +97,53 @@ pub enum ProvidersError {
     #[error("the vercel-sandbox provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
     VercelSandbox(reaper_vercel_sandbox::ConfigError),
 }
+
+/// The hosted providers' variables, read once at start-up (a handler validates its settings
+/// before it composes its ports). Every value is held as a secret: `Debug` shows names only.
+#[derive(Clone, Default)]
+pub struct HostedSettings {
+    values: Vec<(&'static str, reaper_core::secret::Secret)>,
+}
+
+impl HostedSettings {
+    /// Reads the variables of every provider in `kinds` through `lookup`.
+    pub fn capture(kinds: &[ProviderKind], lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let values = kinds
+            .iter()
+            .flat_map(|k| k.variables())
+            .filter_map(|&name| lookup(name).map(|v| (name, reaper_core::secret::Secret::new(v))))
+            .collect();
+        HostedSettings { values }
+    }
+
+    /// The captured value of `name`.
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.values
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.expose().to_string())
+    }
+}
+
+impl std::fmt::Debug for HostedSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.values.iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+impl PartialEq for HostedSettings {
+    fn eq(&self, other: &Self) -> bool {
+        self.values.len() == other.values.len()
+            && self
+                .values
+                .iter()
+                .all(|(n, v)| other.get(n).as_deref() == Some(v.expose()))
+    }
+}
+
+impl Eq for HostedSettings {}
 
 fn known() -> String {
     ProviderKind::ALL.map(ProviderKind::as_str).join(", ")

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use reaper_core::{ProviderSet, SandboxProvider};
 use reaper_http_sandbox::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use reaper_providers::{build_hosted, check_hosted, parse, ProviderKind, ProvidersError};
+use reaper_providers::{
+    build_hosted, check_hosted, parse, HostedSettings, ProviderKind, ProvidersError,
+};
 
 /// A transport that must never be used: choosing and building providers sends nothing.
 #[derive(Debug)]
@@ -128,4 +130,26 @@ fn a_malformed_key_is_refused_without_being_repeated() {
     };
     let shown = format!("{error} {error:?}");
     assert!(!shown.contains("SECRET"), "{shown}");
+}
+
+#[test]
+fn captured_settings_hold_only_the_listed_providers_variables_and_never_show_a_value() {
+    let kinds = [ProviderKind::Daytona];
+    let captured = HostedSettings::capture(&kinds, lookup(SECRETS));
+    assert_eq!(
+        captured.get("DAYTONA_API_KEY").as_deref(),
+        Some("dtn_0123456789abcdef")
+    );
+    assert_eq!(captured.get("E2B_API_KEY"), None, "e2b is not listed");
+    let shown = format!("{captured:?}");
+    assert!(
+        shown.contains("DAYTONA_API_KEY") && !shown.contains("dtn_"),
+        "{shown}"
+    );
+    let built = build_hosted(
+        ProviderKind::Daytona,
+        |n| captured.get(n),
+        Arc::new(NoNetwork),
+    );
+    assert!(built.unwrap().is_some());
 }
