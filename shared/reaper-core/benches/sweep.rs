@@ -9,17 +9,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::stream;
-use reaper_core::domain::{Chunk, RunRecord};
-use reaper_core::error::{DriveError, ProbeError};
+use reaper_core::domain::{Chunk, EpochMs, NewRun, RunPatch, RunRecord, TerminalWrite};
+use reaper_core::error::{DriveError, ProbeError, StoreError};
 use reaper_core::journal::{
     decode_base64_text, exit_sentinel_line, journal_paths, parse_journal_exit,
 };
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
-    CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, ExitProbe,
-    RunExitProbe,
+    BoundedCount, CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest,
+    EpochBump, ExitProbe, Fenced, ReclaimablePage, ReclaimableQuery, RunExitProbe, RunStore,
 };
-use reaper_core::reap::{reap_detached_runs, ReapDeps, ReapOptions};
+use reaper_core::reap::{reap_detached_runs, sweep, ReapDeps, ReapOptions};
 use reaper_core::time::ManualClock;
 use reaper_testkit::fakes::TokioSleeper;
 
@@ -45,6 +45,13 @@ impl Drive for ReplayDrive {
         Ok(Box::pin(stream::iter(chunks)))
     }
 }
+
+/// A figure for the closing table: the child prints it, the parent collects it.
+fn figure(name: &str, value: String) {
+    println!("{FIGURE}{name}={value}");
+}
+
+const FIGURE: &str = "@figure ";
 
 fn cpu_seconds() -> f64 {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
@@ -129,6 +136,14 @@ fn sweep_workload(
             outcomes = serde_json::to_string(&report.outcomes).unwrap();
         }
         let swept = (runs * rounds) as f64;
+        figure(
+            &format!("cpu_per_run:{runs}:{outcomes}"),
+            format!("{:.2}", cpu / swept * 1e6),
+        );
+        figure(
+            &format!("peak_rss:{runs}:{outcomes}"),
+            format!("{:.1}", peak_rss_mib()),
+        );
         println!(
             "  runs={runs} x {rounds} sweeps, outcomes per sweep={outcomes}\n  cpu_per_run={:.2}us wall_per_run={:.2}us peak_rss={:.1}MiB (process baseline {:.1}MiB: the store, listing and report of one sweep take the rest)",
             cpu / swept * 1e6,
@@ -179,6 +194,9 @@ fn sentinel_scan() {
         }
         let cpu = cpu_seconds() - cpu0;
         assert_eq!(found, if expect { iterations } else { 0 });
+        if expect {
+            figure("sentinel", format!("{:.2}", cpu / iterations as f64 * 1e6));
+        }
         println!(
             "  4 KiB tail, base64 frame decoded and scanned, {label}: cpu_per_scan={:.2}us (decoding alone {:.2}us)",
             cpu / iterations as f64 * 1e6,
@@ -220,6 +238,114 @@ fn default_quiet_window() {
     });
 }
 
+/// The memory store, counting the run-store requests a sweep sends.
+struct CountingRuns {
+    inner: MemoryStore,
+    requests: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingRuns {
+    fn take(&self) -> usize {
+        self.requests.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+    fn count(&self) {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for CountingRuns {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        self.count();
+        self.inner.create_or_resume(new).await
+    }
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        self.count();
+        self.inner.update(run_id, patch).await
+    }
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.count();
+        RunStore::get(&self.inner, run_id).await
+    }
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.count();
+        self.inner.find_active_run(thread_id).await
+    }
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        self.count();
+        self.inner.list_reclaimable_page(query).await
+    }
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.count();
+        self.inner
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await
+    }
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        self.count();
+        self.inner.bump_epoch(run_id).await
+    }
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.count();
+        self.inner.write_terminal(run_id, held_epoch, write).await
+    }
+}
+
+/// Run-store requests per stateless `sweep()` (the cursor kept with the sweep lease) over a
+/// backlog of producing runs, batch 25: the most any of 10 sweeps sent.
+fn requests_per_sweep(backlog: usize) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = MemoryStore::new();
+        seed(&store, backlog, NOW - 60_000);
+        let runs = Arc::new(CountingRuns {
+            inner: store.clone(),
+            requests: Default::default(),
+        });
+        let mut d = deps(
+            &store,
+            RunExitProbe::Producing,
+            0,
+            Arc::new(ManualClock::new(NOW)),
+        );
+        d.runs = runs.clone();
+        let mut options = ReapOptions::new(TTL, "bench");
+        options.now = Some(NOW);
+        let mut most = 0;
+        let mut exact = true;
+        let mut backlog_seen = 0;
+        for _ in 0..10 {
+            let report = sweep(&d, &options, 60_000).await;
+            assert_eq!(report.report.outcomes.producing, 25);
+            most = most.max(runs.take());
+            backlog_seen = report.report.slo.backlog;
+            exact = report.report.slo.backlog_exact;
+        }
+        figure(&format!("requests:{backlog}"), most.to_string());
+        println!(
+            "  backlog={backlog}: at most {most} run-store requests per sweep (listing pages and the backlog count), backlog figure {backlog_seen}{}",
+            if exact { "" } else { " (at least)" }
+        );
+    });
+}
+
 fn run(workload: &str) {
     match workload {
         "producing" => sweep_workload(10_000, RunExitProbe::Producing, 0, NOW - 60_000, 30),
@@ -233,6 +359,11 @@ fn run(workload: &str) {
         "expired" => sweep_workload(2_000, RunExitProbe::Producing, 20, NOW - TTL as i64 - 1, 10),
         "sentinel" => sentinel_scan(),
         "quiet" => default_quiet_window(),
+        "requests" => {
+            for backlog in [1_000, 100_000, 1_000_000] {
+                requests_per_sweep(backlog);
+            }
+        }
         other => panic!("unknown workload {other}"),
     }
 }
@@ -247,6 +378,7 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
+    let mut figures = std::collections::HashMap::new();
     for (w, title) in [
         (
             "producing",
@@ -268,9 +400,86 @@ fn main() {
             "quiet",
             "default quiet window, logs quiet for longer than it",
         ),
+        (
+            "requests",
+            "run-store requests per stateless sweep (memory store, batch 25, producing runs)",
+        ),
     ] {
         println!("{title}");
-        let status = std::process::Command::new(&exe).arg(w).status().unwrap();
-        assert!(status.success(), "workload {w} failed");
+        let out = std::process::Command::new(&exe).arg(w).output().unwrap();
+        assert!(
+            out.status.success(),
+            "workload {w} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            match line.strip_prefix(FIGURE).and_then(|f| f.split_once('=')) {
+                Some((name, value)) => {
+                    figures.insert(name.to_string(), value.to_string());
+                }
+                None => println!("{line}"),
+            }
+        }
+    }
+    print_table(&figures);
+}
+
+/// The issue's table, with this machine's figures beside the reference and the goal.
+fn print_table(figures: &std::collections::HashMap<String, String>) {
+    let find = |prefix: &str, outcome: &str| {
+        figures
+            .iter()
+            .find(|(k, _)| k.starts_with(prefix) && k.contains(outcome))
+            .map_or("not measured".to_string(), |(_, v)| v.clone())
+    };
+    let get = |k: &str| figures.get(k).cloned().unwrap_or("not measured".into());
+    let rows = [
+        (
+            "leave-alone CPU per run (10k)".to_string(),
+            "2.9 µs".to_string(),
+            "≤ 0.3 µs".to_string(),
+            format!("{} µs", find("cpu_per_run:10000:", "\"producing\":10000")),
+        ),
+        (
+            "finalize / expire 20 chunks, CPU per run".into(),
+            "113 / 98 µs".into(),
+            "≤ 11 / 10 µs".into(),
+            format!(
+                "{} / {} µs",
+                find("cpu_per_run:2000:", "\"finalized\":2000"),
+                find("cpu_per_run:2000:", "\"expired\":2000")
+            ),
+        ),
+        (
+            "4 KiB tail decode + sentinel scan".into(),
+            "60 µs".into(),
+            "≤ 6 µs".into(),
+            format!("{} µs", get("sentinel")),
+        ),
+        (
+            "peak RSS, 10k listed runs, after 30 sweeps in one process".into(),
+            "154 MiB".into(),
+            "≤ 10 MiB".into(),
+            format!(
+                "{} MiB (the store's 10k records included)",
+                find("peak_rss:10000:", "\"producing\":10000")
+            ),
+        ),
+        (
+            "store requests per sweep at 1k / 100k / 1M detached runs".into(),
+            "grows with backlog".into(),
+            "constant".into(),
+            format!(
+                "{} / {} / {} (memory store; DynamoDB Local, SQLite and D1 in workerd are not \
+                 measured by this bench: see the reaper-dynamodb listing bench)",
+                get("requests:1000"),
+                get("requests:100000"),
+                get("requests:1000000")
+            ),
+        ),
+    ];
+    println!("\n| figure | reference | goal | this build |\n|---|---|---|---|");
+    for (figure, reference, goal, measured) in rows {
+        println!("| {figure} | {reference} | {goal} | {measured} |");
     }
 }

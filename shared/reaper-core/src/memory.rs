@@ -157,14 +157,18 @@ impl RunStore for MemoryStore {
         let s = self.lock();
         let mut runs: Vec<&RunRecord> = s.runs.values().filter(|r| query.admits(r)).collect();
         // Only the page is sorted and copied: a partial selection, not a sort of the backlog.
-        let key = |r: &&RunRecord| (r.detached_since, r.run_id.clone());
+        // Compared by reference (a key that owns its run id allocates per comparison); run ids
+        // are unique, so an unstable sort gives the one order.
+        let order = |a: &&RunRecord, b: &&RunRecord| {
+            (a.detached_since, a.run_id.as_str()).cmp(&(b.detached_since, b.run_id.as_str()))
+        };
         if runs.len() > query.limit {
             if query.limit > 0 {
-                runs.select_nth_unstable_by_key(query.limit - 1, key);
+                runs.select_nth_unstable_by(query.limit - 1, order);
             }
             runs.truncate(query.limit);
         }
-        runs.sort_by_key(key);
+        runs.sort_unstable_by(order);
         let runs: Vec<RunRecord> = runs.into_iter().cloned().collect();
         let next = if runs.len() == query.limit {
             runs.last().and_then(ReclaimableCursor::of)

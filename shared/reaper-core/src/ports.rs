@@ -145,15 +145,17 @@ pub struct ReclaimableQuery {
 impl ReclaimableQuery {
     /// Whether a run falls in the query's range and after its cursor (the contract, in one place).
     pub fn admits(&self, record: &RunRecord) -> bool {
-        let Some(position) = ReclaimableCursor::of(record) else {
+        // Compared in place: this runs once per stored run, and an owned cursor would copy the
+        // run id every time.
+        let Some(since) = record.detached_since else {
             return false;
         };
         record.status == RunStatus::Running
-            && self
-                .detached_after
-                .is_none_or(|a| position.detached_since > a)
-            && position.detached_since <= self.detached_until
-            && self.after.as_ref().is_none_or(|after| &position > after)
+            && self.detached_after.is_none_or(|a| since > a)
+            && since <= self.detached_until
+            && self.after.as_ref().is_none_or(|after| {
+                (since, record.run_id.as_str()) > (after.detached_since, after.run_id.as_str())
+            })
     }
 }
 

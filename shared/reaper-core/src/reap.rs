@@ -746,12 +746,16 @@ async fn list_batch(
 ) -> Result<(ReclaimablePage, usize), crate::error::StoreError> {
     let limit = options.max_runs;
     let mut batch = ReclaimablePage::default();
-    let mut seen: HashSet<String> = HashSet::new();
     let mut known: HashSet<String> = HashSet::new();
     // Corrupt rows count toward a store's page, so a page can come back short of runs with more
     // behind it: the sweep pages on, within a fixed number of requests per sweep.
     let mut requests = 0;
-    let mut list = async |range: ReclaimableQuery, batch: &mut ReclaimablePage| {
+    // The two ranges are disjoint and each page resumes strictly after the last, so no run is
+    // read twice, except after the wrap: that pass stops at (and keeps nothing past) `upto`,
+    // where the sweep started. Positions are compared in place, not collected in a set.
+    let mut list = async |range: ReclaimableQuery,
+                          upto: Option<&ReclaimableCursor>,
+                          batch: &mut ReclaimablePage| {
         requests += 1;
         let page = deps.runs.list_reclaimable_page(range).await?;
         let unreadable = page.corrupt.len();
@@ -760,12 +764,13 @@ async fn list_batch(
         batch
             .corrupt
             .extend(corrupt.filter(|e| known.insert(e.to_string())));
-        // After the wrap, a page can reach runs an earlier page already took.
         let before = batch.runs.len();
         let runs = page.runs.into_iter();
-        batch
-            .runs
-            .extend(runs.filter(|r| seen.insert(r.run_id.clone())));
+        batch.runs.extend(runs.filter(|r| {
+            upto.is_none_or(|u| {
+                (r.detached_since, r.run_id.as_str()) <= (Some(u.detached_since), u.run_id.as_str())
+            })
+        }));
         let read = batch.runs.len() - before + unreadable;
         Ok::<_, crate::error::StoreError>((page.next, read, requests))
     };
@@ -777,22 +782,25 @@ async fn list_batch(
             after: after.take(),
             limit: limit - batch.runs.len(),
         };
-        match list(range, &mut batch).await? {
+        match list(range, None, &mut batch).await? {
             (Some(next), _, sent) if sent < MAX_LISTING_REQUESTS / 2 => after = Some(next),
             _ => break,
         }
     }
     let fresh_from = batch.runs.len();
-    let mut after = options.resume_after.clone();
-    let mut wrapped = after.is_none();
+    let start = options.resume_after.as_ref();
+    let mut after = start.cloned();
+    let mut wrapped = start.is_none();
     while batch.runs.len() < limit {
+        // After the wrap, up to where this sweep started.
+        let upto = start.filter(|_| wrapped);
         let range = ReclaimableQuery {
             detached_after: Some(cutoff),
-            detached_until: now,
+            detached_until: upto.map_or(now, |u| u.detached_since.min(now)),
             after: after.clone(),
             limit: limit - batch.runs.len(),
         };
-        let (next, read, sent) = list(range, &mut batch).await?;
+        let (next, read, sent) = list(range, upto, &mut batch).await?;
         if sent >= MAX_LISTING_REQUESTS {
             break;
         }
@@ -995,7 +1003,25 @@ async fn reap_one(
             Err(e) => return failed(run_id, ReapError::Probe(e.0)),
         }
     }
+    // Boxed: the claimed path's state (claim, pipe, reclaim) is kilobytes, and a future that
+    // carried it inline would be copied into the in-flight set for every run, the many left
+    // alone included.
+    Box::pin(reap_claimed(
+        deps, options, record, cutoff, expired, exit_code,
+    ))
+    .await
+}
 
+/// The rest of [`reap_one`] for a run that is finished or expired: claim, drive, settle.
+async fn reap_claimed(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    record: &RunRecord,
+    cutoff: EpochMs,
+    expired: bool,
+    exit_code: Option<i64>,
+) -> ReapRunEntry {
+    let run_id = record.run_id.as_str();
     let driven = match drive_under_claim(deps, options, record, cutoff, expired).await {
         Ok(d) => d,
         Err(error) if error.is_claim_refusal() => {
