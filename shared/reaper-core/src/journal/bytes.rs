@@ -85,8 +85,15 @@ impl Base64StreamDecoder {
     /// Feeds one chunk of the frame; returns the bytes it completes.
     pub fn push(&mut self, chunk: &str) -> Result<Vec<u8>, JournalError> {
         let before = self.pending.len();
-        self.pending
-            .extend(chunk.chars().filter(|&c| !is_js_whitespace(c)));
+        if chunk.is_ascii() {
+            // The runs between line breaks whole, as `decode_base64_frame` does.
+            for run in chunk.split(|c: char| c.is_ascii() && is_ascii_js_whitespace(c as u8)) {
+                self.pending.push_str(run);
+            }
+        } else {
+            self.pending
+                .extend(chunk.chars().filter(|&c| !is_js_whitespace(c)));
+        }
         self.seen += self.pending.len() - before;
         if self.padded && !self.pending.is_empty() {
             return Err(JournalError::InvalidBase64(
