@@ -2,7 +2,7 @@
 // real reaper-sandboxd on loopback, and polling helpers (bounded loops, never fixed sleeps).
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -164,4 +164,86 @@ export async function startSandboxd() {
       rmSync(root, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Where a provider fake's binary is (the `fake_*` examples of the provider crates): the
+ * variable `env` when set, else `<repo>/target/debug/examples/<name>`. Fails, saying how to build
+ * it, when it is absent: CI must run the tests that need it, never skip them.
+ */
+export function providerFakeBin(name, env) {
+  const bin = process.env[env] ?? join(here, "../../target/debug/examples", name);
+  if (!existsSync(bin)) {
+    throw new Error(
+      `the provider fake ${name} is not built (looked for ${bin}): run ` +
+        "`cargo build -p reaper-daytona -p reaper-e2b -p reaper-vercel-sandbox --examples` at the " +
+        `repository root, or point ${env} at the binary`,
+    );
+  }
+  return bin;
+}
+
+/**
+ * A provider crate's OpenAPI-checked fake as a process (`bin`, see providerFakeBin): its first
+ * stdout line says how to reach it. Returns the provider's name, the settings that point the
+ * Worker at it (`vars`, and `secrets` for the keys), and its control API (see the examples'
+ * support/control.rs): sandboxes, agents under the journaled wrapper, the request log and the
+ * violations of the provider's documents. `stop()` closes its stdin, on which it destroys the
+ * sandboxes it made and exits.
+ */
+export async function startProviderFake(bin) {
+  const child = spawn(bin, [], {
+    env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal)));
+  const line = await Promise.race([
+    new Promise((resolve) => createInterface({ input: child.stdout }).once("line", resolve)),
+    exited.then((code) => {
+      throw new Error(`the provider fake ${bin} exited with ${code} before it printed its address`);
+    }),
+  ]);
+  const hello = JSON.parse(line);
+  const api = async (method, path, body) => {
+    const res = await fetch(`${hello.control}${path}`, {
+      method,
+      headers: body === undefined ? {} : { "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${hello.provider} fake: ${method} ${path}: ${res.status} ${text}`);
+    return JSON.parse(text);
+  };
+  return {
+    provider: hello.provider,
+    vars: hello.vars,
+    secrets: hello.secrets,
+    api,
+    /** A new running sandbox's id. */
+    createSandbox: async () => (await api("POST", "/__test/sandboxes")).id,
+    /** Starts `command` in sandbox `id` under the journaled wrapper, detached. */
+    startAgent: (id, body) => api("POST", `/__test/sandboxes/${encodeURIComponent(id)}/agents`, body),
+    /** Whether sandbox `id` still exists at the fake (false once destroyed through its API). */
+    alive: async (id) => (await api("GET", `/__test/sandboxes/${encodeURIComponent(id)}`)).alive,
+    /** Every request the fake's provider API received: {server, operation, method, path, status}. */
+    requests: () => api("GET", "/__test/requests"),
+    /** {recorded, unexpected}: the document violations, and those the crate does not tolerate. */
+    violations: () => api("GET", "/__test/violations"),
+    async stop() {
+      child.stdin.end();
+      const code = await exited;
+      if (code !== 0) throw new Error(`the ${hello.provider} fake exited with ${code}`);
+    },
+  };
+}
+
+/** Whether the journal `<dir>/<runId>.ndjson` holds `marker` (and, with `exited`, a sentinel). */
+export function journalHas(dir, runId, marker, { exited = false } = {}) {
+  let text;
+  try {
+    text = readFileSync(join(dir, `${runId}.ndjson`), "utf8");
+  } catch {
+    return false;
+  }
+  return text.includes(marker) && (!exited || text.includes('"__exit":'));
 }
