@@ -863,7 +863,12 @@ async fn reap_listed(
     // each only after the deadline check; entries are reported in listing order whatever order
     // they finish in. Plain futures combinators: the same code runs on one Worker thread.
     let mut in_flight = FuturesUnordered::new();
-    let mut done: Vec<Option<ReapRunEntry>> = Vec::with_capacity(batch.len());
+    // Entries are reported in listing order: each goes straight into the report once every run
+    // before it has; only the ones that finished ahead of an earlier run wait here.
+    let mut ahead: std::collections::BTreeMap<usize, ReapRunEntry> = Default::default();
+    let mut reported = 0;
+    let mut last_fresh = None;
+    report.runs.reserve(batch.len());
     let mut next = 0;
     loop {
         while in_flight.len() < options.concurrency.max(1) && next < batch.len() {
@@ -881,9 +886,8 @@ async fn reap_listed(
             next += 1;
             if index >= fresh_from {
                 // The round-robin position moves past every fresh run this sweep started.
-                report.cursor = ReclaimableCursor::of(&batch[index]);
+                last_fresh = Some(index);
             }
-            done.push(None);
             in_flight.push(async move {
                 let mut probed = 0;
                 let entry = reap_one(deps, options, &batch[index], cutoff, &mut probed).await;
@@ -900,12 +904,26 @@ async fn reap_listed(
             finished_at,
             options.detached_run_ttl_ms,
         );
-        done[index] = Some(entry);
+        if index == reported {
+            report.push(entry);
+            reported += 1;
+            while let Some(entry) = ahead.remove(&reported) {
+                report.push(entry);
+                reported += 1;
+            }
+        } else {
+            ahead.insert(index, entry);
+        }
     }
-    for entry in done.into_iter().flatten() {
-        report.push(entry);
+    debug_assert!(
+        ahead.is_empty(),
+        "every started run reports before the sweep ends"
+    );
+    if let Some(index) = last_fresh {
+        report.cursor = ReclaimableCursor::of(&batch[index]);
     }
 }
+
 /// The backlog figure: the store's bounded count, or, when it cannot count, the rows this
 /// sweep's listing read (then "at least", never exact).
 async fn count_backlog(
