@@ -230,6 +230,11 @@ fn every_environment_variable_is_one_the_code_reads_and_every_required_one_is_se
         .iter()
         .map(|st| st.name)
         .chain([reaper_lambda::METRICS_NAMESPACE])
+        .chain(
+            reaper_serverless::reaper_providers::ProviderKind::ALL
+                .iter()
+                .flat_map(|k| k.variables().iter().copied()),
+        )
         .collect();
     for name in &names {
         assert!(
@@ -247,21 +252,43 @@ fn every_environment_variable_is_one_the_code_reads_and_every_required_one_is_se
 }
 
 #[test]
-fn the_token_arrives_only_as_a_secrets_manager_dynamic_reference() {
+fn every_secret_arrives_only_as_a_secrets_manager_dynamic_reference_or_not_at_all() {
     let t = template();
-    let token = &props(&t, "ReaperFunction")["Environment"]["Variables"]
-        [reaper_serverless::config::SANDBOXD_TOKEN];
-    let sub = s(&token["!Sub"]);
-    assert_eq!(
-        sub,
-        "{{resolve:secretsmanager:${SandboxdTokenSecretArn}:SecretString}}"
-    );
-    let param = &t["Parameters"]["SandboxdTokenSecretArn"];
-    assert!(
-        param.get("Default").is_none(),
-        "a secret parameter must not have a default"
-    );
-    assert!(s(&param["AllowedPattern"]).contains("secretsmanager"));
+    let vars = &props(&t, "ReaperFunction")["Environment"]["Variables"];
+    for (var, param) in [
+        (
+            reaper_serverless::config::SANDBOXD_TOKEN,
+            "SandboxdTokenSecretArn",
+        ),
+        ("DAYTONA_API_KEY", "DaytonaApiKeySecretArn"),
+        ("E2B_API_KEY", "E2bApiKeySecretArn"),
+        ("VERCEL_TOKEN", "VercelTokenSecretArn"),
+    ] {
+        let branches = seq(&vars[var]["!If"]);
+        assert_eq!(branches.len(), 3, "{var}");
+        let condition = s(&branches[0]);
+        assert_eq!(
+            s(&branches[1]["!Sub"]),
+            format!("{{{{resolve:secretsmanager:${{{param}}}:SecretString}}}}"),
+            "{var}"
+        );
+        assert_eq!(s(&branches[2]["!Ref"]), "AWS::NoValue", "{var}");
+        // The condition is "the ARN parameter is set"; an unset ARN leaves the variable unset.
+        let cond = serde_yaml_text(&t["Conditions"][condition]);
+        assert!(cond.contains(param), "{var}: {cond}");
+        let p = &t["Parameters"][param];
+        assert_eq!(s(&p["Default"]), "", "{param}");
+        assert!(
+            s(&p["AllowedPattern"]).contains("secretsmanager"),
+            "{param}"
+        );
+    }
+    assert_eq!(s(&vars["REAPER_PROVIDERS"]["!Ref"]), "Providers");
+    assert_eq!(s(&t["Parameters"]["Providers"]["Default"]), "sandboxd");
+}
+
+fn serde_yaml_text(v: &Value) -> String {
+    format!("{v:?}")
 }
 
 #[test]

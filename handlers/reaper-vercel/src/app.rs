@@ -290,6 +290,8 @@ pub(crate) mod tests {
     pub(crate) fn report(status: SweepStatus, started_at: EpochMs) -> ServerlessReport {
         let config = ServerlessConfig {
             table: "t".into(),
+            providers: vec![reaper_serverless::reaper_providers::ProviderKind::Sandboxd],
+            hosted: Default::default(),
             sandboxd_url: "http://127.0.0.1:1".into(),
             sandboxd_token: Secret::new("x"),
             provider_name: "sandboxd".into(),

@@ -1,4 +1,4 @@
-//! The composition every serverless handler needs: DynamoDB stores, the sandboxd provider, the
+//! The composition every serverless handler needs: DynamoDB stores, the listed sandbox providers, the
 //! journal probe and replay drive, the reclaimer, system time; and the sweep run over them with
 //! its DynamoDB cost.
 
@@ -13,8 +13,11 @@ use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{sweep, ReapDeps, SweepReport, SweepStatus};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
+use reaper_core::{ProviderSet, SandboxProvider};
 use reaper_dynamodb::{DynamoOptions, DynamoStore, OpStats, RequestStats};
-use reaper_http_sandbox::{HttpProviderConfig, HttpSandboxProvider};
+use reaper_http_sandbox::{
+    HttpProviderConfig, HttpSandboxProvider, HttpTransport, ReqwestTransport,
+};
 use reaper_local::{SystemClock, TokioSleeper};
 use serde::Serialize;
 
@@ -28,16 +31,59 @@ use crate::plan::SweepPlan;
 pub struct ServerlessDeps {
     pub reap: ReapDeps,
     pub store: DynamoStore,
-    pub provider: HttpSandboxProvider,
+    /// The providers `REAPER_PROVIDERS` lists, routed by each instance record's provider.
+    pub providers: ProviderSet,
     /// Where the handler offers each request's OIDC token; `Some` when the store assumes a role
     /// with it (`AWS_ROLE_ARN`).
     pub oidc_tokens: Option<OidcTokens>,
 }
 
-/// The sandboxd provider could not be built from the settings.
+/// A listed provider could not be built from the settings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot set up the sandboxd client from {SANDBOXD_URL} and {SANDBOXD_TOKEN}: {0}")]
-pub struct ComposeError(pub reaper_http_sandbox::ConfigError);
+#[non_exhaustive]
+pub enum ComposeError {
+    #[error("cannot set up the sandboxd client from {SANDBOXD_URL} and {SANDBOXD_TOKEN}: {0}")]
+    Sandboxd(reaper_http_sandbox::ConfigError),
+    #[error("{0}")]
+    Hosted(reaper_providers::ProvidersError),
+    #[error("cannot set up the HTTP client of the hosted providers: {0}")]
+    Transport(String),
+    #[error("{0}")]
+    Providers(reaper_core::ProviderSetError),
+}
+
+/// The providers the settings list, each hosted one over one shared reqwest client.
+pub fn providers(config: &ServerlessConfig) -> Result<ProviderSet, ComposeError> {
+    let mut transport: Option<Arc<dyn HttpTransport>> = None;
+    let mut members: Vec<Arc<dyn SandboxProvider>> = Vec::new();
+    for kind in &config.providers {
+        if *kind == reaper_providers::ProviderKind::Sandboxd {
+            let mut http =
+                HttpProviderConfig::new(&config.sandboxd_url, config.sandboxd_token.expose());
+            http.name = config.provider_name.clone();
+            members.push(Arc::new(
+                HttpSandboxProvider::new(http).map_err(ComposeError::Sandboxd)?,
+            ));
+            continue;
+        }
+        let transport = match &transport {
+            Some(t) => t.clone(),
+            None => {
+                let t: Arc<dyn HttpTransport> = Arc::new(
+                    ReqwestTransport::new().map_err(|e| ComposeError::Transport(e.to_string()))?,
+                );
+                transport.insert(t).clone()
+            }
+        };
+        if let Some(hosted) =
+            reaper_providers::build_hosted(*kind, |n| config.hosted.get(n), transport)
+                .map_err(ComposeError::Hosted)?
+        {
+            members.push(hosted);
+        }
+    }
+    ProviderSet::new(members).map_err(ComposeError::Providers)
+}
 
 /// How long one STS call may take: the sweep waits for it before its first DynamoDB request.
 const STS_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -121,11 +167,9 @@ pub fn compose(
     config: &ServerlessConfig,
     store: DynamoStore,
 ) -> Result<ServerlessDeps, ComposeError> {
-    let mut http = HttpProviderConfig::new(&config.sandboxd_url, config.sandboxd_token.expose());
-    http.name = config.provider_name.clone();
-    let provider = HttpSandboxProvider::new(http).map_err(ComposeError)?;
+    let providers = providers(config)?;
     let shared: Arc<DynamoStore> = Arc::new(store.clone());
-    let sandboxes: Arc<dyn reaper_core::SandboxProvider> = Arc::new(provider.clone());
+    let sandboxes: Arc<dyn SandboxProvider> = Arc::new(providers.clone());
     let clock = Arc::new(SystemClock);
     let sleeper = Arc::new(TokioSleeper);
     let probe = JournalExitProbe::new(
@@ -169,7 +213,7 @@ pub fn compose(
             sleeper,
         },
         store,
-        provider,
+        providers,
         oidc_tokens: None,
     })
 }

@@ -12,6 +12,8 @@ use crate::credentials::{
 
 /// The DynamoDB table holding runs, logs, leases and sandbox instances.
 pub const TABLE: &str = "REAPER_TABLE";
+/// The providers one sweep serves (`sandboxd,daytona,e2b,vercel-sandbox`).
+pub const PROVIDERS: &str = reaper_providers::PROVIDERS_VAR;
 /// Where `reaper-sandboxd` listens.
 pub const SANDBOXD_URL: &str = "REAPER_SANDBOXD_URL";
 /// The daemon's bearer token (a secret).
@@ -56,15 +58,22 @@ pub const SETTINGS: &[Setting] = &[
         accepted: "a DynamoDB table name: 3 to 255 characters of A-Z a-z 0-9 _ - .",
     },
     Setting {
+        name: PROVIDERS,
+        required: false,
+        secret: false,
+        default: reaper_providers::DEFAULT_PROVIDERS,
+        accepted: "the providers one sweep serves, comma-separated: sandboxd, daytona, e2b, vercel-sandbox",
+    },
+    Setting {
         name: SANDBOXD_URL,
-        required: true,
+        required: false,
         secret: false,
         default: "",
-        accepted: "the reaper-sandboxd base URL, http:// or https://, e.g. https://sandboxes.example.com",
+        accepted: "the reaper-sandboxd base URL, http:// or https://, e.g. https://sandboxes.example.com (required while REAPER_PROVIDERS lists sandboxd)",
     },
     Setting {
         name: SANDBOXD_TOKEN,
-        required: true,
+        required: false,
         secret: true,
         default: "",
         accepted: "the daemon's bearer token: printable ASCII without spaces or a trailing newline",
@@ -209,6 +218,11 @@ pub use reaper_core::secret::Secret;
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerlessConfig {
     pub table: String,
+    /// The providers one sweep serves, in the order listed.
+    pub providers: Vec<reaper_providers::ProviderKind>,
+    /// The listed hosted providers' own settings (`DAYTONA_API_KEY`, ...), held as secrets.
+    pub hosted: reaper_providers::HostedSettings,
+    /// Empty unless `providers` lists sandboxd.
     pub sandboxd_url: String,
     pub sandboxd_token: Secret,
     pub provider_name: String,
@@ -235,6 +249,8 @@ impl std::fmt::Debug for ServerlessConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerlessConfig")
             .field("table", &self.table)
+            .field("providers", &self.providers)
+            .field("hosted", &self.hosted)
             .field(
                 "sandboxd_url",
                 &reaper_http_sandbox::redact_url(&self.sandboxd_url),
@@ -477,6 +493,18 @@ fn check_session_name(v: &str) -> Result<(), String> {
 }
 
 impl<G: Fn(&str) -> Option<String>> Reader<G> {
+    /// `REAPER_PROVIDERS`, sandboxd alone when unset.
+    fn providers(&mut self) -> Vec<reaper_providers::ProviderKind> {
+        let value = self.raw(PROVIDERS);
+        match reaper_providers::parse(value.as_deref()) {
+            Ok(kinds) => kinds,
+            Err(e) => {
+                self.fail(PROVIDERS, value.as_deref(), e.to_string());
+                Vec::new()
+            }
+        }
+    }
+
     /// `AWS_ROLE_ARN` wins; keys count only without it (they are not even read then); neither
     /// leaves the SDK's default chain.
     fn aws_credentials(&mut self) -> Option<AwsCredentialsConfig> {
@@ -521,8 +549,27 @@ impl ServerlessConfig {
             problems: Vec::new(),
         };
         let table = r.string(TABLE, check_table);
+        let providers = r.providers();
+        let hosted = reaper_providers::HostedSettings::capture(&providers, &r.get);
+        for kind in &providers {
+            if let Err(e) = reaper_providers::check_hosted(*kind, |n| hosted.get(n)) {
+                r.fail(PROVIDERS, None, e.to_string());
+            }
+        }
+        let sandboxd = providers.contains(&reaper_providers::ProviderKind::Sandboxd);
         let sandboxd_url = r.string(SANDBOXD_URL, check_url);
         let sandboxd_token = r.string(SANDBOXD_TOKEN, check_token);
+        if sandboxd {
+            for name in [SANDBOXD_URL, SANDBOXD_TOKEN] {
+                if !r.is_set(name) {
+                    r.fail(
+                        name,
+                        None,
+                        format!("is not set, and {PROVIDERS} lists sandboxd"),
+                    );
+                }
+            }
+        }
         let provider_name = r.string(SANDBOX_PROVIDER_NAME, check_name);
         let detached_ttl = r.duration(DETACHED_TTL, SECOND, 365 * DAY);
         let run_budget = r.duration(RUN_BUDGET, Duration::from_millis(10), HOUR);
@@ -541,26 +588,25 @@ impl ServerlessConfig {
                 problems: r.problems,
             });
         }
-        let (
-            Some(table),
-            Some(sandboxd_url),
-            Some(sandboxd_token),
-            Some(detached_ttl),
-            Some(aws_credentials),
-        ) = (
-            table,
-            sandboxd_url,
-            sandboxd_token,
-            detached_ttl,
-            aws_credentials,
-        )
+        let (Some(table), Some(detached_ttl), Some(aws_credentials)) =
+            (table, detached_ttl, aws_credentials)
         else {
             unreachable!(
                 "a missing required setting or a bad credential setting is a problem above"
             );
         };
+        let (sandboxd_url, sandboxd_token) = if sandboxd {
+            (
+                sandboxd_url.unwrap_or_default(),
+                sandboxd_token.unwrap_or_default(),
+            )
+        } else {
+            (String::new(), String::new())
+        };
         Ok(ServerlessConfig {
             table,
+            providers,
+            hosted,
             sandboxd_url,
             sandboxd_token: Secret::new(sandboxd_token),
             provider_name: provider_name
@@ -619,6 +665,57 @@ mod tests {
 
     fn error_for(pairs: &[(&str, &str)]) -> ConfigError {
         ServerlessConfig::from_env(env(pairs)).expect_err("the configuration must be refused")
+    }
+
+    #[test]
+    fn an_unset_provider_list_serves_sandboxd_alone() {
+        let c = ServerlessConfig::from_env(env(&minimal())).unwrap();
+        assert_eq!(c.providers, [reaper_providers::ProviderKind::Sandboxd]);
+    }
+
+    #[test]
+    fn hosted_providers_alone_need_no_sandboxd_settings_and_keep_their_keys_secret() {
+        let c = ServerlessConfig::from_env(env(&[
+            (TABLE, "reaper-runs"),
+            (DETACHED_TTL, "30m"),
+            (PROVIDERS, "daytona,e2b"),
+            ("DAYTONA_API_KEY", "dtn_S3CR3T_0123"),
+            ("E2B_API_KEY", "e2b_S3CR3T_0123"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.providers,
+            [
+                reaper_providers::ProviderKind::Daytona,
+                reaper_providers::ProviderKind::E2b
+            ]
+        );
+        assert_eq!(c.sandboxd_url, "");
+        let shown = format!("{c:?}");
+        assert!(shown.contains("DAYTONA_API_KEY") && !shown.contains("S3CR3T"), "{shown}");
+        let set = crate::compose::providers(&c).unwrap();
+        assert_eq!(set.names().collect::<Vec<_>>(), ["daytona", "e2b"]);
+    }
+
+    #[test]
+    fn sandboxd_listed_without_its_url_and_token_is_refused_naming_both() {
+        let e = error_for(&[
+            (TABLE, "reaper-runs"),
+            (DETACHED_TTL, "30m"),
+            (PROVIDERS, "sandboxd,vercel-sandbox"),
+            ("VERCEL_TOKEN", "vcp_0123456789"),
+        ]);
+        assert!(e.names(SANDBOXD_URL) && e.names(SANDBOXD_TOKEN), "{e}");
+        assert!(e.to_string().contains("lists sandboxd"), "{e}");
+    }
+
+    #[test]
+    fn a_listed_provider_without_its_key_or_an_unknown_one_is_refused_with_the_rest() {
+        let e = error_for(&with(&[(PROVIDERS, "sandboxd,daytona"), (MAX_RUNS, "0")]));
+        assert!(e.names(PROVIDERS) && e.names(MAX_RUNS), "{e}");
+        assert!(e.to_string().contains("DAYTONA_API_KEY"), "{e}");
+        let unknown = error_for(&with(&[(PROVIDERS, "sandboxd,modal")]));
+        assert!(unknown.to_string().contains("\"modal\""), "{unknown}");
     }
 
     #[test]

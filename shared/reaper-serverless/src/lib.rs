@@ -25,12 +25,14 @@ pub mod plan;
 pub mod status;
 
 pub use compose::{
-    build_deps, compose, dynamo_options, requests_since, run_sweep, ComposeError, ServerlessDeps,
-    ServerlessReport,
+    build_deps, compose, dynamo_options, providers, requests_since, run_sweep, ComposeError,
+    ServerlessDeps, ServerlessReport,
 };
 pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
 pub use credentials::{AwsCredentialsConfig, NoAwsCredentials, OidcTokens, WebIdentityCredentials};
 pub use plan::{check_budget, minimum_budget, plan, reserve, BudgetTooShort, SweepPlan};
 /// The wall clock the serverless handlers run on (their deadlines are wall time).
 pub use reaper_local::SystemClock;
+/// `REAPER_PROVIDERS` and the hosted providers, for handlers and their tests.
+pub use reaper_providers;
 pub use status::{LastSweep, ServiceStatus, StatusLimits};

@@ -272,6 +272,8 @@ mod tests {
     fn config() -> ServerlessConfig {
         ServerlessConfig {
             table: "t".into(),
+            providers: vec![reaper_providers::ProviderKind::Sandboxd],
+            hosted: Default::default(),
             sandboxd_url: "http://127.0.0.1:1".into(),
             sandboxd_token: Secret::new("x"),
             provider_name: "sandboxd".into(),
