@@ -237,7 +237,11 @@ export async function startProviderFake(bin) {
   };
 }
 
-/** Whether the journal `<dir>/<runId>.ndjson` holds `marker` (and, with `exited`, a sentinel). */
+/**
+ * Whether the journal `<dir>/<runId>.ndjson` holds `marker` (and, with `exited`, an exit
+ * sentinel). For run ids of letters, digits and '-', which the journal's filename codec keeps as
+ * they are.
+ */
 export function journalHas(dir, runId, marker, { exited = false } = {}) {
   let text;
   try {
