@@ -146,6 +146,9 @@ describe("one alarm over Daytona, E2B and Vercel Sandbox through fetch", () => {
     }
     const { fetch: fetches, d1 } = first.lastSweep.subrequests;
     console.log(`the alarm's subrequests: ${fetches} fetch + ${d1} D1`);
+    // The meter counts every provider request the fakes received, and nothing else went out.
+    const received = [...traffic.values()].reduce((sum, requests) => sum + requests.length, 0);
+    assert.equal(fetches, received, `fetches metered vs requests the fakes received: ${detail}`);
 
     const outcome = (runId) => report.runs.find((r) => r.runId === runId)?.outcome;
     const row = (runId) => db.prepare("SELECT status FROM runs WHERE run_id = ?1").bind(runId).first();
