@@ -28,7 +28,7 @@ struct Cli {
     #[arg(long, env = "REAPER_SANDBOXD_BACKEND", default_value = "local", value_parser = ["local", "docker"])]
     backend: String,
     /// Local backend: the directory holding one subdirectory per sandbox (created if missing).
-    #[arg(long, required_if_eq("backend", "local"))]
+    #[arg(long)]
     root: Option<PathBuf>,
     /// Docker backend: the daemon's Unix socket, as unix:///path or /path (TCP and SSH hosts are
     /// refused: the Engine API there would need TLS set up this daemon does not do).
@@ -40,11 +40,7 @@ struct Cli {
     docker_host: String,
     /// Docker backend: the image every sandbox container runs. It must be on the daemon
     /// already: sandboxes never pull.
-    #[arg(
-        long,
-        env = "REAPER_SANDBOXD_DOCKER_IMAGE",
-        required_if_eq("backend", "docker")
-    )]
+    #[arg(long, env = "REAPER_SANDBOXD_DOCKER_IMAGE")]
     docker_image: Option<String>,
     /// Docker backend: the containers' network mode (`none`: a sandbox reaches nothing).
     #[arg(long, default_value = "none")]
@@ -199,6 +195,12 @@ async fn backend(cli: &Cli) -> anyhow::Result<Backend> {
                  the Docker backend's environment is the image's"
             );
         }
+        let Some(image) = cli.docker_image.clone().filter(|i| !i.trim().is_empty()) else {
+            anyhow::bail!(
+                "--backend docker needs --docker-image (or REAPER_SANDBOXD_DOCKER_IMAGE): the \
+                 image every sandbox container runs, already on the Docker daemon"
+            );
+        };
         let mut options = DockerProviderOptions::from_host(&cli.docker_host)
             .context("invalid --docker-host (DOCKER_HOST)")?;
         options.name = cli.docker_label.clone();
@@ -206,7 +208,6 @@ async fn backend(cli: &Cli) -> anyhow::Result<Backend> {
         let provider = DockerProvider::connect(options).await.map_err(|e| {
             anyhow::anyhow!("{e} Set DOCKER_HOST or --docker-host to the daemon's socket.")
         })?;
-        let image = cli.docker_image.clone().unwrap_or_default();
         tracing::info!(host = %cli.docker_host, %image, network = %cli.docker_network, "serving Docker containers");
         return Ok(Backend::Docker(DockerBackend {
             provider,
@@ -214,7 +215,14 @@ async fn backend(cli: &Cli) -> anyhow::Result<Backend> {
             network: cli.docker_network.clone(),
         }));
     }
-    let root = cli.root.clone().unwrap_or_default();
+    // The backends' required settings are checked here, not by clap, whose `required_if_eq`
+    // does not see the backend's default value.
+    let Some(root) = cli.root.clone().filter(|r| !r.as_os_str().is_empty()) else {
+        anyhow::bail!(
+            "--backend local (the default) needs --root: the directory holding one \
+             subdirectory per sandbox (created if missing); or use --backend docker"
+        );
+    };
     std::fs::create_dir_all(&root)
         .with_context(|| format!("cannot create the sandbox root {}", root.display()))?;
     let mut options = LocalProviderOptions::new(&root);

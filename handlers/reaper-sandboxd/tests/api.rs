@@ -240,6 +240,34 @@ async fn the_daemon_refuses_to_start_without_a_usable_token_and_says_why() {
 }
 
 #[tokio::test]
+async fn a_backend_missing_its_setting_refuses_to_start_and_says_what_to_pass() {
+    // The backend from its default and from the environment: clap alone misses both.
+    let cases = [
+        (None, "--backend local (the default) needs --root"),
+        (Some("docker"), "--backend docker needs --docker-image"),
+    ];
+    for (backend, expected) in cases {
+        let mut command = tokio::process::Command::new(BIN);
+        command
+            .args(["--listen", "127.0.0.1:0"])
+            .env_clear()
+            .env("REAPER_SANDBOXD_TOKEN", random_token())
+            .kill_on_drop(true);
+        if let Some(b) = backend {
+            command.env("REAPER_SANDBOXD_BACKEND", b);
+        }
+        let output = tokio::time::timeout(Duration::from_secs(30), command.output())
+            .await
+            .expect("the daemon refused to start within 30 s instead of serving")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{backend:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{backend:?}: it listened");
+        assert!(stderr.contains(expected), "{backend:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
 async fn the_token_never_appears_in_the_daemon_log() {
     let tmp = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(tmp.path(), &["--log-json"]).await;
