@@ -64,9 +64,12 @@ struct DockerDaemon {
 }
 
 impl DockerDaemon {
+    /// A daemon whose containers carry a label value of their own, so what a test leaves
+    /// behind is found (and removed) without touching another test's containers.
     async fn start(extra: &[&str]) -> Option<DockerDaemon> {
         let (host, image) = dockerd_env()?;
         let tmp = tempfile::tempdir().unwrap();
+        let label = format!("sandboxd-test-{}", unique());
         let mut args = vec![
             "--backend",
             "docker",
@@ -74,13 +77,15 @@ impl DockerDaemon {
             &host,
             "--docker-image",
             &image,
+            "--docker-label",
+            &label,
         ];
         args.extend_from_slice(extra);
         let daemon = Daemon::start(tmp.path(), &args).await;
         let provider = daemon.provider();
-        let docker = DockerProvider::connect(DockerProviderOptions::from_host(&host).unwrap())
-            .await
-            .unwrap();
+        let mut options = DockerProviderOptions::from_host(&host).unwrap();
+        options.name = label.clone();
+        let docker = DockerProvider::connect(options).await.unwrap();
         Some(DockerDaemon {
             _daemon: daemon,
             provider,
@@ -88,23 +93,34 @@ impl DockerDaemon {
             tmp,
         })
     }
+
+    /// Removes every container of this daemon's label (a failed case leaves its sandbox).
+    async fn remove_all(&self) {
+        for id in self.docker.list().await.unwrap() {
+            self.docker.destroy(&id).await.unwrap();
+        }
+    }
 }
 
 /// A Unix socket in front of dockerd that forwards every Engine API request but a `DELETE`,
 /// which it answers 500 (fault injection: a daemon failing the container's removal). Each
 /// forwarded request is made the last of its connection (`Connection: close`), so a client's
 /// next request, a `DELETE` included, arrives on a new connection and is seen here; an upgraded
-/// exec stream is forwarded as it is. Served until the test process ends; returns its path.
+/// exec stream is forwarded as it is. Served until the test process ends; returns its path and
+/// the count of `DELETE`s it failed.
 fn failing_removal_proxy(
     upstream: std::path::PathBuf,
     dir: &std::path::Path,
-) -> std::path::PathBuf {
+) -> (std::path::PathBuf, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let path = dir.join(format!("proxy-{}.sock", unique()));
     let listener = tokio::net::UnixListener::bind(&path).expect("bind the proxy socket");
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = refused.clone();
     tokio::spawn(async move {
         while let Ok((mut client, _)) = listener.accept().await {
             let upstream = upstream.clone();
+            let counter = counter.clone();
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -118,6 +134,7 @@ fn failing_removal_proxy(
                     }
                 };
                 if head.starts_with(b"DELETE ") {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let body = br#"{"message":"injected fault: the removal failed"}"#;
                     let answer = format!(
                         "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\
@@ -143,14 +160,14 @@ fn failing_removal_proxy(
             });
         }
     });
-    path
+    (path, refused)
 }
 
 struct Fixture {
     d: DockerDaemon,
     /// A second daemon on the same containers whose dockerd fails every removal
     /// (`break_destroy`); kept here because dropping it kills it.
-    failing: tokio::sync::Mutex<Option<Daemon>>,
+    failing: tokio::sync::Mutex<Option<(Daemon, Arc<std::sync::atomic::AtomicUsize>)>>,
 }
 
 impl Fixture {
@@ -191,7 +208,7 @@ impl ProviderFixture for Fixture {
     async fn break_destroy(&self, _id: &str) -> Result<Option<Arc<dyn SandboxProvider>>, String> {
         let (host, image) = dockerd_env().ok_or("no dockerd")?;
         let socket = host.strip_prefix("unix://").unwrap_or(&host).into();
-        let proxy = failing_removal_proxy(socket, self.d.tmp.path());
+        let (proxy, refused) = failing_removal_proxy(socket, self.d.tmp.path());
         let proxy_host = format!("unix://{}", proxy.display());
         let args = [
             "--backend",
@@ -200,15 +217,22 @@ impl ProviderFixture for Fixture {
             &proxy_host,
             "--docker-image",
             &image,
+            "--docker-label",
+            self.d.docker.name(),
         ];
         let failing = Daemon::start(self.d.tmp.path(), &args).await;
         let provider = Arc::new(failing.provider());
-        *self.failing.lock().await = Some(failing);
+        *self.failing.lock().await = Some((failing, refused));
         Ok(Some(provider))
     }
 
+    /// Nothing to heal (the fixture's own daemon never failed), but the failure the case saw
+    /// must have been the injected one, not a refusal of some other kind.
     async fn heal_destroy(&self, _id: &str) -> Result<(), String> {
-        Ok(())
+        match &*self.failing.lock().await {
+            Some((_, refused)) if refused.load(std::sync::atomic::Ordering::SeqCst) > 0 => Ok(()),
+            _ => Err("the destroy failed without reaching the injected DELETE fault".into()),
+        }
     }
 }
 
@@ -277,6 +301,7 @@ async fn known_gap_output_limit_errors_through_http_lose_the_stream_name() {
         )
         .await,
     ];
+    fixture.d.remove_all().await;
     for result in results {
         let failure = result
             .expect_err("the gap is closed: enable the case above")
