@@ -260,7 +260,7 @@ macro_rules! conformance {
     };
 }
 
-// Every case of the suite but the three below.
+// Every case of the suite.
 conformance!(
     resume_of_a_missing_id_is_none,
     resume_of_a_live_sandbox_is_a_handle_with_its_id,
@@ -269,6 +269,9 @@ conformance!(
     exec_decodes_invalid_utf8_lossily,
     exec_gives_the_command_no_stdin,
     exec_output_at_the_bound_is_returned_whole,
+    exec_stdout_beyond_the_bound_is_an_output_limit_error,
+    exec_stderr_beyond_the_bound_is_an_output_limit_error,
+    exec_of_an_endless_output_stops_at_the_bound_and_kills_the_command,
     exec_past_its_timeout_is_a_timeout_error_and_kills_the_command,
     destroy_then_resume_is_none,
     exec_through_a_handle_of_a_destroyed_sandbox_is_not_found,
@@ -276,43 +279,6 @@ conformance!(
     destroy_ends_an_exec_still_running,
     a_failed_destroy_is_an_error_and_the_sandbox_stays_live,
 );
-
-/// KNOWN GAP of the HTTP client (reaper-http-sandbox), not of the daemon: a 422
-/// `output-limit-exceeded` comes back as `OutputLimit { stream: "exec of sandbox …" }`, without
-/// the stream's name the daemon's message carries, so the suite's three output-bound cases
-/// cannot pass through any daemon. The bound itself holds (the error is an output-limit error
-/// with the right limit). This test fails once the client names the stream: then move the three
-/// cases into `conformance!` above.
-#[tokio::test]
-async fn known_gap_output_limit_errors_through_http_lose_the_stream_name() {
-    use reaper_testkit::conformance::{native_nonce, provider, CaseContext};
-    let Some(fixture) = Fixture::new().await else {
-        return;
-    };
-    let ctx = |name| CaseContext::new(&native_nonce(), name, Default::default());
-    let results = [
-        provider::exec_stdout_beyond_the_bound_is_an_output_limit_error(&*fixture, &ctx("stdout"))
-            .await,
-        provider::exec_stderr_beyond_the_bound_is_an_output_limit_error(&*fixture, &ctx("stderr"))
-            .await,
-        provider::exec_of_an_endless_output_stops_at_the_bound_and_kills_the_command(
-            &*fixture,
-            &ctx("endless"),
-        )
-        .await,
-    ];
-    fixture.d.remove_all().await;
-    for result in results {
-        let failure = result
-            .expect_err("the gap is closed: enable the case above")
-            .to_string();
-        assert!(
-            failure.contains("OutputLimit { stream: \"exec of sandbox")
-                && failure.contains(&format!("limit: {OUTPUT_LIMIT}")),
-            "{failure}"
-        );
-    }
-}
 
 #[tokio::test]
 async fn a_docker_sandbox_is_described_with_its_journal_dir_creation_time_and_agents() {

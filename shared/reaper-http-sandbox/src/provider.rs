@@ -487,7 +487,10 @@ impl Inner {
                 SandboxError::Timeout(parse_timeout(&message).unwrap_or_default())
             }
             (422, Some(codes::OUTPUT_LIMIT_EXCEEDED)) => SandboxError::OutputLimit {
-                stream: format!("{what}{sandbox}"),
+                // The daemon names the stream; an older or foreign daemon's message may not.
+                stream: parse_stream(&message)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("{what}{sandbox}")),
                 limit: parse_limit(&message).unwrap_or_default(),
             },
             // 429 and 503 (the daemon's `too-many-execs`, or a proxy) say "not now": retryable,
@@ -534,6 +537,14 @@ pub fn validate_sandbox_id(id: &str) -> Result<(), SandboxError> {
             "invalid sandbox id {id:?}: ids are 1-{MAX_SANDBOX_ID_LEN} characters of [A-Za-z0-9-]"
         )))
     }
+}
+
+/// The stream named in the daemon's output-limit message (`sandbox command stderr exceeded …`).
+fn parse_stream(message: &str) -> Option<&'static str> {
+    let rest = &message[message.find("sandbox command ")? + "sandbox command ".len()..];
+    ["stdout", "stderr"]
+        .into_iter()
+        .find(|s| rest.starts_with(&format!("{s} exceeded")))
 }
 
 /// The byte limit named in the daemon's output-limit message (`… the 1048576-byte output limit …`).

@@ -194,6 +194,50 @@ async fn an_exec_killed_at_its_timeout_is_a_timeout_and_its_request_gets_the_mar
 }
 
 #[tokio::test]
+async fn an_output_limit_names_the_stream_the_daemon_names() {
+    let limit_error = |stream: &str| {
+        reply(
+            422,
+            &error_body(
+                "output-limit-exceeded",
+                &format!(
+                    "sandbox command {stream} exceeded the 4096-byte output limit; read less \
+                     per call (the daemon's --max-output-bytes); nothing was returned"
+                ),
+            ),
+        )
+    };
+    let transport = Scripted::answering(vec![
+        limit_error("stderr"),
+        limit_error("stdout"),
+        reply(
+            422,
+            &error_body(
+                "output-limit-exceeded",
+                "the 4096-byte output limit was hit",
+            ),
+        ),
+    ]);
+    let handle = provider(transport).handle("sbx-1").unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        match handle.exec("yes", ExecOptions { timeout_ms: 250 }).await {
+            Err(SandboxError::OutputLimit {
+                stream,
+                limit: 4096,
+            }) => streams.push(stream),
+            other => panic!("expected an output-limit error, got {other:?}"),
+        }
+    }
+    assert_eq!(streams[..2], ["stderr", "stdout"]);
+    assert!(
+        streams[2].contains("sbx-1"),
+        "a message naming no stream falls back to the call: {}",
+        streams[2]
+    );
+}
+
+#[tokio::test]
 async fn an_oversized_response_is_an_error_not_a_truncation() {
     let transport = Scripted::answering(vec![Err(TransportError::ResponseTooLarge {
         url: "u".into(),
