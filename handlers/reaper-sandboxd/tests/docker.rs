@@ -253,7 +253,10 @@ macro_rules! conformance {
                         stringify!($case),
                         Default::default(),
                     );
-                    conclude(stringify!($case), provider::$case(&*fixture, &ctx).await);
+                    let result = provider::$case(&*fixture, &ctx).await;
+                    // A failed case leaves its sandbox: remove it before reporting.
+                    fixture.d.remove_all().await;
+                    conclude(stringify!($case), result);
                 }
             )*
         }
