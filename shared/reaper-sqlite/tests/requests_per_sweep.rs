@@ -1,0 +1,167 @@
+//! Issue 13 on a real SQLite file: a stateless sweep (`sweep()`, the cursor kept with the sweep
+//! lease) sends the same number of run-store statements whatever the backlog, and the backlog
+//! figure is the true count.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::temp_dir;
+use reaper_core::ports::{BoundedCount, ReclaimablePage, ReclaimableQuery};
+use reaper_core::reap::{sweep, ReapDeps, ReapOptions};
+use reaper_core::time::ManualClock;
+use reaper_core::{
+    EpochBump, EpochMs, Fenced, NewRun, RunPatch, RunRecord, RunStore, StoreError, TerminalWrite,
+};
+use reaper_sqlite::SqliteStore;
+use reaper_testkit::fakes::{ScriptedDrive, ScriptedProbe, TokioSleeper};
+use rusqlite::{params, Connection};
+
+const NOW: EpochMs = 1_800_000_000_000;
+const TTL: u64 = 3_600_000;
+
+/// The SQLite store, counting the run-store calls (one statement each) a sweep makes.
+struct Counted {
+    inner: SqliteStore,
+    calls: AtomicUsize,
+}
+
+impl Counted {
+    fn call(&self) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for Counted {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        self.call();
+        self.inner.create_or_resume(new).await
+    }
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        self.call();
+        self.inner.update(run_id, patch).await
+    }
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.call();
+        RunStore::get(&self.inner, run_id).await
+    }
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.call();
+        self.inner.find_active_run(thread_id).await
+    }
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        self.call();
+        self.inner.list_reclaimable_page(query).await
+    }
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.call();
+        self.inner
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await
+    }
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        self.call();
+        self.inner.bump_epoch(run_id).await
+    }
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.call();
+        self.inner.write_terminal(run_id, held_epoch, write).await
+    }
+}
+
+/// A file holding `backlog` detached runs, all producing inside the TTL, written in one
+/// transaction (seeding through the port would take minutes at this size).
+fn seeded_file(backlog: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    drop(SqliteStore::open(&path).expect("a new file"));
+    let mut conn = Connection::open(&path).unwrap();
+    let tx = conn.transaction().unwrap();
+    {
+        let mut insert = tx
+            .prepare(
+                "INSERT INTO runs (run_id, thread_id, started_at, detached_since) \
+                 VALUES (?1, ?1, ?2, ?3)",
+            )
+            .unwrap();
+        for i in 0..backlog {
+            let detached = NOW - 600_000 + (i % 500_000) as i64;
+            insert
+                .execute(params![format!("run-{i:07}"), NOW - 1_000_000, detached])
+                .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    (dir, path)
+}
+
+/// The most run-store statements one of `sweeps` stateless sweeps sent, and the last backlog
+/// figure.
+async fn per_sweep(backlog: usize, sweeps: usize) -> (usize, usize, bool) {
+    let (_dir, path) = seeded_file(backlog);
+    let store = SqliteStore::open(&path).unwrap();
+    let runs = Arc::new(Counted {
+        inner: store.clone(),
+        calls: AtomicUsize::new(0),
+    });
+    let probe = ScriptedProbe::new();
+    let deps = ReapDeps {
+        runs: runs.clone(),
+        logs: Arc::new(store.clone()),
+        leases: Arc::new(store.clone()),
+        ledger: Arc::new(store.clone()),
+        probe: Arc::new(probe),
+        drive: Arc::new(ScriptedDrive::new(Arc::new(TokioSleeper))),
+        reclaim: None,
+        clock: Arc::new(ManualClock::new(NOW)),
+        sleeper: Arc::new(TokioSleeper),
+    };
+    let mut options = ReapOptions::new(TTL, "requests-test");
+    options.now = Some(NOW);
+    let mut most = 0;
+    let mut figure = (0, false);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..sweeps {
+        let report = sweep(&deps, &options, 60_000).await;
+        assert_eq!(report.report.outcomes.producing, 25, "{report:?}");
+        seen.extend(report.report.runs.iter().map(|e| e.run_id.clone()));
+        most = most.max(runs.calls.swap(0, Ordering::SeqCst));
+        figure = (report.report.slo.backlog, report.report.slo.backlog_exact);
+    }
+    assert_eq!(
+        seen.len(),
+        sweeps * 25,
+        "the stateless sweeps went round robin"
+    );
+    (most, figure.0, figure.1)
+}
+
+#[tokio::test]
+async fn run_store_statements_per_stateless_sweep_do_not_grow_with_the_backlog() {
+    let small = per_sweep(1_000, 3).await;
+    let large = per_sweep(100_000, 3).await;
+    // Producing runs only: the listing's pages and the backlog count, nothing per run.
+    assert_eq!(small.0, large.0, "statements per sweep at 1k and 100k runs");
+    assert!(small.0 <= 4, "{} statements per sweep", small.0);
+    assert_eq!((small.1, small.2), (1_000, true), "the backlog at 1k");
+    assert_eq!(
+        (large.1, large.2),
+        (reaper_core::reap::DEFAULT_BACKLOG_COUNT_MAX as usize, false),
+        "the backlog at 100k: at least the count's bound"
+    );
+}
