@@ -470,8 +470,9 @@ fn print_table(figures: &std::collections::HashMap<String, String>) {
             "grows with backlog".into(),
             "constant".into(),
             format!(
-                "{} / {} / {} (memory store; DynamoDB Local, SQLite and D1 in workerd are not \
-                 measured by this bench: see the reaper-dynamodb listing bench)",
+                "{} / {} / {} run-store requests (memory store, stateless sweeps; SQLite: \
+                 reaper-sqlite's requests_per_sweep test; DynamoDB Local: reaper-dynamodb's \
+                 requests bench; D1 in workerd: not measured)",
                 get("requests:1000"),
                 get("requests:100000"),
                 get("requests:1000000")

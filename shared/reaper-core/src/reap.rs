@@ -765,6 +765,11 @@ async fn list_batch(
             .corrupt
             .extend(corrupt.filter(|e| known.insert(e.to_string())));
         let before = batch.runs.len();
+        if before == 0 && upto.is_none() {
+            // Usually the whole batch: taken as is, not copied into a growing vector.
+            batch.runs = page.runs;
+            return Ok((page.next, batch.runs.len() + unreadable, requests));
+        }
         let runs = page.runs.into_iter();
         batch.runs.extend(runs.filter(|r| {
             upto.is_none_or(|u| {
