@@ -5,7 +5,8 @@
 //! Suitable as an embedded default for a single process and for tests; it passes the whole
 //! conformance suite in `reaper-testkit`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::domain::{
@@ -31,6 +32,9 @@ struct State {
     /// Insertion order is kept, as the reference's in-memory stores do.
     order: Vec<String>,
     runs: HashMap<String, RunRecord>,
+    /// The reclaimable listing's keyset, `(detachedSince, runId)` of every `running` detached
+    /// run, kept in step with `runs`: a page is a range walk, not a scan and sort of every run.
+    listed: BTreeSet<(EpochMs, String)>,
     logs: HashMap<String, Log>,
     leases: HashMap<String, Lease>,
     /// Beside the leases, not in them: a release removes the lease and keeps its note.
@@ -60,11 +64,7 @@ impl MemoryStore {
 
     /// Inserts or replaces a row as is: test and demo seeding, not a store operation.
     pub fn put_run(&self, record: RunRecord) {
-        let mut s = self.lock();
-        if !s.runs.contains_key(&record.run_id) {
-            s.order.push(record.run_id.clone());
-        }
-        s.runs.insert(record.run_id.clone(), record);
+        self.lock().put(record);
     }
 
     /// Every row, in insertion order.
@@ -74,6 +74,54 @@ impl MemoryStore {
             .iter()
             .filter_map(|id| s.runs.get(id).cloned())
             .collect()
+    }
+}
+
+/// A run's place in the listing's keyset, if it is listed.
+fn listed_key(r: &RunRecord) -> Option<(EpochMs, &str)> {
+    match r.detached_since {
+        Some(since) if r.status == crate::RunStatus::Running => Some((since, r.run_id.as_str())),
+        _ => None,
+    }
+}
+
+/// The smallest keyset entry with `detachedSince` past `after` (exclusive); the range's
+/// `admits` check stays the contract at the edges.
+fn lowest_after(after: Option<EpochMs>) -> Option<(EpochMs, String)> {
+    after.map(|a| (a.saturating_add(1), String::new()))
+}
+
+impl State {
+    /// Stores `record` (new or replacing), keeping the listing's keyset in step.
+    fn put(&mut self, record: RunRecord) {
+        if let Some(old) = self.runs.get(&record.run_id) {
+            if let Some((since, id)) = listed_key(old) {
+                self.listed.remove(&(since, id.to_string()));
+            }
+        } else {
+            self.order.push(record.run_id.clone());
+        }
+        if let Some((since, id)) = listed_key(&record) {
+            self.listed.insert((since, id.to_string()));
+        }
+        self.runs.insert(record.run_id.clone(), record);
+    }
+
+    /// Changes a stored run in place, keeping the listing's keyset in step. `None`: no such run.
+    fn change<T>(&mut self, run_id: &str, f: impl FnOnce(&mut RunRecord) -> T) -> Option<T> {
+        let r = self.runs.get_mut(run_id)?;
+        let before = listed_key(r).map(|(since, _)| since);
+        let out = f(r);
+        let after = listed_key(r).map(|(since, _)| since);
+        if before != after {
+            if let Some(since) = before {
+                self.listed.remove(&(since, run_id.to_string()));
+            }
+            if let Some(since) = after {
+                self.listed.insert((since, run_id.to_string()));
+            }
+        }
+        Some(out)
     }
 }
 
@@ -93,15 +141,12 @@ impl RunStore for MemoryStore {
         if let Some(status) = new.status {
             record.status = status;
         }
-        s.order.push(new.run_id.clone());
-        s.runs.insert(new.run_id, record.clone());
+        s.put(record.clone());
         Ok(record)
     }
 
     async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
-        if let Some(r) = self.lock().runs.get_mut(run_id) {
-            r.apply(&patch);
-        }
+        self.lock().change(run_id, |r| r.apply(&patch));
         Ok(())
     }
 
@@ -155,21 +200,26 @@ impl RunStore for MemoryStore {
         query: ReclaimableQuery,
     ) -> Result<ReclaimablePage, StoreError> {
         let s = self.lock();
-        let mut runs: Vec<&RunRecord> = s.runs.values().filter(|r| query.admits(r)).collect();
-        // Only the page is sorted and copied: a partial selection, not a sort of the backlog.
-        // Compared by reference (a key that owns its run id allocates per comparison); run ids
-        // are unique, so an unstable sort gives the one order.
-        let order = |a: &&RunRecord, b: &&RunRecord| {
-            (a.detached_since, a.run_id.as_str()).cmp(&(b.detached_since, b.run_id.as_str()))
+        // A walk of the keyset from the range's start (or just past the cursor), in order.
+        let cursor = query
+            .after
+            .as_ref()
+            .map(|c| (c.detached_since, c.run_id.clone()));
+        let start = match (cursor, lowest_after(query.detached_after)) {
+            (Some(c), Some(low)) if c < low => Bound::Included(low),
+            (Some(c), _) => Bound::Excluded(c),
+            (None, Some(low)) => Bound::Included(low),
+            (None, None) => Bound::Unbounded,
         };
-        if runs.len() > query.limit {
-            if query.limit > 0 {
-                runs.select_nth_unstable_by(query.limit - 1, order);
-            }
-            runs.truncate(query.limit);
-        }
-        runs.sort_unstable_by(order);
-        let runs: Vec<RunRecord> = runs.into_iter().cloned().collect();
+        let runs: Vec<RunRecord> = s
+            .listed
+            .range((start, Bound::Unbounded))
+            .take_while(|(since, _)| *since <= query.detached_until)
+            .filter_map(|(_, id)| s.runs.get(id))
+            .filter(|r| query.admits(r))
+            .take(query.limit)
+            .cloned()
+            .collect();
         let next = if runs.len() == query.limit {
             runs.last().and_then(ReclaimableCursor::of)
         } else {
@@ -195,10 +245,12 @@ impl RunStore for MemoryStore {
             limit: 0,
         };
         let s = self.lock();
+        let start = lowest_after(detached_after).map_or(Bound::Unbounded, Bound::Included);
         let seen = s
-            .runs
-            .values()
-            .filter(|r| range.admits(r))
+            .listed
+            .range((start, Bound::Unbounded))
+            .take_while(|(since, _)| *since <= detached_until)
+            .filter(|(_, id)| s.runs.get(id).is_some_and(|r| range.admits(r)))
             .take(
                 usize::try_from(at_most)
                     .unwrap_or(usize::MAX)
@@ -214,6 +266,7 @@ impl RunStore for MemoryStore {
 
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         let mut s = self.lock();
+        // The epoch is not part of the listing's keyset: no reindexing.
         let Some(r) = s.runs.get_mut(run_id) else {
             return Ok(EpochBump::Unknown);
         };
@@ -235,14 +288,14 @@ impl RunStore for MemoryStore {
         write: &TerminalWrite,
     ) -> Result<Fenced<bool>, StoreError> {
         let mut s = self.lock();
-        let Some(r) = s.runs.get_mut(run_id) else {
-            return Ok(Fenced::Written(false));
-        };
-        if let Some(observed) = r.driver_epoch.filter(|e| *e > held_epoch) {
-            return Ok(Fenced::Superseded { observed });
-        }
-        r.apply(&write.to_patch());
-        Ok(Fenced::Written(true))
+        let fenced = s.change(run_id, |r| {
+            if let Some(observed) = r.driver_epoch.filter(|e| *e > held_epoch) {
+                return Fenced::Superseded { observed };
+            }
+            r.apply(&write.to_patch());
+            Fenced::Written(true)
+        });
+        Ok(fenced.unwrap_or(Fenced::Written(false)))
     }
 }
 
