@@ -238,19 +238,13 @@ impl RunStore for MemoryStore {
         detached_until: EpochMs,
         at_most: u64,
     ) -> Result<BoundedCount, StoreError> {
-        let range = ReclaimableQuery {
-            detached_after,
-            detached_until,
-            after: None,
-            limit: 0,
-        };
         let s = self.lock();
+        // The keyset holds exactly the listed runs: counting its range reads no record.
         let start = lowest_after(detached_after).map_or(Bound::Unbounded, Bound::Included);
         let seen = s
             .listed
             .range((start, Bound::Unbounded))
             .take_while(|(since, _)| *since <= detached_until)
-            .filter(|(_, id)| s.runs.get(id).is_some_and(|r| range.admits(r)))
             .take(
                 usize::try_from(at_most)
                     .unwrap_or(usize::MAX)
