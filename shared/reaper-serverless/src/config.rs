@@ -692,7 +692,10 @@ mod tests {
         );
         assert_eq!(c.sandboxd_url, "");
         let shown = format!("{c:?}");
-        assert!(shown.contains("DAYTONA_API_KEY") && !shown.contains("S3CR3T"), "{shown}");
+        assert!(
+            shown.contains("DAYTONA_API_KEY") && !shown.contains("S3CR3T"),
+            "{shown}"
+        );
         let set = crate::compose::providers(&c).unwrap();
         assert_eq!(set.names().collect::<Vec<_>>(), ["daytona", "e2b"]);
     }
