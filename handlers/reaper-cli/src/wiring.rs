@@ -14,11 +14,11 @@ use reaper_core::reap::{ReapDeps, SWEEP_LEASE_KEY};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{
-    CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest, EpochBump, EpochMs,
-    ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, LedgerCounts, NewRun, ProbeError,
-    ProviderSet, ReclaimIntent, ReclaimLedger, ReclaimableListing, RunExitProbe, RunPatch,
-    RunRecord, RunStore, RunStoreCapabilities, SandboxInstanceStore, SandboxProvider, StoreError,
-    TerminalWrite,
+    BoundedCount, CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest,
+    EpochBump, EpochMs, ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, LedgerCounts, NewRun,
+    ProbeError, ProviderSet, ReclaimIntent, ReclaimLedger, ReclaimableListing, ReclaimablePage,
+    ReclaimableQuery, RunExitProbe, RunPatch, RunRecord, RunStore, RunStoreCapabilities,
+    SandboxInstanceStore, SandboxProvider, StoreError, TerminalWrite,
 };
 use reaper_docker::DockerProvider;
 use reaper_local::{LocalSandboxProvider, SystemClock, TokioSleeper};
@@ -462,6 +462,14 @@ impl LeaseStore for ObservedLeases {
         self.track(|v| v.retain(|l| l.token != lease.token));
         self.inner.release(lease).await
     }
+
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.inner.note(key).await
+    }
+
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError> {
+        self.inner.set_note(lease, note).await
+    }
 }
 
 /// What went wrong with the database itself during a sweep. The core turns every store error
@@ -552,6 +560,31 @@ impl RunStore for WatchedRuns {
             t.listing.get_or_insert_with(|| e.to_string());
         }
         self.trouble.watch(listing)
+    }
+
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        let page = self.inner.list_reclaimable_page(query).await;
+        if let Err(e) = &page {
+            let mut t = self.trouble.inner.lock().unwrap_or_else(|p| p.into_inner());
+            t.listing.get_or_insert_with(|| e.to_string());
+        }
+        self.trouble.watch(page)
+    }
+
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.trouble.watch(
+            self.inner
+                .count_reclaimable(detached_after, detached_until, at_most)
+                .await,
+        )
     }
 
     fn capabilities(&self) -> RunStoreCapabilities {

@@ -234,3 +234,44 @@ async fn logs_go_to_stderr_as_json_lines_when_asked() {
         .expect("one summary event per sweep");
     assert_eq!(summary["fields"]["considered"], 0);
 }
+
+/// A cron-run `reaper sweep` keeps no state between processes: the round-robin cursor is kept
+/// with the sweep lease in the database, so the next process goes on where the last stopped and
+/// a producing run at the head never starves the runs behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_sweep_processes_go_round_robin_through_the_cursor_kept_in_the_database() {
+    let site = Site::new();
+    let mut sandboxes = Vec::new();
+    for i in 0..3 {
+        // Oldest first in the listing: busy-0 has been detached longest.
+        let id = format!("busy-{i}");
+        sandboxes.push(
+            site.detached_run(&id, Some(TICKING), false, MINUTE - i * 1_000)
+                .await,
+        );
+    }
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (code, stdout, stderr) =
+            run(site
+                .reaper("sweep")
+                .args(["--detached-ttl", "10m", "--max-runs", "1", "--json"]));
+        assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+        let report = json(&stdout);
+        let runs = report["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "{report}");
+        assert_eq!(runs[0]["outcome"], "producing", "{report}");
+        seen.push(runs[0]["runId"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen, ["busy-0", "busy-1", "busy-2"], "each process went on");
+    let note = site
+        .store
+        .note(reaper_core::reap::SWEEP_LEASE_KEY)
+        .await
+        .unwrap();
+    assert!(
+        note.is_some_and(|n| n.contains("busy-2")),
+        "the cursor is kept"
+    );
+    site.teardown().await;
+}
