@@ -287,6 +287,18 @@ impl LeaseStore for Chaos {
         }
         self.after("release", &lease.key, r).await
     }
+
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.before("note", key).await?;
+        let r = self.store.note(key).await;
+        self.after("note", key, r).await
+    }
+
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError> {
+        self.before("set_note", &lease.key).await?;
+        let r = self.store.set_note(lease, note).await;
+        self.after("set_note", &lease.key, r).await
+    }
 }
 
 #[async_trait::async_trait]

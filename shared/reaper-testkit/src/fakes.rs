@@ -517,6 +517,16 @@ impl LeaseStore for FaultyLeases {
         lock(&self.released).push(lease.key.clone());
         self.inner.release(lease).await
     }
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.inner.note(key).await
+    }
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError> {
+        if lock(&self.lost_on_renew).contains(&lease.key) {
+            // A grant this fake reports lost must not write as if it still held the key.
+            return Ok(false);
+        }
+        self.inner.set_note(lease, note).await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
