@@ -25,6 +25,9 @@ pub const RETENTION_BATCH_EVENTS: usize = 500;
 pub const RETENTION_EVERY_MS: i64 = 60 * 60 * 1000;
 /// A tenth of the CPU limit stays unspent: the runtime, the report, JSON.
 pub const CPU_RESERVE_DIVISOR: u64 = 10;
+/// The bound of the backlog count (rows read per alarm): past it the figure is "at least".
+/// An alarm a minute reads at most 1.44 M rows a day this way, within D1 Free's 5 M.
+pub const BACKLOG_COUNT_MAX: u64 = 1_000;
 /// Runs in flight: a Worker keeps at most six connections open at once, and each run holds one
 /// (its sandboxd request) next to the D1 requests.
 pub const WORKER_CONCURRENCY: usize = 4;
@@ -108,6 +111,8 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     options.max_runs = max_runs;
     options.deadline = Some(deadline);
     options.concurrency = concurrency;
+    // D1 bills rows read, and the backlog count reads up to this many each alarm.
+    options.backlog_count_max = BACKLOG_COUNT_MAX;
     SweepPlan {
         options,
         start,
@@ -234,6 +239,7 @@ mod tests {
         assert_eq!(p.options.deadline, Some(p.deadline));
         assert_eq!(p.options.now, Some(T0));
         assert_eq!(p.lease_ttl_ms, 900_000);
+        assert_eq!(p.options.backlog_count_max, BACKLOG_COUNT_MAX);
         assert!(p.options.validate().is_ok());
     }
 

@@ -85,6 +85,8 @@ pub fn document(
     doc.insert(LEASE_HELD.into(), json!(held));
     doc.insert(SWEEP_FAILED.into(), json!(failed));
     doc.insert(BACKLOG.into(), json!(r.slo.backlog));
+    // A log field, not a metric: whether `backlog` is the count or a floor ("at least").
+    doc.insert("backlogExact".into(), json!(r.slo.backlog_exact));
     // Figures that have no value this sweep (no ledger read, no run finalized) are left out,
     // and so are their definitions: CloudWatch would reject a declared metric without a value.
     let optional = [
@@ -234,6 +236,7 @@ mod tests {
             assert!(doc.get(name).is_some(), "{name} has no value");
         }
         assert_eq!(doc["FunctionName"], "reaper-fn");
+        assert!(doc["backlogExact"].is_boolean(), "{doc}");
         assert_eq!(
             directives[0]["Metrics"][11],
             json!({"Name": "duration", "Unit": "Milliseconds"})
