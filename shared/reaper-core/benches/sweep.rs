@@ -9,19 +9,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::stream;
-use reaper_core::domain::{Chunk, EpochMs, NewRun, RunPatch, RunRecord, TerminalWrite};
-use reaper_core::error::{DriveError, ProbeError, StoreError};
+use reaper_core::domain::{Chunk, RunRecord};
+use reaper_core::error::{DriveError, ProbeError};
 use reaper_core::journal::{
     decode_base64_text, exit_sentinel_line, journal_paths, parse_journal_exit,
 };
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
-    BoundedCount, CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest,
-    EpochBump, ExitProbe, Fenced, ReclaimablePage, ReclaimableQuery, RunExitProbe, RunStore,
+    CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, ExitProbe,
+    RunExitProbe,
 };
 use reaper_core::reap::{reap_detached_runs, sweep, ReapDeps, ReapOptions};
 use reaper_core::time::ManualClock;
-use reaper_testkit::fakes::TokioSleeper;
+use reaper_testkit::fakes::{CountingRuns, TokioSleeper};
 
 const NOW: i64 = 1_800_000_000_000;
 const TTL: u64 = 3_600_000;
@@ -238,73 +238,6 @@ fn default_quiet_window() {
     });
 }
 
-/// The memory store, counting the run-store requests a sweep sends.
-struct CountingRuns {
-    inner: MemoryStore,
-    requests: std::sync::atomic::AtomicUsize,
-}
-
-impl CountingRuns {
-    fn take(&self) -> usize {
-        self.requests.swap(0, std::sync::atomic::Ordering::Relaxed)
-    }
-    fn count(&self) {
-        self.requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-#[async_trait::async_trait]
-impl RunStore for CountingRuns {
-    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
-        self.count();
-        self.inner.create_or_resume(new).await
-    }
-    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
-        self.count();
-        self.inner.update(run_id, patch).await
-    }
-    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.count();
-        RunStore::get(&self.inner, run_id).await
-    }
-    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.count();
-        self.inner.find_active_run(thread_id).await
-    }
-    async fn list_reclaimable_page(
-        &self,
-        query: ReclaimableQuery,
-    ) -> Result<ReclaimablePage, StoreError> {
-        self.count();
-        self.inner.list_reclaimable_page(query).await
-    }
-    async fn count_reclaimable(
-        &self,
-        detached_after: Option<EpochMs>,
-        detached_until: EpochMs,
-        at_most: u64,
-    ) -> Result<BoundedCount, StoreError> {
-        self.count();
-        self.inner
-            .count_reclaimable(detached_after, detached_until, at_most)
-            .await
-    }
-    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
-        self.count();
-        self.inner.bump_epoch(run_id).await
-    }
-    async fn write_terminal(
-        &self,
-        run_id: &str,
-        held_epoch: u64,
-        write: &TerminalWrite,
-    ) -> Result<Fenced<bool>, StoreError> {
-        self.count();
-        self.inner.write_terminal(run_id, held_epoch, write).await
-    }
-}
-
 /// Run-store requests per stateless `sweep()` (the cursor kept with the sweep lease) over a
 /// backlog of producing runs, batch 25: the most any of 10 sweeps sent.
 fn requests_per_sweep(backlog: usize) {
@@ -315,10 +248,7 @@ fn requests_per_sweep(backlog: usize) {
     rt.block_on(async {
         let store = MemoryStore::new();
         seed(&store, backlog, NOW - 60_000);
-        let runs = Arc::new(CountingRuns {
-            inner: store.clone(),
-            requests: Default::default(),
-        });
+        let runs = Arc::new(CountingRuns::new(store.clone()));
         let mut d = deps(
             &store,
             RunExitProbe::Producing,

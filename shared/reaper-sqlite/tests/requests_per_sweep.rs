@@ -4,85 +4,18 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::temp_dir;
-use reaper_core::ports::{BoundedCount, ReclaimablePage, ReclaimableQuery};
 use reaper_core::reap::{sweep, ReapDeps, ReapOptions};
 use reaper_core::time::ManualClock;
-use reaper_core::{
-    EpochBump, EpochMs, Fenced, NewRun, RunPatch, RunRecord, RunStore, StoreError, TerminalWrite,
-};
+use reaper_core::EpochMs;
 use reaper_sqlite::SqliteStore;
-use reaper_testkit::fakes::{ScriptedDrive, ScriptedProbe, TokioSleeper};
+use reaper_testkit::fakes::{CountingRuns, ScriptedDrive, ScriptedProbe, TokioSleeper};
 use rusqlite::{params, Connection};
 
 const NOW: EpochMs = 1_800_000_000_000;
 const TTL: u64 = 3_600_000;
-
-/// The SQLite store, counting the run-store calls (one statement each) a sweep makes.
-struct Counted {
-    inner: SqliteStore,
-    calls: AtomicUsize,
-}
-
-impl Counted {
-    fn call(&self) {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait::async_trait]
-impl RunStore for Counted {
-    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
-        self.call();
-        self.inner.create_or_resume(new).await
-    }
-    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
-        self.call();
-        self.inner.update(run_id, patch).await
-    }
-    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.call();
-        RunStore::get(&self.inner, run_id).await
-    }
-    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.call();
-        self.inner.find_active_run(thread_id).await
-    }
-    async fn list_reclaimable_page(
-        &self,
-        query: ReclaimableQuery,
-    ) -> Result<ReclaimablePage, StoreError> {
-        self.call();
-        self.inner.list_reclaimable_page(query).await
-    }
-    async fn count_reclaimable(
-        &self,
-        detached_after: Option<EpochMs>,
-        detached_until: EpochMs,
-        at_most: u64,
-    ) -> Result<BoundedCount, StoreError> {
-        self.call();
-        self.inner
-            .count_reclaimable(detached_after, detached_until, at_most)
-            .await
-    }
-    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
-        self.call();
-        self.inner.bump_epoch(run_id).await
-    }
-    async fn write_terminal(
-        &self,
-        run_id: &str,
-        held_epoch: u64,
-        write: &TerminalWrite,
-    ) -> Result<Fenced<bool>, StoreError> {
-        self.call();
-        self.inner.write_terminal(run_id, held_epoch, write).await
-    }
-}
 
 /// A file holding `backlog` detached runs, all producing inside the TTL, written in one
 /// transaction (seeding through the port would take minutes at this size).
@@ -115,10 +48,8 @@ fn seeded_file(backlog: usize) -> (tempfile::TempDir, std::path::PathBuf) {
 async fn per_sweep(backlog: usize, sweeps: usize) -> (usize, usize, bool) {
     let (_dir, path) = seeded_file(backlog);
     let store = SqliteStore::open(&path).unwrap();
-    let runs = Arc::new(Counted {
-        inner: store.clone(),
-        calls: AtomicUsize::new(0),
-    });
+    // Counting the run-store calls (one statement each) a sweep makes.
+    let runs = Arc::new(CountingRuns::new(store.clone()));
     let probe = ScriptedProbe::new();
     let deps = ReapDeps {
         runs: runs.clone(),
@@ -140,7 +71,7 @@ async fn per_sweep(backlog: usize, sweeps: usize) -> (usize, usize, bool) {
         let report = sweep(&deps, &options, 60_000).await;
         assert_eq!(report.report.outcomes.producing, 25, "{report:?}");
         seen.extend(report.report.runs.iter().map(|e| e.run_id.clone()));
-        most = most.max(runs.calls.swap(0, Ordering::SeqCst));
+        most = most.max(runs.take());
         figure = (report.report.slo.backlog, report.report.slo.backlog_exact);
     }
     assert_eq!(

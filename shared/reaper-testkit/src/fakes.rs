@@ -727,6 +727,104 @@ impl Reclaim for RecordingReclaim {
     }
 }
 
+/// A run store counting every call it forwards (a backend statement or request each): for
+/// "requests per sweep" figures, whatever the store behind it.
+#[derive(Debug)]
+pub struct CountingRuns<S> {
+    inner: S,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl<S> CountingRuns<S> {
+    pub fn new(inner: S) -> Self {
+        CountingRuns {
+            inner,
+            calls: Default::default(),
+        }
+    }
+    /// The calls since the last `take`, and starts counting again from zero.
+    pub fn take(&self) -> usize {
+        self.calls.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+    fn count(&self) {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: RunStore> RunStore for CountingRuns<S> {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        self.count();
+        self.inner.create_or_resume(new).await
+    }
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        self.count();
+        self.inner.update(run_id, patch).await
+    }
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.count();
+        self.inner.get(run_id).await
+    }
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.count();
+        self.inner.find_active_run(thread_id).await
+    }
+    async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        self.count();
+        self.inner.list_by_thread(thread_id).await
+    }
+    async fn list_reclaimable(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.count();
+        self.inner.list_reclaimable(now, ttl_ms).await
+    }
+    async fn list_reclaimable_listing(
+        &self,
+        now: EpochMs,
+        ttl_ms: u64,
+    ) -> Result<reaper_core::ReclaimableListing, StoreError> {
+        self.count();
+        self.inner.list_reclaimable_listing(now, ttl_ms).await
+    }
+    async fn list_reclaimable_page(
+        &self,
+        query: reaper_core::ReclaimableQuery,
+    ) -> Result<reaper_core::ReclaimablePage, StoreError> {
+        self.count();
+        self.inner.list_reclaimable_page(query).await
+    }
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<reaper_core::BoundedCount, StoreError> {
+        self.count();
+        self.inner
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await
+    }
+    fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
+        self.inner.capabilities()
+    }
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        self.count();
+        self.inner.bump_epoch(run_id).await
+    }
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.count();
+        self.inner.write_terminal(run_id, held_epoch, write).await
+    }
+}
+
 /// A provider whose `destroy` rejects for chosen sandbox ids; records destroy calls. It has no
 /// live sandboxes (`resume` answers `None`).
 #[derive(Debug, Clone)]
