@@ -39,8 +39,6 @@ const KEY_LAST_SWEEP: &str = "lastSweep";
 const KEY_SWEEPS: &str = "sweeps";
 const KEY_ATTEMPTS: &str = "attempts";
 const KEY_LAST_RETENTION: &str = "lastRetention";
-/// Where the round robin over runs inside the TTL goes on at the next alarm.
-const KEY_CURSOR: &str = "listingCursor";
 
 /// A `[vars]` setting or a secret.
 fn setting(env: &Env, name: &str) -> Option<String> {
@@ -215,25 +213,13 @@ impl RunReaper {
         start: EpochMs,
     ) -> Result<(SweepReport, plan::SweepPlan, D1Store, crate::meter::Used)> {
         let owner = format!("cloudflare:{}:{start}", self.state.id());
-        let mut plan = plan::plan(config, owner, start);
-        let storage = self.state.storage();
-        // A cursor that cannot be read (a format from another version) restarts the round robin.
-        plan.options.resume_after = storage
-            .get::<reaper_core::ReclaimableCursor>(KEY_CURSOR)
-            .await
-            .ok()
-            .flatten();
+        // The round-robin cursor is the core's: kept with the sweep lease in D1.
+        let plan = plan::plan(config, owner, start);
         let meter = Arc::new(SubrequestMeter::new(plan.subrequest_stop_at));
         let store = open_metered_store(&self.env, Some(meter.clone())).await?;
         let deps = deps(config, &self.env, store.clone(), meter.clone())?;
         let report = sweep_until(&deps, &plan.options, plan.lease_ttl_ms, Some(meter.stop())).await;
         let used = meter.used();
-        match &report.report.cursor {
-            Some(cursor) => storage.put(KEY_CURSOR, cursor).await?,
-            None => {
-                storage.delete(KEY_CURSOR).await?;
-            }
-        }
         Ok((report, plan, store, used))
     }
 
