@@ -332,6 +332,67 @@ pub struct ReapDeps {
     pub sleeper: Arc<dyn Sleeper>,
 }
 
+impl ReapDeps {
+    /// The default composition over one store backing every port: the journal probe, the
+    /// journal replay drive and the sandbox reclaimer, all over `provider` (one provider or a
+    /// [`crate::ProviderSet`]), reading journals in `journal_dir` (`None`: the default).
+    pub fn journaled<S>(
+        store: Arc<S>,
+        provider: Arc<dyn crate::ports::SandboxProvider>,
+        clock: Arc<dyn Clock>,
+        sleeper: Arc<dyn Sleeper>,
+        journal_dir: Option<String>,
+    ) -> ReapDeps
+    where
+        S: RunStore
+            + DeliveryLog
+            + LeaseStore
+            + ReclaimLedger
+            + crate::ports::SandboxInstanceStore
+            + crate::ports::MessageStore
+            + 'static,
+    {
+        let probe = crate::probe::JournalExitProbe::new(
+            provider.clone(),
+            store.clone(),
+            crate::probe::ProbeOptions {
+                dir: journal_dir.clone(),
+                ..Default::default()
+            },
+        );
+        let drive = crate::replay::JournalReplayDrive::new(
+            crate::replay::ReplayDeps {
+                runs: store.clone(),
+                instances: store.clone(),
+                provider: provider.clone(),
+                logs: store.clone(),
+                messages: store.clone(),
+                clock: clock.clone(),
+                sleeper: sleeper.clone(),
+            },
+            crate::replay::ReplayOptions {
+                journal_dir,
+                ..Default::default()
+            },
+        );
+        ReapDeps {
+            runs: store.clone(),
+            logs: store.clone(),
+            leases: store.clone(),
+            ledger: store.clone(),
+            probe: Arc::new(probe),
+            drive: Arc::new(drive),
+            reclaim: Some(Arc::new(crate::reclaim::SandboxReclaimer {
+                provider,
+                instances: store.clone(),
+                runs: store,
+            })),
+            clock,
+            sleeper,
+        }
+    }
+}
+
 impl std::fmt::Debug for ReapDeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReapDeps")

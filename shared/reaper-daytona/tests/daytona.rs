@@ -15,7 +15,6 @@ use reaper_core::memory::MemoryStore;
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{reap_detached_runs, ReapDeps, ReapOptions, ReapOutcome, SandboxFate};
 use reaper_core::reclaim::SandboxReclaimer;
-use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::secret::Secret;
 use reaper_core::{
     ExecOptions, ExitProbe, MessageStore, Reclaim, ReclaimIntent, Reclaimed, RunExitProbe,
@@ -758,43 +757,13 @@ async fn a_sweep_finalizes_a_finished_run_deletes_its_sandbox_and_leaves_a_live_
     detached(&store, &working, &live).await;
 
     let provider: Arc<dyn SandboxProvider> = Arc::new(fake.provider.clone());
-    let drive = JournalReplayDrive::new(
-        ReplayDeps {
-            runs: store.clone(),
-            instances: store.clone(),
-            provider: provider.clone(),
-            logs: store.clone(),
-            messages: store.clone(),
-            clock: Arc::new(SystemClock),
-            sleeper: Arc::new(TokioSleeper),
-        },
-        ReplayOptions {
-            journal_dir: Some(dir.clone()),
-            ..ReplayOptions::default()
-        },
+    let deps = ReapDeps::journaled(
+        store.clone(),
+        provider,
+        Arc::new(SystemClock),
+        Arc::new(TokioSleeper),
+        Some(dir.clone()),
     );
-    let deps = ReapDeps {
-        runs: store.clone(),
-        logs: store.clone(),
-        leases: store.clone(),
-        ledger: store.clone(),
-        probe: Arc::new(JournalExitProbe::new(
-            provider.clone(),
-            store.clone(),
-            ProbeOptions {
-                dir: Some(dir.clone()),
-                ..ProbeOptions::default()
-            },
-        )),
-        drive: Arc::new(drive),
-        reclaim: Some(Arc::new(SandboxReclaimer {
-            provider,
-            instances: store.clone(),
-            runs: store.clone(),
-        })),
-        clock: Arc::new(SystemClock),
-        sleeper: Arc::new(TokioSleeper),
-    };
     let mut options = ReapOptions::new(3_600_000, format!("daytona-sweep-{n}"));
     options.fence_quiet_ms = 25;
     let before = fake.counts();

@@ -13,7 +13,6 @@ use reaper_core::memory::MemoryStore;
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{reap_detached_runs, ReapDeps, ReapOptions, ReapOutcome, SandboxFate};
 use reaper_core::reclaim::SandboxReclaimer;
-use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{
     Clock, ExecOptions, ExitProbe, MessageStore, Reclaim, ReclaimIntent, Reclaimed, RunExitProbe,
     RunRecord, RunStatus, RunStore, SandboxHandle, SandboxInstanceRecord, SandboxInstanceStore,
@@ -305,43 +304,13 @@ async fn a_sweep_finalizes_a_finished_run_kills_its_sandbox_and_leaves_a_live_on
     detached_at(&store, &working, "e2b-sweep-live", now).await;
 
     let dyn_provider: Arc<dyn SandboxProvider> = provider.clone();
-    let drive = JournalReplayDrive::new(
-        ReplayDeps {
-            runs: store.clone(),
-            instances: store.clone(),
-            provider: dyn_provider.clone(),
-            logs: store.clone(),
-            messages: store.clone(),
-            clock: Arc::new(SystemClock),
-            sleeper: Arc::new(TokioSleeper),
-        },
-        ReplayOptions {
-            journal_dir: Some(dir.clone()),
-            ..ReplayOptions::default()
-        },
+    let deps = ReapDeps::journaled(
+        store.clone(),
+        dyn_provider,
+        Arc::new(SystemClock),
+        Arc::new(TokioSleeper),
+        Some(dir.clone()),
     );
-    let deps = ReapDeps {
-        runs: store.clone(),
-        logs: store.clone(),
-        leases: store.clone(),
-        ledger: store.clone(),
-        probe: Arc::new(JournalExitProbe::new(
-            dyn_provider.clone(),
-            store.clone(),
-            ProbeOptions {
-                dir: Some(dir.clone()),
-                ..ProbeOptions::default()
-            },
-        )),
-        drive: Arc::new(drive),
-        reclaim: Some(Arc::new(SandboxReclaimer {
-            provider: dyn_provider,
-            instances: store.clone(),
-            runs: store.clone(),
-        })),
-        clock: Arc::new(SystemClock),
-        sleeper: Arc::new(TokioSleeper),
-    };
     let mut options = ReapOptions::new(3_600_000, "e2b-sweep");
     options.fence_quiet_ms = 25;
     let before = fake.counts();

@@ -9,10 +9,7 @@ use aws_config::BehaviorVersion;
 use aws_credential_types::Credentials;
 use aws_sdk_dynamodb::config::IdentityCache;
 
-use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{sweep, ReapDeps, SweepReport, SweepStatus};
-use reaper_core::reclaim::SandboxReclaimer;
-use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{ProviderSet, SandboxProvider};
 use reaper_dynamodb::{DynamoOptions, DynamoStore, OpStats, RequestStats};
 use reaper_http_sandbox::{
@@ -170,48 +167,15 @@ pub fn compose(
     let providers = providers(config)?;
     let shared: Arc<DynamoStore> = Arc::new(store.clone());
     let sandboxes: Arc<dyn SandboxProvider> = Arc::new(providers.clone());
-    let clock = Arc::new(SystemClock);
-    let sleeper = Arc::new(TokioSleeper);
-    let probe = JournalExitProbe::new(
-        sandboxes.clone(),
-        shared.clone(),
-        ProbeOptions {
-            dir: config.journal_dir.clone(),
-            ..ProbeOptions::default()
-        },
+    let reap = ReapDeps::journaled(
+        shared,
+        sandboxes,
+        Arc::new(SystemClock),
+        Arc::new(TokioSleeper),
+        config.journal_dir.clone(),
     );
-    let drive = JournalReplayDrive::new(
-        ReplayDeps {
-            runs: shared.clone(),
-            instances: shared.clone(),
-            provider: sandboxes.clone(),
-            logs: shared.clone(),
-            messages: shared.clone(),
-            clock: clock.clone(),
-            sleeper: sleeper.clone(),
-        },
-        ReplayOptions {
-            journal_dir: config.journal_dir.clone(),
-            ..ReplayOptions::default()
-        },
-    );
-    let reclaim = SandboxReclaimer {
-        provider: sandboxes,
-        instances: shared.clone(),
-        runs: shared.clone(),
-    };
     Ok(ServerlessDeps {
-        reap: ReapDeps {
-            runs: shared.clone(),
-            logs: shared.clone(),
-            leases: shared.clone(),
-            ledger: shared,
-            probe: Arc::new(probe),
-            drive: Arc::new(drive),
-            reclaim: Some(Arc::new(reclaim)),
-            clock,
-            sleeper,
-        },
+        reap,
         store,
         providers,
         oidc_tokens: None,

@@ -9,10 +9,7 @@ mod test_hooks;
 
 use std::sync::Arc;
 
-use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{sweep_until, ReapDeps, SweepReport};
-use reaper_core::reclaim::SandboxReclaimer;
-use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
 use reaper_core::{EpochMs, ProviderSet, SandboxProvider};
 use reaper_d1::D1Store;
 use reaper_http_sandbox::{HttpProviderConfig, HttpSandboxProvider};
@@ -109,46 +106,14 @@ fn deps(
     store: D1Store,
     meter: Arc<SubrequestMeter>,
 ) -> Result<ReapDeps> {
-    let store = Arc::new(store);
     let provider: Arc<dyn SandboxProvider> = Arc::new(providers(config, env, meter)?);
-    let probe = JournalExitProbe::new(
-        provider.clone(),
-        store.clone(),
-        ProbeOptions {
-            dir: config.journal_dir.clone(),
-            ..ProbeOptions::default()
-        },
-    );
-    let drive = JournalReplayDrive::new(
-        ReplayDeps {
-            runs: store.clone(),
-            instances: store.clone(),
-            provider: provider.clone(),
-            logs: store.clone(),
-            messages: store.clone(),
-            clock: Arc::new(WorkerClock),
-            sleeper: Arc::new(WorkerSleeper),
-        },
-        ReplayOptions {
-            journal_dir: config.journal_dir.clone(),
-            ..ReplayOptions::default()
-        },
-    );
-    Ok(ReapDeps {
-        runs: store.clone(),
-        logs: store.clone(),
-        leases: store.clone(),
-        ledger: store.clone(),
-        probe: Arc::new(probe),
-        drive: Arc::new(drive),
-        reclaim: Some(Arc::new(SandboxReclaimer {
-            provider,
-            instances: store.clone(),
-            runs: store,
-        })),
-        clock: Arc::new(WorkerClock),
-        sleeper: Arc::new(WorkerSleeper),
-    })
+    Ok(ReapDeps::journaled(
+        Arc::new(store),
+        provider,
+        Arc::new(WorkerClock),
+        Arc::new(WorkerSleeper),
+        config.journal_dir.clone(),
+    ))
 }
 
 #[durable_object]
