@@ -88,8 +88,7 @@ impl SqliteStore {
         let found = schema::inspect(&conn).map_err(sql)?;
         let current = found == Found::Reaper(SCHEMA_VERSION);
         refuse_unless_ours(path, found)?;
-        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
-            .map_err(sql)?;
+        enable_wal(&conn).map_err(sql)?;
         // In WAL mode NORMAL loses at most the last commits on power loss, never consistency.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sql)?;
@@ -274,4 +273,24 @@ pub(crate) fn immediate<T>(
 /// Saturating conversions between the ports' unsigned counts and SQLite's signed integers.
 pub(crate) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Switches the file to WAL. Changing the journal mode needs the file to itself, and SQLite
+/// answers "locked" at once, without its busy handler, while another connection is opening the
+/// same new file: retry within [`BUSY_TIMEOUT`] as the busy handler would have.
+fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && started.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other.map(drop),
+        }
+    }
 }
