@@ -34,7 +34,7 @@ async fn prune_deletes_journals_of_terminal_runs_and_old_orphans_and_ages_out_ol
         .append(
             "run-finished",
             None,
-            &[Chunk::text("Hello"), Chunk::text(" there")],
+            vec![Chunk::text("Hello"), Chunk::text(" there")],
             now() - 40 * DAY,
         )
         .await

@@ -216,7 +216,7 @@ fn default_quiet_window() {
         for i in 0..25 {
             // Every log was last appended a minute ago: longer than the 5 s window.
             store
-                .append(&format!("run-{i:06}"), None, &[Chunk::text("delivered")], NOW - 60_000)
+                .append(&format!("run-{i:06}"), None, vec![Chunk::text("delivered")], NOW - 60_000)
                 .await
                 .unwrap();
         }

@@ -291,7 +291,7 @@ impl Writer<'_> {
     pub async fn append(
         &self,
         run_id: &str,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<(), AppendError> {
         let fence = match self.claim {

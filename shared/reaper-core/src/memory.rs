@@ -31,7 +31,9 @@ struct Log {
 struct State {
     /// Insertion order is kept, as the reference's in-memory stores do.
     order: Vec<String>,
-    runs: HashMap<String, RunRecord>,
+    /// Shared records: a listing page hands them out without copying, and a change copies a
+    /// record only while a page still holds it (`Arc::make_mut`).
+    runs: HashMap<String, Arc<RunRecord>>,
     /// The reclaimable listing's keyset, `(detachedSince, runId)` of every `running` detached
     /// run, kept in step with `runs`: a page is a range walk, not a scan and sort of every run.
     listed: BTreeSet<(EpochMs, String)>,
@@ -72,7 +74,7 @@ impl MemoryStore {
         let s = self.lock();
         s.order
             .iter()
-            .filter_map(|id| s.runs.get(id).cloned())
+            .filter_map(|id| s.runs.get(id).map(|r| RunRecord::clone(r)))
             .collect()
     }
 }
@@ -104,12 +106,12 @@ impl State {
         if let Some((since, id)) = listed_key(&record) {
             self.listed.insert((since, id.to_string()));
         }
-        self.runs.insert(record.run_id.clone(), record);
+        self.runs.insert(record.run_id.clone(), Arc::new(record));
     }
 
     /// Changes a stored run in place, keeping the listing's keyset in step. `None`: no such run.
     fn change<T>(&mut self, run_id: &str, f: impl FnOnce(&mut RunRecord) -> T) -> Option<T> {
-        let r = self.runs.get_mut(run_id)?;
+        let r = Arc::make_mut(self.runs.get_mut(run_id)?);
         let before = listed_key(r).map(|(since, _)| since);
         let out = f(r);
         let after = listed_key(r).map(|(since, _)| since);
@@ -135,7 +137,7 @@ impl RunStore for MemoryStore {
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
         let mut s = self.lock();
         if let Some(existing) = s.runs.get(&new.run_id) {
-            return Ok(existing.clone());
+            return Ok(RunRecord::clone(existing));
         }
         let mut record = RunRecord::new(new.run_id.clone(), new.thread_id, new.started_at);
         if let Some(status) = new.status {
@@ -151,7 +153,7 @@ impl RunStore for MemoryStore {
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        Ok(self.lock().runs.get(run_id).cloned())
+        Ok(self.lock().runs.get(run_id).map(|r| RunRecord::clone(r)))
     }
 
     async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -161,7 +163,7 @@ impl RunStore for MemoryStore {
             .filter_map(|id| s.runs.get(id))
             .filter(|r| r.thread_id == thread_id && r.status == crate::RunStatus::Running)
             .max_by_key(|r| r.started_at)
-            .cloned())
+            .map(|r| RunRecord::clone(r)))
     }
 
     async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
@@ -171,7 +173,7 @@ impl RunStore for MemoryStore {
             .iter()
             .filter_map(|id| s.runs.get(id))
             .filter(|r| r.thread_id == thread_id)
-            .cloned()
+            .map(|r| RunRecord::clone(r))
             .collect();
         rows.sort_by_key(|r| r.started_at);
         Ok(rows)
@@ -191,7 +193,7 @@ impl RunStore for MemoryStore {
                 r.status == crate::RunStatus::Running
                     && r.detached_since.is_some_and(|d| d <= cutoff)
             })
-            .cloned()
+            .map(|r| RunRecord::clone(r))
             .collect())
     }
 
@@ -211,7 +213,7 @@ impl RunStore for MemoryStore {
             (None, Some(low)) => Bound::Included(low),
             (None, None) => Bound::Unbounded,
         };
-        let runs: Vec<RunRecord> = s
+        let runs: Vec<Arc<RunRecord>> = s
             .listed
             .range((start, Bound::Unbounded))
             .take_while(|(since, _)| *since <= query.detached_until)
@@ -221,7 +223,7 @@ impl RunStore for MemoryStore {
             .cloned()
             .collect();
         let next = if runs.len() == query.limit {
-            runs.last().and_then(ReclaimableCursor::of)
+            runs.last().and_then(|r| ReclaimableCursor::of(r))
         } else {
             None
         };
@@ -261,7 +263,7 @@ impl RunStore for MemoryStore {
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         let mut s = self.lock();
         // The epoch is not part of the listing's keyset: no reindexing.
-        let Some(r) = s.runs.get_mut(run_id) else {
+        let Some(r) = s.runs.get_mut(run_id).map(Arc::make_mut) else {
             return Ok(EpochBump::Unknown);
         };
         if r.status.is_terminal() {
@@ -300,7 +302,7 @@ impl DeliveryLog for MemoryStore {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         let mut s = self.lock();
@@ -314,10 +316,10 @@ impl DeliveryLog for MemoryStore {
             return Ok(Fenced::Written(Appended::Closed));
         }
         let first = log.entries.len() as u64;
-        log.entries.extend_from_slice(chunks);
         if !chunks.is_empty() {
             log.last_append_at = Some(now);
         }
+        log.entries.extend(chunks);
         Ok(Fenced::Written(Appended::At { first }))
     }
 

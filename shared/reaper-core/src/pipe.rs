@@ -100,7 +100,7 @@ pub async fn pipe_and_confirm(stream: ChunkStream, cx: PipeContext<'_>) -> Piped
                 tracing::debug!(target: "reaper", run_id = cx.run_id, "the log already ends in a RUN_ERROR; not appending another");
             } else if let Err(secondary) = cx
                 .writer
-                .append(cx.run_id, &[synthetic], cx.clock.now_ms())
+                .append(cx.run_id, vec![synthetic], cx.clock.now_ms())
                 .await
             {
                 tracing::error!(target: "reaper", run_id = cx.run_id, error = %secondary, "appending the synthesized RUN_ERROR failed");
@@ -211,9 +211,12 @@ async fn flush(cx: &PipeContext<'_>, batch: &mut Vec<Chunk>) -> Result<(), RunEr
     if batch.is_empty() {
         return Ok(());
     }
-    let result = cx.writer.append(cx.run_id, batch, cx.clock.now_ms()).await;
-    batch.clear();
-    result.map_err(|e| RunError::new(e.to_string()))
+    // Handed over whole: the store moves the chunks in rather than copying each one.
+    let chunks = std::mem::take(batch);
+    cx.writer
+        .append(cx.run_id, chunks, cx.clock.now_ms())
+        .await
+        .map_err(|e| RunError::new(e.to_string()))
 }
 
 /// `finish`: total, every step guarded; `close` runs after the terminal write landed or was suppressed

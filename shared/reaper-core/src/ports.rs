@@ -163,7 +163,9 @@ impl ReclaimableQuery {
 /// exhausted (a page shorter than its limit always ends the range).
 #[derive(Debug, Clone, Default)]
 pub struct ReclaimablePage {
-    pub runs: Vec<RunRecord>,
+    /// Shared, not owned: a store that keeps its rows in memory hands out its own records
+    /// without copying them, and the sweep borrows them for as long as it runs.
+    pub runs: Vec<Arc<RunRecord>>,
     pub corrupt: Vec<StoreError>,
     pub next: Option<ReclaimableCursor>,
 }
@@ -187,8 +189,8 @@ impl BoundedCount {
     }
 }
 
-/// Rows [`RunStore::count_reclaimable`]'s default reads at most to count.
-pub const DEFAULT_COUNT_PAGE_ROWS: u64 = 1_000;
+/// Rows per page when [`RunStore::list_reclaimable`] walks the whole listing.
+pub const LISTING_PAGE_ROWS: usize = 500;
 
 /// The run store: the same store the chat routes write runs into.
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
@@ -212,97 +214,65 @@ pub trait RunStore: MaybeSend + MaybeSync {
     }
 
     /// Every `running` row with `detachedSince <= now - ttl_ms` (inclusive). Order is not part of
-    /// the contract. Optional: see [`RunStore::capabilities`].
+    /// the contract. Provided: it walks [`RunStore::list_reclaimable_page`] to the end of the
+    /// range (unbounded: the sweep itself reads only the pages it uses).
     async fn list_reclaimable(
         &self,
-        _now: EpochMs,
-        _ttl_ms: u64,
+        now: EpochMs,
+        ttl_ms: u64,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        Err(StoreError::Unsupported("list_reclaimable"))
+        Ok(self.list_reclaimable_listing(now, ttl_ms).await?.runs)
     }
 
     /// [`RunStore::list_reclaimable`], plus the rows that matched but did not parse (each a
     /// [`StoreError::Corrupt`] naming its run), so one malformed row is reported instead of
-    /// failing the whole listing. Backends that can tell override it.
+    /// failing the whole listing. Provided, like `list_reclaimable`, on the paged listing.
     async fn list_reclaimable_listing(
         &self,
         now: EpochMs,
         ttl_ms: u64,
     ) -> Result<ReclaimableListing, StoreError> {
-        Ok(ReclaimableListing {
-            runs: self.list_reclaimable(now, ttl_ms).await?,
-            corrupt: Vec::new(),
-        })
+        let mut listing = ReclaimableListing::default();
+        let mut query = ReclaimableQuery {
+            detached_after: None,
+            detached_until: now.saturating_sub(ttl_ms.min(i64::MAX as u64) as i64),
+            after: None,
+            limit: LISTING_PAGE_ROWS,
+        };
+        loop {
+            let page = self.list_reclaimable_page(query.clone()).await?;
+            listing
+                .runs
+                .extend(page.runs.into_iter().map(Arc::unwrap_or_clone));
+            listing.corrupt.extend(page.corrupt);
+            match page.next {
+                Some(next) => query.after = Some(next),
+                None => return Ok(listing),
+            }
+        }
     }
 
     /// One bounded page of the listing (see [`ReclaimableQuery`]), so a sweep reads only what it
-    /// uses. Stores push the range, the keyset and the limit down to the backend; this default
-    /// reads the whole listing and slices it (correct, but unbounded), and reports corrupt rows on
-    /// the first page of a range only, since it cannot place them.
+    /// uses. Every store pushes the range, the keyset and the limit down to its backend. A store
+    /// that cannot list answers [`StoreError::Unsupported`] (and says so in
+    /// [`RunStore::capabilities`]). Required, with no default, so a wrapper store that forgets to
+    /// forward it fails to compile instead of silently reading the whole listing.
     async fn list_reclaimable_page(
         &self,
         query: ReclaimableQuery,
-    ) -> Result<ReclaimablePage, StoreError> {
-        if query.limit == 0 {
-            return Ok(ReclaimablePage::default());
-        }
-        let listing = self
-            .list_reclaimable_listing(query.detached_until, 0)
-            .await?;
-        let mut runs: Vec<RunRecord> = listing
-            .runs
-            .into_iter()
-            .filter(|r| query.admits(r))
-            .collect();
-        runs.sort_by(|a, b| (a.detached_since, &a.run_id).cmp(&(b.detached_since, &b.run_id)));
-        let full = runs.len() > query.limit;
-        runs.truncate(query.limit);
-        let next = if full {
-            runs.last().and_then(ReclaimableCursor::of)
-        } else {
-            None
-        };
-        let corrupt = if query.after.is_none() {
-            listing.corrupt
-        } else {
-            Vec::new()
-        };
-        Ok(ReclaimablePage {
-            runs,
-            corrupt,
-            next,
-        })
-    }
+    ) -> Result<ReclaimablePage, StoreError>;
 
     /// How many rows the listing holds in a range (every `running` run with
     /// `detached_after < detachedSince <= detached_until`, as in [`ReclaimableQuery`], corrupt
-    /// rows included), counting at most `at_most` of
-    /// them within a fixed number of requests (the sweep's true backlog). A store that stops
-    /// early answers `exact: false` with what it counted. Stores count without reading the
-    /// rows; this default reads one page of at most [`DEFAULT_COUNT_PAGE_ROWS`] (correct, and
-    /// bounded, but it reads whole rows and stops early).
+    /// rows included), counting at most `at_most` of them within a fixed number of requests
+    /// (the sweep's true backlog). A store that stops early answers `exact: false` with what it
+    /// counted. Stores count without reading the rows. Required, like the page.
     async fn count_reclaimable(
         &self,
         detached_after: Option<EpochMs>,
         detached_until: EpochMs,
         at_most: u64,
-    ) -> Result<BoundedCount, StoreError> {
-        let reads = at_most.min(DEFAULT_COUNT_PAGE_ROWS);
-        let page = self
-            .list_reclaimable_page(ReclaimableQuery {
-                detached_after,
-                detached_until,
-                after: None,
-                limit: usize::try_from(reads.saturating_add(1)).unwrap_or(usize::MAX),
-            })
-            .await?;
-        let seen = (page.runs.len() + page.corrupt.len()) as u64;
-        let counted = BoundedCount::of(seen, reads);
-        Ok(BoundedCount {
-            exact: counted.exact && page.next.is_none(),
-            ..counted
-        })
-    }
+    ) -> Result<BoundedCount, StoreError>;
 
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities::default()
@@ -372,17 +342,15 @@ pub trait LeaseStore: MaybeSend + MaybeSync {
 
     /// The note kept with `key` (the sweep keeps its round-robin cursor there), or `None` when
     /// none was written. A note outlives grants: release and expiry keep it for the next holder.
-    async fn note(&self, _key: &str) -> Result<Option<String>, StoreError> {
-        Err(StoreError::Unsupported("lease notes"))
-    }
+    /// Required, with no default: a wrapper that forgot to forward it would silently lose the
+    /// round-robin cursor.
+    async fn note(&self, key: &str) -> Result<Option<String>, StoreError>;
 
     /// Replaces the note of `lease.key` only while this grant still holds the key (`key`,
     /// `owner` and `token` match, as for [`LeaseStore::renew`]), checked in the same atomic step
     /// as the write: a holder that lost the key can never overwrite its successor's note.
     /// `false` means nothing was written.
-    async fn set_note(&self, _lease: &Lease, _note: &str) -> Result<bool, StoreError> {
-        Err(StoreError::Unsupported("lease notes"))
-    }
+    async fn set_note(&self, lease: &Lease, note: &str) -> Result<bool, StoreError>;
 }
 
 /// The answer to an append.
@@ -400,12 +368,13 @@ pub enum Appended {
 pub trait DeliveryLog: MaybeSend + MaybeSync {
     /// Appends chunks in order. With `fence = Some(epoch)` the append is conditional, in the same
     /// atomic step, on the run's `driverEpoch` not being past `epoch`; a missing run record does
-    /// not refuse it. `now` stamps the last-append time.
+    /// not refuse it. `now` stamps the last-append time. The chunks are handed over, so a store
+    /// that keeps them in memory moves them in instead of copying each one.
     async fn append(
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError>;
 

@@ -172,7 +172,7 @@ async fn fenced_append_lands_while_the_claim_holds() {
     seed(&store, "r", RunStatus::Running, None).await;
     let c = claim(&store, "r", "a").await.unwrap();
     writer(&store, &c)
-        .append("r", &[Chunk::text("x")], NOW)
+        .append("r", vec![Chunk::text("x")], NOW)
         .await
         .unwrap();
     assert_eq!(store.snapshot("r").await.unwrap().len, 1);
@@ -185,7 +185,7 @@ async fn lost_lease_refuses_the_append_and_nothing_lands() {
     let c = claim(&store, "r", "a").await.unwrap();
     c.lose_lease();
     let err = writer(&store, &c)
-        .append("r", &[Chunk::text("x")], NOW)
+        .append("r", vec![Chunk::text("x")], NOW)
         .await
         .unwrap_err();
     assert!(matches!(
@@ -206,7 +206,7 @@ async fn moved_epoch_refuses_the_append_with_held_and_observed_epochs() {
     assert_eq!(c.epoch, 3);
     seed(&store, "r", RunStatus::Running, Some(4)).await;
     let err = writer(&store, &c)
-        .append("r", &[Chunk::text("x")], NOW)
+        .append("r", vec![Chunk::text("x")], NOW)
         .await
         .unwrap_err();
     match err {
@@ -231,10 +231,10 @@ async fn every_append_is_fenced_so_a_successor_stops_the_very_next_one() {
     seed(&store, "r", RunStatus::Running, None).await;
     let c = claim(&store, "r", "a").await.unwrap();
     let w = writer(&store, &c);
-    w.append("r", &[Chunk::text("1")], NOW).await.unwrap();
-    w.append("r", &[Chunk::text("2")], NOW).await.unwrap();
+    w.append("r", vec![Chunk::text("1")], NOW).await.unwrap();
+    w.append("r", vec![Chunk::text("2")], NOW).await.unwrap();
     store.bump_epoch("r").await.unwrap();
-    assert!(w.append("r", &[Chunk::text("3")], NOW).await.is_err());
+    assert!(w.append("r", vec![Chunk::text("3")], NOW).await.is_err());
     assert_eq!(store.snapshot("r").await.unwrap().len, 2);
 }
 
@@ -251,7 +251,7 @@ async fn once_refused_the_fence_stays_shut_with_the_original_error_and_no_store_
         claim: Some(&c),
     };
     let first = w
-        .append("r", &[Chunk::text("x")], NOW)
+        .append("r", vec![Chunk::text("x")], NOW)
         .await
         .unwrap_err()
         .to_string();
@@ -259,7 +259,7 @@ async fn once_refused_the_fence_stays_shut_with_the_original_error_and_no_store_
     seed(&memory, "r", RunStatus::Running, Some(2)).await;
     spy.clear_ops();
     let second = w
-        .append("r", &[Chunk::text("y")], NOW)
+        .append("r", vec![Chunk::text("y")], NOW)
         .await
         .unwrap_err()
         .to_string();
@@ -282,8 +282,11 @@ async fn flapping_lease_keeps_refusing_as_lease_lost() {
     let c = claim(&store, "r", "a").await.unwrap();
     c.lose_lease();
     let w = writer(&store, &c);
-    let _ = w.append("r", &[Chunk::text("x")], NOW).await;
-    let err = w.append("r", &[Chunk::text("y")], NOW).await.unwrap_err();
+    let _ = w.append("r", vec![Chunk::text("x")], NOW).await;
+    let err = w
+        .append("r", vec![Chunk::text("y")], NOW)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("lease-lost"));
     assert_eq!(store.snapshot("r").await.unwrap().len, 0);
 }
@@ -295,7 +298,7 @@ async fn healthy_claim_lands_every_append() {
     let c = claim(&store, "r", "a").await.unwrap();
     let w = writer(&store, &c);
     for i in 0..69 {
-        w.append("r", &[Chunk::text(&i.to_string())], NOW)
+        w.append("r", vec![Chunk::text(&i.to_string())], NOW)
             .await
             .unwrap();
     }
@@ -307,13 +310,13 @@ async fn close_snapshot_and_read_work_after_the_claim_is_lost() {
     let store = MemoryStore::new();
     seed(&store, "r", RunStatus::Running, None).await;
     store
-        .append("r", None, &[Chunk::text("before")], NOW)
+        .append("r", None, vec![Chunk::text("before")], NOW)
         .await
         .unwrap();
     let c = claim(&store, "r", "a").await.unwrap();
     c.lose_lease();
     let _ = writer(&store, &c)
-        .append("r", &[Chunk::text("x")], NOW)
+        .append("r", vec![Chunk::text("x")], NOW)
         .await;
     assert_eq!(store.snapshot("r").await.unwrap().len, 1);
     assert_eq!(store.read("r", 0, 10).await.unwrap().len(), 1);
@@ -340,7 +343,7 @@ async fn quiesce(spy: &SpyStore, quiet: u64) -> Result<u64, ReapError> {
 async fn stable_log_quiesces_at_its_length() {
     let spy = SpyStore::new(MemoryStore::new());
     spy.inner
-        .append("r", None, &[Chunk::text("a"), Chunk::text("b")], NOW)
+        .append("r", None, vec![Chunk::text("a"), Chunk::text("b")], NOW)
         .await
         .unwrap();
     assert_eq!(quiesce(&spy, 25).await.unwrap(), 2);
@@ -365,7 +368,7 @@ async fn log_that_grows_for_two_probes_settles_after_three_snapshots() {
                 let _ = futures::FutureExt::now_or_never(memory.append(
                     "r",
                     None,
-                    &[Chunk::text("late")],
+                    vec![Chunk::text("late")],
                     NOW,
                 ));
             }

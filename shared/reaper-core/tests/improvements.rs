@@ -78,7 +78,7 @@ async fn quiet_wait_ends_at_once_when_the_log_was_last_appended_long_ago() {
         h.seed(&id, Some(FRESH), None);
         h.probe.finished(&id, 0);
         h.memory
-            .append(&id, None, &[Chunk::text("delivered")], NOW - 60_000)
+            .append(&id, None, vec![Chunk::text("delivered")], NOW - 60_000)
             .await
             .unwrap();
     }
@@ -95,7 +95,7 @@ async fn quiet_wait_falls_back_to_snapshot_polling_when_the_log_was_just_appende
     h.seed("r", Some(FRESH), None);
     h.probe.finished("r", 0);
     h.memory
-        .append("r", None, &[Chunk::text("just now")], NOW)
+        .append("r", None, vec![Chunk::text("just now")], NOW)
         .await
         .unwrap();
     let start = h.clock.now_ms();

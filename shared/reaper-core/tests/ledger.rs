@@ -121,7 +121,7 @@ impl DeliveryLog for Stall {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[reaper_core::Chunk],
+        chunks: Vec<reaper_core::Chunk>,
         now: i64,
     ) -> Result<reaper_core::Fenced<reaper_core::Appended>, StoreError> {
         if self.at_append {

@@ -468,7 +468,7 @@ async fn unsuperseded_claim_records_a_throwing_stream_as_failed() {
 async fn a_failing_drive_adds_no_second_run_error_after_the_one_ending_the_log() {
     let f = Fixture::new();
     let earlier = Chunk::run_error(&RunError::new("an earlier drive failed"));
-    reaper_core::ports::DeliveryLog::append(&f.store.inner, "r1", None, &[earlier], NOW)
+    reaper_core::ports::DeliveryLog::append(&f.store.inner, "r1", None, vec![earlier], NOW)
         .await
         .unwrap();
     let r = f

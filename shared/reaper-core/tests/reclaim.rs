@@ -311,6 +311,20 @@ async fn a_failed_in_use_check_destroys_nothing() {
         async fn find_active_run(&self, _t: &str) -> Result<Option<RunRecord>, StoreError> {
             Err(StoreError::Unavailable("runs down".into()))
         }
+        async fn list_reclaimable_page(
+            &self,
+            _q: reaper_core::ReclaimableQuery,
+        ) -> Result<reaper_core::ReclaimablePage, StoreError> {
+            Err(StoreError::Unavailable("runs down".into()))
+        }
+        async fn count_reclaimable(
+            &self,
+            _after: Option<i64>,
+            _until: i64,
+            _at_most: u64,
+        ) -> Result<reaper_core::BoundedCount, StoreError> {
+            Err(StoreError::Unavailable("runs down".into()))
+        }
         async fn bump_epoch(&self, _id: &str) -> Result<reaper_core::EpochBump, StoreError> {
             Err(StoreError::Unavailable("runs down".into()))
         }

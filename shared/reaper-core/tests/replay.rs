@@ -227,7 +227,7 @@ async fn pipe(
     while let Some(item) = stream.next().await {
         match item {
             Ok(chunk) => {
-                case.store.append(RUN, None, &[chunk], 0).await.unwrap();
+                case.store.append(RUN, None, vec![chunk], 0).await.unwrap();
                 n += 1;
                 if limit == Some(n) {
                     return None;
@@ -585,7 +585,7 @@ async fn resume_position_comes_from_the_last_positioned_log_entry() {
         .append(
             RUN,
             None,
-            &[
+            vec![
                 line_chunk("{\"delta\":\"0 \"}", first_end).unwrap(),
                 Chunk::new("RUN_STARTED"),
             ],
@@ -749,7 +749,7 @@ impl DeliveryLog for CrashingStore {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: i64,
     ) -> Result<Fenced<Appended>, StoreError> {
         let Some(Crash::AfterAppends(limit)) = self.crash else {
@@ -762,7 +762,7 @@ impl DeliveryLog for CrashingStore {
         }
         if room > 0 {
             self.inner
-                .append(run_id, fence, &chunks[..room], now)
+                .append(run_id, fence, chunks[..room].to_vec(), now)
                 .await
                 .unwrap();
         }
@@ -966,7 +966,7 @@ async fn a_pipe_run_error_left_by_a_drive_whose_terminal_write_failed_ends_the_n
     assert!(first.is_none());
     let pipes_error = Chunk::run_error(&reaper_core::RunError::new("store unavailable"));
     case.store
-        .append(RUN, None, &[pipes_error], 0)
+        .append(RUN, None, vec![pipes_error], 0)
         .await
         .unwrap();
     case.sandbox.write(b"{\"delta\":\" world\"}\n");
@@ -989,7 +989,7 @@ async fn a_delivered_ending_is_yielded_even_when_the_transcript_save_fails() {
     case.sandbox.write(b"{\"delta\":\"hello\"}\n");
     let pipes_error = Chunk::run_error(&reaper_core::RunError::new("store unavailable"));
     case.store
-        .append(RUN, None, &[pipes_error], 0)
+        .append(RUN, None, vec![pipes_error], 0)
         .await
         .unwrap();
     let mut stream = case

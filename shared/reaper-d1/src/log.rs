@@ -42,7 +42,7 @@ impl DeliveryLog for D1Store {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         let encoded = chunks

@@ -295,7 +295,7 @@ impl RunStore for D1Store {
             }
             let rowid = row.opt_int("rowid", "runs").ok().flatten();
             match decode_run(row, &sql::row_key(rowid)) {
-                Ok(record) => page.runs.push(record),
+                Ok(record) => page.runs.push(std::sync::Arc::new(record)),
                 Err(e @ StoreError::Corrupt { .. }) => page.corrupt.push(e),
                 Err(e) => return Err(e),
             }

@@ -143,7 +143,7 @@ async fn main() {
             .map(|k| Chunk::text(&format!("chunk {k} of run {i}")))
             .collect();
         store
-            .append(&run.run_id, Some(epoch), &chunks, NOW)
+            .append(&run.run_id, Some(epoch), chunks.to_vec(), NOW)
             .await
             .unwrap();
         store.close(&run.run_id, NOW).await.unwrap();
@@ -191,9 +191,15 @@ async fn main() {
     fresh.bump_epoch("u").await.unwrap();
     let claim = fresh.take_request_stats().total;
     let batch: Vec<Chunk> = (0..23).map(|k| Chunk::text(&format!("c{k}"))).collect();
-    fresh.append("u", Some(1), &batch, NOW).await.unwrap();
+    fresh
+        .append("u", Some(1), batch.to_vec(), NOW)
+        .await
+        .unwrap();
     let append23 = fresh.take_request_stats().total;
-    fresh.append("u", Some(1), &batch[..1], NOW).await.unwrap();
+    fresh
+        .append("u", Some(1), batch[..1].to_vec(), NOW)
+        .await
+        .unwrap();
     let append1 = fresh.take_request_stats().total;
     for i in 0..200 {
         let mut intent = ReclaimIntent::new(

@@ -315,7 +315,7 @@ impl DeliveryLog for DynamoStore {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         if chunks.is_empty() {

@@ -192,7 +192,9 @@ impl DynamoStore {
             for item in out.items() {
                 match run_from_item(item) {
                     // The index is eventually consistent: `running` rows only.
-                    Ok(r) if indexed(r.status, r.detached_since) => page.runs.push(r),
+                    Ok(r) if indexed(r.status, r.detached_since) => {
+                        page.runs.push(std::sync::Arc::new(r))
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         tracing::error!(run_id = %run_id_of(item), error = %e,

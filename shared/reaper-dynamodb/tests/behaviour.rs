@@ -384,7 +384,7 @@ async fn log_items_carry_a_ttl_and_expired_items_read_as_gone_while_transcripts_
         .await
         .unwrap();
     store
-        .append("r", None, &[Chunk::text("a"), Chunk::text("b")], NOW)
+        .append("r", None, vec![Chunk::text("a"), Chunk::text("b")], NOW)
         .await
         .unwrap();
     let expected_ttl = n(NOW / 1000 + 3600);
@@ -447,7 +447,10 @@ async fn an_append_larger_than_one_transaction_lands_whole_and_in_order() {
     let store = fresh_store("big-append").await;
     let chunks: Vec<Chunk> = (0..60).map(|i| Chunk::text(&format!("c{i}"))).collect();
     store.take_request_stats();
-    let res = store.append("r", Some(1), &chunks, NOW).await.unwrap();
+    let res = store
+        .append("r", Some(1), chunks.to_vec(), NOW)
+        .await
+        .unwrap();
     assert_eq!(res, Fenced::Written(reaper_core::Appended::At { first: 0 }));
     // 23 chunks per fenced transaction (25 items minus the fence check and the meta update).
     assert_eq!(store.request_stats().op("append").requests, 3);
@@ -462,7 +465,7 @@ async fn an_append_larger_than_one_transaction_lands_whole_and_in_order() {
 async fn a_chunk_too_large_for_an_item_is_refused_with_a_clear_error_and_nothing_lands() {
     let store = fresh_store("huge-chunk").await;
     let huge = Chunk::text(&"x".repeat(500_000));
-    let err = store.append("r", None, &[huge], NOW).await.unwrap_err();
+    let err = store.append("r", None, vec![huge], NOW).await.unwrap_err();
     assert!(
         matches!(&err, StoreError::Backend(m) if m.contains("400 KB") && m.contains("run r")),
         "{err}"
@@ -524,7 +527,7 @@ async fn a_superseded_terminal_write_reports_the_epoch_it_lost_to_and_changes_no
     );
     assert_eq!(
         store
-            .append("r", Some(1), &[Chunk::text("late")], NOW)
+            .append("r", Some(1), vec![Chunk::text("late")], NOW)
             .await
             .unwrap(),
         Fenced::Superseded { observed: 2 }

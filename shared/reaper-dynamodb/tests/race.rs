@@ -73,7 +73,7 @@ async fn sweep(store: &DynamoStore, sweeper: u8) -> Vec<Attempt> {
                     .with("k", k)
             };
             let appended = store
-                .append(&run, Some(epoch), &[tag(0), tag(1)], NOW)
+                .append(&run, Some(epoch), vec![tag(0), tag(1)], NOW)
                 .await
                 .expect("append");
             attempt.append = Some(

@@ -135,7 +135,7 @@ impl Case {
             match stream.next().await {
                 Some(Ok(chunk)) => {
                     self.store
-                        .append(&self.run_id, None, &[chunk], 0)
+                        .append(&self.run_id, None, vec![chunk], 0)
                         .await
                         .unwrap();
                     n += 1;

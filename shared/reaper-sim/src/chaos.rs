@@ -13,8 +13,8 @@ use reaper_core::domain::{
 use reaper_core::error::StoreError;
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
-    Appended, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore, MessageStore,
-    ReclaimLedger, RunStore, SandboxInstanceStore,
+    Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
+    MessageStore, ReclaimLedger, ReclaimablePage, ReclaimableQuery, RunStore, SandboxInstanceStore,
 };
 
 use crate::exec::yield_now;
@@ -154,6 +154,29 @@ impl RunStore for Chaos {
         self.after("list_reclaimable", "*", r).await
     }
 
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        self.before("list_reclaimable_page", "*").await?;
+        let r = self.store.list_reclaimable_page(query).await;
+        self.after("list_reclaimable_page", "*", r).await
+    }
+
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.before("count_reclaimable", "*").await?;
+        let r = self
+            .store
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await;
+        self.after("count_reclaimable", "*", r).await
+    }
+
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         self.before("bump_epoch", run_id).await?;
         let r = self.store.bump_epoch(run_id).await;
@@ -197,16 +220,16 @@ impl DeliveryLog for Chaos {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         self.before("append", run_id).await?;
+        let appended = chunks.len();
         let r = self.store.append(run_id, fence, chunks, now).await;
         if let Ok(Fenced::Written(Appended::At { first })) = &r {
             self.trace.event(format!(
                 "{} appends {} chunk(s) to {run_id} at {first} (fence {fence:?})",
-                self.actor,
-                chunks.len()
+                self.actor, appended
             ));
             match fence {
                 Some(epoch) => self.trace.landed(run_id, epoch, "append", &self.actor),

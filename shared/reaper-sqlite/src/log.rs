@@ -17,7 +17,7 @@ impl DeliveryLog for SqliteStore {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         let run_id = run_id.to_string();

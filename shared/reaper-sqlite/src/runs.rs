@@ -133,7 +133,7 @@ fn list_reclaimable_page_rows(
             _ => None,
         };
         match decode_run(row, &sql::row_key(rowid)) {
-            Ok(record) => page.runs.push(record),
+            Ok(record) => page.runs.push(std::sync::Arc::new(record)),
             Err(e @ StoreError::Corrupt { .. }) => page.corrupt.push(e),
             Err(e) => return Err(e),
         }

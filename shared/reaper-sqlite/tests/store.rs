@@ -215,7 +215,10 @@ async fn run_with_events(
     let chunks: Vec<Chunk> = (0..events)
         .map(|i| Chunk::text(&format!("{run_id} {i}")))
         .collect();
-    store.append(run_id, None, &chunks, 5).await.unwrap();
+    store
+        .append(run_id, None, chunks.to_vec(), 5)
+        .await
+        .unwrap();
     if let Some((status, finished_at)) = outcome {
         let patch = RunPatch {
             status: Some(status.into()),
@@ -365,7 +368,7 @@ async fn pruning_again_deletes_nothing_and_an_aged_out_log_refuses_appends() {
     assert_eq!(again, RetentionReport::default());
     assert_eq!(
         store
-            .append("old", None, &[Chunk::text("late")], now)
+            .append("old", None, vec![Chunk::text("late")], now)
             .await
             .unwrap(),
         Fenced::Written(Appended::Closed)

@@ -310,6 +310,47 @@ impl RunStore for SpyStore {
             .collect();
         Ok(reaper_core::ports::ReclaimableListing { runs, corrupt })
     }
+    /// The inner store's page, with the planted corrupt rows reported on the first page of each
+    /// range (where a store reports rows it could not place).
+    async fn list_reclaimable_page(
+        &self,
+        query: reaper_core::ReclaimableQuery,
+    ) -> Result<reaper_core::ReclaimablePage, StoreError> {
+        self.enter(Op::ListReclaimable)?;
+        if self.no_listing {
+            return Err(StoreError::Unsupported("list_reclaimable"));
+        }
+        let first = query.after.is_none();
+        let mut page = self.inner.list_reclaimable_page(query).await?;
+        if first {
+            page.corrupt
+                .extend(lock(&self.corrupt).iter().map(|key| StoreError::Corrupt {
+                    key: key.clone(),
+                    reason: "unknown status \"RUNNING\"".into(),
+                }));
+        }
+        Ok(page)
+    }
+    /// The inner store's count plus the planted corrupt rows (a store counts rows it cannot
+    /// parse too).
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<reaper_core::BoundedCount, StoreError> {
+        self.enter(Op::ListReclaimable)?;
+        let inner = self
+            .inner
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await?;
+        let planted = lock(&self.corrupt).len() as u64;
+        let counted = reaper_core::BoundedCount::of(inner.count + planted, at_most);
+        Ok(reaper_core::BoundedCount {
+            exact: inner.exact && counted.exact,
+            ..counted
+        })
+    }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         reaper_core::ports::RunStoreCapabilities {
             list_reclaimable: !self.no_listing,
@@ -369,15 +410,16 @@ impl DeliveryLog for SpyStore {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
-        self.enter(Op::Append(run_id.into(), chunks.len()))?;
+        let n = chunks.len();
+        self.enter(Op::Append(run_id.into(), n))?;
         let result = self.inner.append(run_id, fence, chunks, now).await?;
         if let Fenced::Written(Appended::At { .. }) = result {
             *lock(&self.appended_chunks)
                 .entry(run_id.to_string())
-                .or_default() += chunks.len();
+                .or_default() += n;
         }
         Ok(result)
     }

@@ -48,7 +48,7 @@ async fn append_at<S: DeliveryLog + ?Sized>(
     chunks: &[Chunk],
     now: i64,
 ) -> Result<u64, Failure> {
-    match log.append(run_id, fence, chunks, now).await? {
+    match log.append(run_id, fence, chunks.to_vec(), now).await? {
         Fenced::Written(Appended::At { first }) => Ok(first),
         other => Err(Failure::at(
             format!(
@@ -198,7 +198,7 @@ pub async fn snapshot_counts_entries_and_stamps_the_last_non_empty_append<
         "snapshot after two appends"
     );
     // An empty append adds nothing and is not activity.
-    log.append(&run, None, &[], 9_000).await?;
+    log.append(&run, None, Vec::new(), 9_000).await?;
     ensure_eq!(
         log.snapshot(&run).await?,
         expected,
@@ -217,7 +217,7 @@ pub async fn close_is_idempotent_and_refuses_later_appends<S: DeliveryLog + RunS
     log.close(&run, 1_100).await?;
     log.close(&run, 1_200).await?;
     ensure_eq!(
-        log.append(&run, None, &texts("late", 2), 1_300).await?,
+        log.append(&run, None, texts("late", 2), 1_300).await?,
         Fenced::Written(Appended::Closed),
         "append after close"
     );
@@ -243,7 +243,7 @@ pub async fn closing_a_log_that_was_never_appended_refuses_appends<
     let run = ctx.id("run");
     log.close(&run, 500).await?;
     ensure_eq!(
-        log.append(&run, None, &texts("a", 1), 600).await?,
+        log.append(&run, None, texts("a", 1), 600).await?,
         Fenced::Written(Appended::Closed),
         "append after closing an empty log"
     );
@@ -266,7 +266,7 @@ pub async fn fenced_append_lands_when_the_run_epoch_equals_the_fence<
     run_at_epoch(log, ctx, &run, Some(3)).await?;
     let chunks = texts("a", 2);
     ensure_eq!(
-        log.append(&run, Some(3), &chunks, 10).await?,
+        log.append(&run, Some(3), chunks.clone(), 10).await?,
         Fenced::Written(Appended::At { first: 0 }),
         "append fenced at 3 on a run at 3"
     );
@@ -291,7 +291,7 @@ pub async fn fenced_append_is_superseded_and_stores_nothing_when_the_run_epoch_i
     };
     log.update(&run, patch).await?;
     ensure_eq!(
-        log.append(&run, Some(3), &texts("stale", 2), 20).await?,
+        log.append(&run, Some(3), texts("stale", 2), 20).await?,
         Fenced::Superseded { observed: 4 },
         "append fenced at 3 on a run at 4"
     );
@@ -322,21 +322,21 @@ pub async fn fenced_append_lands_when_the_run_has_no_record_or_no_epoch<
 ) -> CaseResult {
     let no_record = ctx.id("no-record");
     ensure_eq!(
-        log.append(&no_record, Some(5), &texts("a", 1), 10).await?,
+        log.append(&no_record, Some(5), texts("a", 1), 10).await?,
         Fenced::Written(Appended::At { first: 0 }),
         "append fenced at 5 on a run without a record"
     );
     let no_epoch = ctx.id("no-epoch");
     run_at_epoch(log, ctx, &no_epoch, None).await?;
     ensure_eq!(
-        log.append(&no_epoch, Some(1), &texts("a", 1), 10).await?,
+        log.append(&no_epoch, Some(1), texts("a", 1), 10).await?,
         Fenced::Written(Appended::At { first: 0 }),
         "append fenced at 1 on a run without driverEpoch"
     );
     let behind = ctx.id("behind");
     run_at_epoch(log, ctx, &behind, Some(2)).await?;
     ensure_eq!(
-        log.append(&behind, Some(3), &texts("a", 1), 10).await?,
+        log.append(&behind, Some(3), texts("a", 1), 10).await?,
         Fenced::Written(Appended::At { first: 0 }),
         "append fenced at 3 on a run at 2"
     );
@@ -350,7 +350,7 @@ pub async fn unfenced_append_ignores_the_run_epoch<S: DeliveryLog + RunStore + ?
     let run = ctx.id("run");
     run_at_epoch(log, ctx, &run, Some(9)).await?;
     ensure_eq!(
-        log.append(&run, None, &texts("a", 2), 10).await?,
+        log.append(&run, None, texts("a", 2), 10).await?,
         Fenced::Written(Appended::At { first: 0 }),
         "unfenced append on a run at 9"
     );

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::{
     Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
-    MessageStore, RunStore, RunStoreCapabilities, SandboxInstanceStore,
+    MessageStore, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
+    RunStoreCapabilities, SandboxInstanceStore,
 };
 use reaper_core::{
     Chunk, EpochMs, LogEntry, LogSnapshot, NewRun, Patch, RunPatch, RunRecord,
@@ -57,6 +58,24 @@ enum Flaw {
 struct Flawed {
     inner: MemoryStore,
     flaw: Flaw,
+}
+
+/// One page of a whole listing: the runs the query admits, in keyset order, up to its limit.
+fn page_of(listing: Vec<RunRecord>, query: &ReclaimableQuery) -> ReclaimablePage {
+    let mut runs: Vec<RunRecord> = listing.into_iter().filter(|r| query.admits(r)).collect();
+    runs.sort_by(|a, b| (a.detached_since, &a.run_id).cmp(&(b.detached_since, &b.run_id)));
+    let full = runs.len() > query.limit;
+    runs.truncate(query.limit);
+    let next = if full {
+        runs.last().and_then(ReclaimableCursor::of)
+    } else {
+        None
+    };
+    ReclaimablePage {
+        runs: runs.into_iter().map(Arc::new).collect(),
+        corrupt: Vec::new(),
+        next,
+    }
 }
 
 fn flawed(flaw: Flaw) -> Flawed {
@@ -155,6 +174,15 @@ impl RunStore for Flawed {
                 .collect()),
             _ => self.inner.list_reclaimable(now, ttl_ms).await,
         }
+    }
+
+    /// The flawed listing, sliced into the page (so a listing flaw shows in pages too).
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        let listing = self.list_reclaimable(query.detached_until, 0).await?;
+        Ok(page_of(listing, &query))
     }
 
     async fn count_reclaimable(
@@ -336,7 +364,7 @@ impl DeliveryLog for Flawed {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[Chunk],
+        chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         match self.flaw {
@@ -348,7 +376,7 @@ impl DeliveryLog for Flawed {
             }
             Flaw::EmptyAppendStampsTime if chunks.is_empty() => {
                 let stamp = [Chunk::new("STAMP")];
-                self.inner.append(run_id, fence, &stamp, now).await
+                self.inner.append(run_id, fence, stamp.to_vec(), now).await
             }
             _ => self.inner.append(run_id, fence, chunks, now).await,
         }
@@ -634,12 +662,21 @@ impl RunStore for WithoutListByThread {
     async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.0.find_active_run(thread_id).await
     }
-    async fn list_reclaimable(
+    async fn list_reclaimable_page(
         &self,
-        now: EpochMs,
-        ttl_ms: u64,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.0.list_reclaimable(now, ttl_ms).await
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        self.0.list_reclaimable_page(query).await
+    }
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.0
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await
     }
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
