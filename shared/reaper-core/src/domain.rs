@@ -401,63 +401,7 @@ pub struct LedgerCounts {
     pub oldest_first_seen: Option<EpochMs>,
 }
 
-/// One delivery-log event. The shape is AG-UI's: an object with a string `type` and any other
-/// fields. The reaper itself only looks at `type == "RUN_ERROR"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Chunk(pub serde_json::Map<String, serde_json::Value>);
-
-impl Chunk {
-    pub const RUN_ERROR: &'static str = "RUN_ERROR";
-    pub const TEXT_MESSAGE_CONTENT: &'static str = "TEXT_MESSAGE_CONTENT";
-
-    pub fn new(kind: &str) -> Self {
-        let mut map = serde_json::Map::new();
-        map.insert("type".into(), serde_json::Value::String(kind.into()));
-        Chunk(map)
-    }
-
-    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
-        self.0.insert(key.into(), value.into());
-        self
-    }
-
-    /// A text delta chunk.
-    pub fn text(delta: &str) -> Self {
-        Chunk::new(Chunk::TEXT_MESSAGE_CONTENT).with("delta", delta)
-    }
-
-    pub fn run_error(error: &RunError) -> Self {
-        let mut c = Chunk::new(Chunk::RUN_ERROR).with("message", error.message.clone());
-        if let Some(code) = &error.code {
-            c = c.with("code", code.clone());
-        }
-        c
-    }
-
-    pub fn kind(&self) -> Option<&str> {
-        self.0.get("type").and_then(|v| v.as_str())
-    }
-
-    pub fn is_run_error(&self) -> bool {
-        self.kind() == Some(Chunk::RUN_ERROR)
-    }
-
-    pub fn get(&self, key: &str) -> Option<&serde_json::Value> {
-        self.0.get(key)
-    }
-
-    /// The error a `RUN_ERROR` chunk carries, normalised as any error payload.
-    pub fn as_run_error(&self) -> RunError {
-        RunError::from_json(&serde_json::Value::Object(self.0.clone()))
-    }
-
-    pub fn from_value(value: serde_json::Value) -> Option<Chunk> {
-        match value {
-            serde_json::Value::Object(map) => Some(Chunk(map)),
-            _ => None,
-        }
-    }
-}
+pub use crate::chunk::Chunk;
 
 /// A stored delivery-log entry: its offset (0-based sequence number) and the chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,13 +23,13 @@ pub const DELIVERED_RUN_ERROR: &str = "REAPER_DELIVERED_RUN_ERROR";
 
 /// The [`DELIVERED_RUN_ERROR`] chunk for a `RUN_ERROR` chunk that is already in the log.
 pub fn delivered_run_error(run_error: &Chunk) -> Chunk {
-    Chunk::new(DELIVERED_RUN_ERROR).with("error", serde_json::Value::Object(run_error.0.clone()))
+    Chunk::new(DELIVERED_RUN_ERROR).with("error", serde_json::Value::Object(run_error.to_map()))
 }
 
 /// The error a [`DELIVERED_RUN_ERROR`] chunk carries, if `chunk` is one.
 fn delivered_error(chunk: &Chunk) -> Option<RunError> {
     (chunk.kind() == Some(DELIVERED_RUN_ERROR))
-        .then(|| RunError::from_json(chunk.get("error").unwrap_or(&serde_json::Value::Null)))
+        .then(|| RunError::from_json(&chunk.get("error").unwrap_or(serde_json::Value::Null)))
 }
 
 /// What a pipe needs besides the stream.

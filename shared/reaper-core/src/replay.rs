@@ -197,24 +197,25 @@ pub fn line_chunk(line: &str, end: u64) -> Option<Chunk> {
     if line.trim().is_empty() {
         return None;
     }
-    let chunk = match serde_json::from_str::<Value>(line) {
+    let chunk = match Chunk::from_json(line) {
         // The pipe's own marker type is not an event an agent can send: it would end the run
         // without its error reaching the log.
-        Ok(Value::Object(map)) if matches!(map.get("type"), Some(Value::String(t)) if t != DELIVERED_RUN_ERROR) => {
-            Chunk(map)
-        }
-        Ok(Value::Object(map)) => match map.get("delta") {
-            Some(Value::String(delta)) => Chunk::text(delta),
-            _ => Chunk::new(JOURNAL_LINE).with("line", line),
+        Some(chunk) if chunk.kind().is_some_and(|t| t != DELIVERED_RUN_ERROR) => chunk,
+        Some(object) => match object.get_str("delta") {
+            Some(delta) => Chunk::text(&delta),
+            None => Chunk::new(JOURNAL_LINE).with("line", line),
         },
-        _ => Chunk::new(JOURNAL_LINE).with("line", line),
+        None => Chunk::new(JOURNAL_LINE).with("line", line),
     };
     Some(chunk.with(JOURNAL_END_FIELD, end))
 }
 
 /// The journal offset a chunk was stamped with.
 pub fn journal_end(chunk: &Chunk) -> Option<u64> {
-    chunk.get(JOURNAL_END_FIELD).and_then(Value::as_u64)
+    chunk
+        .get(JOURNAL_END_FIELD)
+        .as_ref()
+        .and_then(Value::as_u64)
 }
 
 enum Phase {
@@ -250,7 +251,7 @@ impl Ending {
     fn exit_code(&self) -> Option<i64> {
         match self {
             Ending::Completed => Some(0),
-            Ending::Failed(chunk) => chunk.get(EXIT_CODE_FIELD).and_then(Value::as_i64),
+            Ending::Failed(chunk) => chunk.get(EXIT_CODE_FIELD).as_ref().and_then(Value::as_i64),
         }
     }
 }
@@ -487,8 +488,8 @@ impl Replay {
 
     fn observe(&mut self, chunk: &Chunk) {
         if chunk.kind() == Some(Chunk::TEXT_MESSAGE_CONTENT) {
-            if let Some(delta) = chunk.get("delta").and_then(Value::as_str) {
-                self.assistant.push_str(delta);
+            if let Some(delta) = chunk.get_str("delta") {
+                self.assistant.push_str(&delta);
             }
         }
     }

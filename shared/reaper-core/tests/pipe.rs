@@ -20,7 +20,7 @@ fn chunks(items: Vec<Result<Chunk, DriveError>>) -> ChunkStream {
 
 fn deltas(log: &[Chunk]) -> Vec<String> {
     log.iter()
-        .filter_map(|c| c.get("delta").and_then(|d| d.as_str()).map(String::from))
+        .filter_map(|c| c.get_str("delta").as_deref().map(String::from))
         .collect()
 }
 

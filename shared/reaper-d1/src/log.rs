@@ -45,11 +45,8 @@ impl DeliveryLog for D1Store {
         chunks: Vec<Chunk>,
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
-        let encoded = chunks
-            .iter()
-            .map(|c| serde_json::to_string(&c.0))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Backend(format!("chunk does not serialise: {e}")))?;
+        // A chunk is its JSON text already: stored as is.
+        let encoded: Vec<String> = chunks.into_iter().map(Chunk::into_json).collect();
         // The chunks travel as one JSON array of strings, so any number of them is one bound
         // parameter and one INSERT, and each chunk's text is stored exactly as serialised.
         let array = serde_json::to_string(&encoded)
@@ -160,9 +157,9 @@ impl DeliveryLog for D1Store {
         for r in &rows {
             let seq = r.int("seq", run_id)?;
             let key = format!("{run_id}#{seq}");
-            let chunk = serde_json::from_str(&r.text("chunk", &key)?)
-                .map(Chunk)
-                .map_err(|e| corrupt(&key, sql::chunk_not_json(e)))?;
+            let raw = r.text("chunk", &key)?;
+            let chunk = Chunk::from_json(&raw)
+                .ok_or_else(|| corrupt(&key, sql::chunk_not_json(raw.len())))?;
             out.push(LogEntry {
                 offset: u64::try_from(seq).map_err(|_| corrupt(&key, "seq is negative"))?,
                 chunk,

@@ -128,7 +128,7 @@ impl DynamoStore {
         &self,
         run_id: &str,
         fence: Option<u64>,
-        chunks: &[String],
+        chunks: &[&str],
         now: EpochMs,
     ) -> Result<BatchResult, StoreError> {
         let table = self.table_name();
@@ -205,7 +205,7 @@ impl DynamoStore {
                 let mut item = key(pk.clone(), &entry_sk(seq_no));
                 item.insert(ENTITY.into(), s("entry"));
                 item.insert(log::SEQ.into(), n(seq_no));
-                item.insert(log::CHUNK.into(), s(chunk.clone()));
+                item.insert(log::CHUNK.into(), s(chunk.to_string()));
                 item.insert(TTL.into(), n(ttl));
                 items.push(
                     TransactWriteItem::builder()
@@ -325,9 +325,7 @@ impl DeliveryLog for DynamoStore {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let json = serde_json::to_string(&c.0).map_err(|e| {
-                    StoreError::Backend(format!("chunk {i} of run {run_id} does not serialize: {e}"))
-                })?;
+                let json = c.as_json();
                 if json.len() > MAX_CHUNK_BYTES {
                     return Err(StoreError::Backend(format!(
                         "chunk {i} of run {run_id} is {} bytes; a DynamoDB item holds at most 400 KB, \
@@ -447,13 +445,10 @@ impl DeliveryLog for DynamoStore {
                 }
                 let offset: u64 = r.num(log::SEQ)?;
                 let raw = r.str(log::CHUNK)?;
-                let chunk = serde_json::from_str::<serde_json::Value>(&raw)
-                    .ok()
-                    .and_then(Chunk::from_value)
-                    .ok_or_else(|| StoreError::Corrupt {
-                        key: format!("{run_id} log entry {offset}"),
-                        reason: "chunk is not a JSON object".into(),
-                    })?;
+                let chunk = Chunk::from_json(&raw).ok_or_else(|| StoreError::Corrupt {
+                    key: format!("{run_id} log entry {offset}"),
+                    reason: "chunk is not a JSON object".into(),
+                })?;
                 out.push(LogEntry { offset, chunk });
                 if out.len() >= limit {
                     return Ok(out);

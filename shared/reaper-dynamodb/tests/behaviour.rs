@@ -457,7 +457,7 @@ async fn an_append_larger_than_one_transaction_lands_whole_and_in_order() {
     let read = store.read("r", 0, 100).await.unwrap();
     assert_eq!(read.len(), 60);
     assert!(read.iter().enumerate().all(|(i, e)| e.offset == i as u64
-        && e.chunk.get("delta") == Some(&serde_json::json!(format!("c{i}")))));
+        && e.chunk.get("delta") == Some(serde_json::json!(format!("c{i}")))));
     assert_eq!(store.snapshot("r").await.unwrap().len, 60);
 }
 

@@ -73,8 +73,8 @@ pub fn expected(journal: &[u8], run: &RunPlan) -> Expected {
             continue;
         };
         if chunk.kind() == Some(Chunk::TEXT_MESSAGE_CONTENT) {
-            if let Some(delta) = chunk.get("delta").and_then(|v| v.as_str()) {
-                out.assistant.push_str(delta);
+            if let Some(delta) = chunk.get_str("delta") {
+                out.assistant.push_str(&delta);
             }
         }
         let error = chunk.is_run_error();
@@ -408,7 +408,7 @@ mod tests {
         let want = expected(journal.as_bytes(), &plan);
         assert_eq!(want.ending, Some(Ending::Exit(3)));
         assert_eq!(want.chunks.len(), 3, "{:?}", want.chunks);
-        assert_eq!(want.chunks[2].get("exitCode"), Some(&serde_json::json!(3)));
+        assert_eq!(want.chunks[2].get("exitCode"), Some(serde_json::json!(3)));
         assert_eq!(want.assistant, "a");
     }
 

@@ -28,8 +28,8 @@ pub fn next_seq(stored: i64) -> Result<u64, String> {
 }
 
 /// Why a stored chunk is corrupt: it is not the JSON object that was appended.
-pub fn chunk_not_json(error: impl std::fmt::Display) -> String {
-    format!("chunk is not a JSON object: {error}")
+pub fn chunk_not_json(bytes: usize) -> String {
+    format!("chunk is not a JSON object: its {bytes} bytes do not parse as one")
 }
 
 /// How long a finished run's events are kept by default: 30 days, long enough that a user

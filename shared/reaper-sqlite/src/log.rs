@@ -21,11 +21,8 @@ impl DeliveryLog for SqliteStore {
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         let run_id = run_id.to_string();
-        let encoded = chunks
-            .iter()
-            .map(|c| serde_json::to_string(&c.0))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Backend(format!("chunk does not serialise: {e}")))?;
+        // A chunk is its JSON text already: stored as is.
+        let encoded: Vec<String> = chunks.into_iter().map(Chunk::into_json).collect();
         self.call(move |c| {
             // The epoch check and the insert share one immediate transaction: no claim can move
             // the epoch between them.
@@ -132,9 +129,8 @@ impl DeliveryLog for SqliteStore {
                 let raw: String = row
                     .get(1)
                     .map_err(|e| corrupt(&key, format!("chunk: {e}")))?;
-                let chunk = serde_json::from_str(&raw)
-                    .map(Chunk)
-                    .map_err(|e| corrupt(&key, sql::chunk_not_json(e)))?;
+                let chunk = Chunk::from_json(&raw)
+                    .ok_or_else(|| corrupt(&key, sql::chunk_not_json(raw.len())))?;
                 out.push(LogEntry {
                     offset: seq as u64,
                     chunk,

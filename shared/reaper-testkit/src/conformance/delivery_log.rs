@@ -438,7 +438,7 @@ pub async fn a_thousand_appends_read_back_in_pages<S: DeliveryLog + RunStore + ?
         for entry in &page {
             ensure_eq!(entry.offset, from, "offset in page {pages}");
             ensure_eq!(
-                entry.chunk.get("delta").and_then(|d| d.as_str()),
+                entry.chunk.get_str("delta").as_deref(),
                 Some(from.to_string().as_str()),
                 "chunk at offset {from}"
             );

@@ -1,0 +1,418 @@
+//! One delivery-log event, kept as its JSON text.
+//!
+//! A chunk is an AG-UI event: a JSON object with a string `type` and any other fields. The
+//! reaper reads only a few of them (`type`, `delta`, `error` and its own stamps) and otherwise
+//! carries the event from the journal to the store, which writes and reads JSON text. Holding the
+//! text instead of a parsed map makes a chunk one allocation instead of one per key and value,
+//! and lets stores write it without serializing it again; a replay moves thousands of them.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// One delivery-log event (see the module documentation).
+#[derive(Clone)]
+pub struct Chunk {
+    /// A JSON object without surrounding white space: checked when the chunk is made.
+    json: Box<str>,
+    /// `type`, found once when the chunk is made: every chunk's type is read on the way to the
+    /// log, so it is never looked up twice.
+    kind: Kind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    /// No `type`, or one that is not a string.
+    None,
+    /// The string's bytes sit at `json[start..end]` as they are (it has no escapes).
+    At(u32, u32),
+    /// A string spelled with escapes, decoded.
+    Decoded(Box<str>),
+}
+
+/// White space JSON allows around a value.
+const JSON_WS: [char; 4] = [' ', '\t', '\n', '\r'];
+
+impl Chunk {
+    pub const RUN_ERROR: &'static str = "RUN_ERROR";
+    pub const TEXT_MESSAGE_CONTENT: &'static str = "TEXT_MESSAGE_CONTENT";
+
+    /// `{"type":<kind>}`.
+    pub fn new(kind: &str) -> Self {
+        let mut json = String::with_capacity(kind.len() + 12);
+        json.push_str("{\"type\":");
+        let start = json.len();
+        push_json_string(&mut json, kind);
+        let end = json.len();
+        json.push('}');
+        Chunk {
+            kind: kind_written(kind, start, end),
+            json: json.into_boxed_str(),
+        }
+    }
+
+    /// A text delta chunk: `{"type":"TEXT_MESSAGE_CONTENT","delta":<delta>}`.
+    pub fn text(delta: &str) -> Self {
+        const HEAD: &str = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"delta\":";
+        let mut json = String::with_capacity(HEAD.len() + delta.len() + 3);
+        json.push_str(HEAD);
+        push_json_string(&mut json, delta);
+        json.push('}');
+        Chunk {
+            kind: Kind::At(9, 9 + Chunk::TEXT_MESSAGE_CONTENT.len() as u32),
+            json: json.into_boxed_str(),
+        }
+    }
+
+    pub fn run_error(error: &super::RunError) -> Self {
+        let mut c = Chunk::new(Chunk::RUN_ERROR).with("message", error.message.clone());
+        if let Some(code) = &error.code {
+            c = c.with("code", code.clone());
+        }
+        c
+    }
+
+    /// The chunk with field `key` set to `value` (replaced where it was present).
+    pub fn with(self, key: &str, value: impl Into<Value>) -> Self {
+        let value = value.into();
+        if self.certainly_lacks(key) {
+            return self.push_field(key, &value);
+        }
+        let mut map = self.to_map();
+        map.insert(key.to_owned(), value);
+        Chunk::from_map(&map)
+    }
+
+    /// The chunk for JSON text, if it is one object. White space around it is dropped; the rest
+    /// is kept as written.
+    pub fn from_json(text: &str) -> Option<Chunk> {
+        let text = text.trim_matches(JSON_WS);
+        if !text.starts_with('{') {
+            return None;
+        }
+        // One pass that checks the whole text and finds `type`. It refuses an object with a
+        // repeated `type`, which the map below settles as JSON parsers do (the last one wins).
+        match serde_json::from_str::<Head<'_>>(text) {
+            Ok(head) => {
+                let kind = match head.kind {
+                    Some(raw) => kind_of(raw, text),
+                    None => Kind::None,
+                };
+                Some(Chunk {
+                    json: text.into(),
+                    kind,
+                })
+            }
+            Err(_) => serde_json::from_str::<Map<String, Value>>(text)
+                .ok()
+                .map(|map| Chunk::from_map(&map)),
+        }
+    }
+
+    pub fn from_value(value: Value) -> Option<Chunk> {
+        match value {
+            Value::Object(map) => Some(Chunk::from_map(&map)),
+            _ => None,
+        }
+    }
+
+    /// The chunk's JSON text: one object, as stores write it.
+    pub fn as_json(&self) -> &str {
+        &self.json
+    }
+
+    /// The chunk's JSON text, without a copy.
+    pub fn into_json(self) -> String {
+        self.json.into()
+    }
+
+    /// The chunk as a JSON object.
+    pub fn to_map(&self) -> Map<String, Value> {
+        serde_json::from_str(&self.json).expect("a chunk holds one JSON object")
+    }
+
+    pub fn kind(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::None => None,
+            Kind::At(start, end) => Some(&self.json[*start as usize..*end as usize]),
+            Kind::Decoded(kind) => Some(kind),
+        }
+    }
+
+    pub fn is_run_error(&self) -> bool {
+        self.kind() == Some(Chunk::RUN_ERROR)
+    }
+
+    /// The value of field `key`, if present.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.raw_field(key)
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+    }
+
+    /// The value of field `key` when it is a string: borrowed when it has no escapes.
+    pub fn get_str(&self, key: &str) -> Option<Cow<'_, str>> {
+        let raw = self.raw_field(key)?.get();
+        let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+        if inner.contains('\\') {
+            serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(inner))
+        }
+    }
+
+    /// The error a `RUN_ERROR` chunk carries, normalised as any error payload.
+    pub fn as_run_error(&self) -> super::RunError {
+        super::RunError::from_json(&Value::Object(self.to_map()))
+    }
+
+    fn from_map(map: &Map<String, Value>) -> Chunk {
+        let json = serde_json::to_string(map).expect("a JSON map serializes");
+        let kind = match map.get("type") {
+            Some(Value::String(kind)) => {
+                // Serialized without white space, so the first `"type":` at depth one is it;
+                // found again by a parse rather than by searching the text.
+                let raw = serde_json::from_str::<Head<'_>>(&json)
+                    .ok()
+                    .and_then(|h| h.kind);
+                match raw {
+                    Some(raw) => kind_of(raw, &json),
+                    None => Kind::Decoded(kind.as_str().into()),
+                }
+            }
+            _ => Kind::None,
+        };
+        Chunk {
+            json: json.into_boxed_str(),
+            kind,
+        }
+    }
+
+    /// The last value of field `key` (as JSON parsers keep it), unparsed.
+    fn raw_field(&self, key: &str) -> Option<&RawValue> {
+        let mut de = serde_json::Deserializer::from_str(&self.json);
+        FieldSeek(key).deserialize(&mut de).ok().flatten()
+    }
+
+    /// Whether `key` is surely not a field, from the text alone: its plain spelling is absent
+    /// and nothing could spell it otherwise (`\u` escapes, or `\/` for a `/`).
+    fn certainly_lacks(&self, key: &str) -> bool {
+        let mut quoted = String::with_capacity(key.len() + 2);
+        push_json_string(&mut quoted, key);
+        let maybe_spelled_otherwise =
+            self.json.contains("\\u") || (key.contains('/') && self.json.contains("\\/"));
+        !(self.json.contains(&quoted) || maybe_spelled_otherwise)
+    }
+
+    /// Appends a field known to be absent, before the closing brace.
+    fn push_field(self, key: &str, value: &Value) -> Chunk {
+        let body = &self.json[..self.json.len() - 1];
+        let empty = body.trim_end_matches(JSON_WS).ends_with('{');
+        let mut json = String::with_capacity(self.json.len() + key.len() + 24);
+        json.push_str(body);
+        if !empty {
+            json.push(',');
+        }
+        push_json_string(&mut json, key);
+        json.push(':');
+        json.push_str(&serde_json::to_string(value).expect("a JSON value serializes"));
+        json.push('}');
+        Chunk {
+            json: json.into_boxed_str(),
+            kind: self.kind,
+        }
+    }
+}
+
+/// The fields a chunk is read for when it is made.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<&'a RawValue>,
+}
+
+/// `raw`, the `type` value found in `json`, as a [`Kind`].
+fn kind_of(raw: &RawValue, json: &str) -> Kind {
+    let text = raw.get();
+    let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) else {
+        return Kind::None;
+    };
+    if inner.contains('\\') {
+        return serde_json::from_str::<String>(text)
+            .map_or(Kind::None, |s| Kind::Decoded(s.into_boxed_str()));
+    }
+    // `raw` borrows from `json`: its place there is where the type's bytes are.
+    let start = inner.as_ptr() as usize - json.as_ptr() as usize;
+    Kind::At(start as u32, (start + inner.len()) as u32)
+}
+
+/// The kind of a chunk whose type `kind` was written as a JSON string at `json[start..end]`.
+fn kind_written(kind: &str, start: usize, end: usize) -> Kind {
+    if end - start == kind.len() + 2 {
+        Kind::At(start as u32 + 1, end as u32 - 1)
+    } else {
+        Kind::Decoded(kind.into())
+    }
+}
+
+/// Appends `s` as a JSON string literal.
+fn push_json_string(out: &mut String, s: &str) {
+    // serde_json's own escaping, written straight into `out`.
+    let mut buf = std::mem::take(out).into_bytes();
+    serde_json::to_writer(&mut buf, s).expect("writing to a Vec cannot fail");
+    *out = String::from_utf8(buf).expect("serde_json writes UTF-8");
+}
+
+/// Finds one field of a JSON object without building the object: every other value is skipped.
+struct FieldSeek<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for FieldSeek<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldSeek<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(wanted) = map.next_key_seed(KeyIs(self.0))? {
+            if wanted {
+                found = Some(map.next_value::<&'de RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Whether a map key is `self.0`, compared without copying the key when it has no escapes.
+struct KeyIs<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeyIs<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
+    }
+}
+
+impl PartialEq for Chunk {
+    /// The same object, whatever the key order or spacing of the text.
+    fn eq(&self, other: &Self) -> bool {
+        self.json == other.json || self.to_map() == other.to_map()
+    }
+}
+
+impl fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Chunk").field(&&*self.json).finish()
+    }
+}
+
+impl Serialize for Chunk {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_map().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Chunk {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Chunk::from_map(&Map::deserialize(deserializer)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_text_chunk_is_the_object_a_map_would_make() {
+        let c = Chunk::text("say \"hi\"\n");
+        assert_eq!(
+            Value::Object(c.to_map()),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "delta": "say \"hi\"\n"})
+        );
+        assert_eq!(c.kind(), Some(Chunk::TEXT_MESSAGE_CONTENT));
+        assert_eq!(c.get_str("delta").as_deref(), Some("say \"hi\"\n"));
+    }
+
+    #[test]
+    fn a_type_spelled_with_escapes_is_read_decoded() {
+        let c = Chunk::from_json(r#"{"type":"RUN\u005fERROR","message":"x"}"#).unwrap();
+        assert!(c.is_run_error());
+        assert_eq!(Chunk::new("a\"b").kind(), Some("a\"b"));
+    }
+
+    #[test]
+    fn a_repeated_field_reads_as_its_last_value_as_json_parsers_do() {
+        let c = Chunk::from_json(r#"{"type":"A","type":"RUN_ERROR","n":1,"n":2}"#).unwrap();
+        assert!(c.is_run_error());
+        assert_eq!(c.get("n"), Some(json!(2)));
+    }
+
+    #[test]
+    fn only_one_json_object_is_a_chunk() {
+        for text in ["", "[]", "\"x\"", "{", "{}x", "{\"a\":}", "1"] {
+            assert!(Chunk::from_json(text).is_none(), "{text:?}");
+        }
+        let c = Chunk::from_json(" {\"type\":5} \n").unwrap();
+        assert_eq!((c.kind(), c.as_json()), (None, "{\"type\":5}"));
+    }
+
+    #[test]
+    fn with_adds_a_field_or_replaces_the_one_there() {
+        let c = Chunk::from_json("{ }").unwrap().with("a", 1);
+        assert_eq!(Value::Object(c.to_map()), json!({"a": 1}));
+        let c = c.with("b", "x").with("a", 2);
+        assert_eq!(Value::Object(c.to_map()), json!({"a": 2, "b": "x"}));
+        // A key spelled with an escape is still the same key.
+        let c = Chunk::from_json(r#"{"type":"T","journ\u0061lEnd":1}"#)
+            .unwrap()
+            .with("journalEnd", 7);
+        assert_eq!(c.get("journalEnd"), Some(json!(7)));
+        assert_eq!(c.to_map().len(), 2);
+        assert_eq!(c.kind(), Some("T"));
+    }
+
+    #[test]
+    fn chunks_are_equal_as_objects_whatever_their_text() {
+        let a = Chunk::from_json(r#"{"b":1, "type":"T"}"#).unwrap();
+        let b = Chunk::new("T").with("b", 1);
+        assert_eq!(a, b);
+        assert_ne!(a, Chunk::new("T").with("b", 2));
+    }
+
+    #[test]
+    fn a_chunk_serializes_and_deserializes_as_its_object() {
+        let c = Chunk::text("d").with("n", 3);
+        let text = serde_json::to_string(&c).unwrap();
+        let back: Chunk = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.kind(), Some(Chunk::TEXT_MESSAGE_CONTENT));
+    }
+}
