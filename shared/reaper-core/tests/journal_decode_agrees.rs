@@ -22,7 +22,7 @@ fn reference(stdout: &str) -> Result<Vec<u8>, JournalError> {
         .chars()
         .filter(|&c| !(c.is_whitespace() || c == '\u{feff}'))
         .collect();
-    if compact.len() % 4 != 0 {
+    if !compact.len().is_multiple_of(4) {
         return Err(JournalError::MidQuantum { len: compact.len() });
     }
     ENGINE
@@ -98,6 +98,25 @@ fn carriage_returns_anywhere_but_before_a_line_feed_are_white_space_too() {
         "QU\rJD\r\r\nRA==",
         "QUJDRA==\r",
         "QUJD\r\rRA==",
+    ] {
+        assert_eq!(
+            decode_base64_frame(frame).unwrap(),
+            b"ABCD",
+            "for {frame:?}"
+        );
+        assert_agrees(frame);
+    }
+}
+
+#[test]
+fn blank_lines_lines_of_other_widths_and_trailing_white_space_are_ignored() {
+    for frame in [
+        "QUJD\nRA==\n\n\n",
+        "QUJD\r\nRA==\r\n \t\r\n",
+        "\nQUJD\nRA==",
+        "QUJD\n\nRA==\n",
+        "QU\nJDRA\n==\n",
+        "QUJDRA==\u{b}\u{c}",
     ] {
         assert_eq!(
             decode_base64_frame(frame).unwrap(),

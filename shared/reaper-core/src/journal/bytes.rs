@@ -28,21 +28,21 @@ pub fn decode_base64_frame(stdout: &str) -> Result<Vec<u8>, JournalError> {
     }
 }
 
-/// The probe's hot path: exactly what `base64` prints (alphabet characters in lines ended by
-/// `\n` or `\r\n`, padding only at the very end, zero trailing bits), with the line breaks
-/// dropped and the rest decoded in place by SIMD. `None` for any other frame, which
-/// [`decode_any`] then decodes or refuses with the precise error. Every frame this accepts,
-/// [`decode_any`] accepts too, with the same bytes: its white space is exactly the line breaks
-/// dropped here, and a canonical frame decodes the same under both engines.
+/// The probe's hot path, for what `base64` prints: lines of one width ended by `\n` or `\r\n`.
+/// Drops those line ends (and trailing white space) at the width the first line gives, without
+/// looking at the bytes in between, then decodes strictly (alphabet only, canonical padding and
+/// trailing bits) in place by SIMD. `None` when that refuses, and [`decode_any`] then decodes or
+/// refuses the frame with the precise error. Only JS white space is dropped, and the strict
+/// decoder accepts no white space, so every frame this accepts [`decode_any`] accepts too, with
+/// the same bytes.
 fn decode_wrapped(frame: &[u8]) -> Option<Vec<u8>> {
+    let frame = frame.trim_ascii_end();
+    let width = memchr::memchr(b'\n', frame).map_or(frame.len(), |i| i + 1);
     let mut compact = Vec::with_capacity(frame.len());
-    let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', frame) {
-        let line = &frame[start..end];
+    for line in frame.chunks(width.max(1)) {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
         compact.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
-        start = end + 1;
     }
-    compact.extend_from_slice(&frame[start..]);
     let len = base64_simd::STANDARD
         .decode_inplace(&mut compact)
         .ok()?
