@@ -22,10 +22,40 @@ fn invalid(e: base64::DecodeError) -> JournalError {
 /// is not a multiple of 4 is a frame cut short, and any other character is an error. Empty
 /// output (a missing file) is empty bytes.
 pub fn decode_base64_frame(stdout: &str) -> Result<Vec<u8>, JournalError> {
-    // `base64` output is ASCII wrapped in lines: copy the runs between white space whole (the
-    // probe's hot path; filtering byte by byte cost half the probe), and fall back to the full
-    // JS white-space rule only for non-ASCII input (which then fails to decode anyway, with the
-    // right error).
+    match decode_wrapped(stdout.as_bytes()) {
+        Some(bytes) => Ok(bytes),
+        None => decode_any(stdout),
+    }
+}
+
+/// The probe's hot path, for what `base64` prints: lines of one width ended by `\n` or `\r\n`.
+/// Drops those line ends (and trailing white space) at the width the first line gives, without
+/// looking at the bytes in between, then decodes strictly (alphabet only, canonical padding and
+/// trailing bits) in place by SIMD. `None` when that refuses, and [`decode_any`] then decodes or
+/// refuses the frame with the precise error. Only JS white space is dropped, and the strict
+/// decoder accepts no white space, so every frame this accepts [`decode_any`] accepts too, with
+/// the same bytes.
+fn decode_wrapped(frame: &[u8]) -> Option<Vec<u8>> {
+    let frame = frame.trim_ascii_end();
+    let width = memchr::memchr(b'\n', frame).map_or(frame.len(), |i| i + 1);
+    let mut compact = Vec::with_capacity(frame.len());
+    for line in frame.chunks(width.max(1)) {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        compact.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+    }
+    let len = base64_simd::STANDARD
+        .decode_inplace(&mut compact)
+        .ok()?
+        .len();
+    compact.truncate(len);
+    Some(compact)
+}
+
+/// Any frame, by the full rule: JS white space removed, then the length checked, then decoded
+/// by the scalar engine, whose error says which character is wrong.
+fn decode_any(stdout: &str) -> Result<Vec<u8>, JournalError> {
+    // Copy the runs between ASCII white space whole, and apply the full JS white-space rule
+    // only to non-ASCII input (which then fails to decode anyway, with the right error).
     let compact: Vec<u8> = if stdout.is_ascii() {
         let bytes = stdout.as_bytes();
         let mut compact = Vec::with_capacity(bytes.len());

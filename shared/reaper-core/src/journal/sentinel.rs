@@ -21,9 +21,41 @@ pub struct SentinelMatch<'a> {
 /// when there is none: agent output, an unnonced or foreign sentinel, a partial first line.
 /// A sentinel that follows a partial line ([`find_exit_sentinel`]) counts.
 pub fn parse_journal_exit(text: &str, paths: &JournalPaths) -> Option<i64> {
+    let nonce = paths.nonce.as_str();
+    if nonce.is_empty() {
+        // Every line holds the empty nonce (no run's nonce is empty).
+        return last_sentinel_in_every_line(text, nonce);
+    }
+    // Only a line holding the nonce or a `\u` escape can be a sentinel in either form (see
+    // `parse_exit_sentinel`): one search of the whole text for each finds every such line, and
+    // the others are never split, trimmed or parsed. A match across a line break (a nonce no
+    // run has) only adds lines that are then looked at in vain.
+    let bytes = text.as_bytes();
+    let mut candidates: Vec<usize> = memchr::memmem::find_iter(bytes, nonce).collect();
+    candidates.extend(memchr::memmem::find_iter(bytes, b"\\u"));
+    candidates.sort_unstable();
+    // Candidate lines from the last one, each once: the text from `seen_from` on has been
+    // looked at.
+    let mut seen_from = bytes.len();
+    for &at in candidates.iter().rev() {
+        if at >= seen_from {
+            continue;
+        }
+        let start = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);
+        let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
+        if let Some(found) = find_exit_sentinel(&text[start..end], nonce) {
+            return Some(found.exit_code);
+        }
+        seen_from = start;
+    }
+    None
+}
+
+/// [`parse_journal_exit`] by looking at every line, from the last.
+fn last_sentinel_in_every_line(text: &str, nonce: &str) -> Option<i64> {
     text.split('\n')
         .rev()
-        .find_map(|line| find_exit_sentinel(line, &paths.nonce))
+        .find_map(|line| find_exit_sentinel(line, nonce))
         .map(|found| found.exit_code)
 }
 
