@@ -262,7 +262,7 @@ impl RunStore for D1Store {
             .after
             .as_ref()
             .map(|c| (c.detached_since, c.run_id.as_str()));
-        let (until, after, cursor_since, cursor_id, limit) = sql::page_params(
+        let page_sql = sql::page_statement(
             query.detached_until,
             query.detached_after,
             cursor,
@@ -270,13 +270,12 @@ impl RunStore for D1Store {
         );
         let rows = self
             .one(Statement::new(
-                sql::LIST_RECLAIMABLE_PAGE,
+                page_sql.sql,
                 vec![
-                    safe(until).into(),
-                    safe(after).into(),
-                    safe(cursor_since).into(),
-                    cursor_id.into(),
-                    safe(limit).into(),
+                    safe(page_sql.detached_until).into(),
+                    safe(page_sql.since).into(),
+                    page_sql.run_id.into(),
+                    safe(page_sql.limit).into(),
                 ],
             ))
             .await?;

@@ -121,8 +121,10 @@ async fn a_schema_table_of_the_wrong_shape_is_refused_as_damaged() {
 async fn a_version_two_database_without_lease_notes_is_not_damaged_and_migrates() {
     use reaper_core::{LeaseGrant, LeaseStore};
 
-    let client =
-        edited("DROP TABLE reaper_lease_notes; DELETE FROM reaper_schema WHERE version = 3").await;
+    let client = edited(&format!(
+        "DROP TABLE reaper_lease_notes; {V3_LISTING_INDEX} DELETE FROM reaper_schema WHERE version >= 3"
+    ))
+    .await;
     let store = D1Store::open(client.clone()).await.unwrap();
     assert_eq!(
         reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
@@ -138,6 +140,47 @@ async fn a_version_two_database_without_lease_notes_is_not_damaged_and_migrates(
         store.note("reaper:sweep").await.unwrap().as_deref(),
         Some("cursor")
     );
+}
+
+/// The listing's index as versions 1 to 3 built it: on `detached_since` alone.
+const V3_LISTING_INDEX: &str = "DROP INDEX runs_reclaimable; \
+     CREATE INDEX runs_reclaimable ON runs (detached_since) \
+     WHERE status = 'running' AND detached_since IS NOT NULL;";
+
+async fn index_columns(client: &SqliteClient, index: &str) -> Vec<String> {
+    let out = client
+        .batch(vec![Statement::new(
+            "SELECT name FROM pragma_index_info(?1) ORDER BY seqno",
+            vec![index.into()],
+        )])
+        .await
+        .unwrap();
+    out[0]
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_runs() {
+    let client = edited(&format!(
+        "{V3_LISTING_INDEX} DELETE FROM reaper_schema WHERE version >= 4"
+    ))
+    .await;
+    assert_eq!(
+        index_columns(&client, "runs_reclaimable").await,
+        ["detached_since"]
+    );
+    let store = D1Store::open(client.clone()).await.unwrap();
+    assert_eq!(
+        reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
+        reaper_d1::Found::Reaper(reaper_d1::SCHEMA_VERSION)
+    );
+    assert_eq!(
+        index_columns(&client, "runs_reclaimable").await,
+        ["detached_since", "run_id"]
+    );
+    assert_eq!(store.get("run-00001").await.unwrap(), Some(detached(1)));
 }
 
 #[tokio::test]

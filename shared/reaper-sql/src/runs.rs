@@ -29,18 +29,85 @@ pub const LIST_RECLAIMABLE: &str = concat!(
 );
 
 /// One bounded page of the reclaimable listing (the run store's `ReclaimableQuery`): running runs
-/// with `?2 < detached_since <= ?1`, strictly after the keyset `(?3, ?4)` in
-/// `(detached_since, run_id)` order, at most `?5` of them. The range on `detached_since` is what
-/// the partial index `runs_reclaimable` answers; the LIMIT stops the scan at the page. Bind with
-/// [`page_params`]. Selects the `rowid` after [`COLUMNS`], as [`LIST_RECLAIMABLE`] does.
+/// with `detached_since <= ?1`, strictly after the keyset `(?2, ?3)` in `(detached_since, run_id)`
+/// order, at most `?4` of them. The keyset is the page's only lower bound, so the partial index
+/// `runs_reclaimable (detached_since, run_id)` seeks straight to it and the LIMIT stops the scan
+/// at the page: a page reads its own rows whatever the backlog before it. Built by
+/// [`page_statement`]. Selects the `rowid` after [`COLUMNS`], as [`LIST_RECLAIMABLE`] does.
 pub const LIST_RECLAIMABLE_PAGE: &str = concat!(
     "SELECT ",
     run_columns!(),
     ", rowid AS rowid FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
-     AND detached_since <= ?1 AND detached_since > ?2 \
-     AND detached_since >= ?3 AND (detached_since > ?3 OR run_id > ?4) \
-     ORDER BY detached_since, run_id LIMIT ?5"
+     AND detached_since <= ?1 AND (detached_since, run_id) > (?2, ?3) \
+     ORDER BY detached_since, run_id LIMIT ?4"
 );
+
+/// [`LIST_RECLAIMABLE_PAGE`] from the keyset `(?2, ?3)` inclusive: the first page of a range,
+/// whose floor `detached_since > after` is the keyset `(after + 1, '')`, and `''` is a run id too.
+pub const LIST_RECLAIMABLE_PAGE_FROM: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    ", rowid AS rowid FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+     AND detached_since <= ?1 AND (detached_since, run_id) >= (?2, ?3) \
+     ORDER BY detached_since, run_id LIMIT ?4"
+);
+
+/// A page of the listing as a statement and its four parameters, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageStatement {
+    pub sql: &'static str,
+    pub detached_until: i64,
+    pub since: i64,
+    pub run_id: String,
+    pub limit: i64,
+}
+
+/// The statement for one page: `detached_after < detachedSince <= detached_until`, strictly after
+/// the cursor `after`, at most `limit` rows. The range's floor and the cursor are both lower
+/// bounds; only the later one is bound, because SQLite seeks the index to one lower bound and
+/// filters the rest: with both, a resumed page would read every run between the floor and the
+/// cursor (half the backlog on average) to return a page.
+pub fn page_statement(
+    detached_until: i64,
+    detached_after: Option<i64>,
+    after: Option<(i64, &str)>,
+    limit: usize,
+) -> PageStatement {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let floor = match detached_after {
+        None => i64::MIN,
+        Some(a) => match a.checked_add(1) {
+            Some(floor) => floor,
+            // Nothing is detached after the largest instant: an empty page.
+            None => {
+                return PageStatement {
+                    sql: LIST_RECLAIMABLE_PAGE_FROM,
+                    detached_until,
+                    since: i64::MAX,
+                    run_id: String::new(),
+                    limit: 0,
+                }
+            }
+        },
+    };
+    match after {
+        // Past the cursor: everything after it is past the floor too.
+        Some((since, run_id)) if since >= floor => PageStatement {
+            sql: LIST_RECLAIMABLE_PAGE,
+            detached_until,
+            since,
+            run_id: run_id.to_owned(),
+            limit,
+        },
+        _ => PageStatement {
+            sql: LIST_RECLAIMABLE_PAGE_FROM,
+            detached_until,
+            since: floor,
+            run_id: String::new(),
+            limit,
+        },
+    }
+}
 
 /// How many rows the reclaimable listing holds with `?2 < detached_since <= ?1`, stopping at
 /// `?3` (bind the bound plus one, so a count past the bound tells "at least"; an absent lower
@@ -49,24 +116,6 @@ pub const LIST_RECLAIMABLE_PAGE: &str = concat!(
 pub const COUNT_RECLAIMABLE: &str = "SELECT COUNT(*) AS n FROM (SELECT 1 FROM runs \
      WHERE status = 'running' AND detached_since IS NOT NULL \
      AND detached_since <= ?1 AND detached_since > ?2 LIMIT ?3)";
-
-/// The parameters of [`LIST_RECLAIMABLE_PAGE`], in order: an absent lower bound or cursor
-/// becomes the smallest value, which every row passes.
-pub fn page_params(
-    detached_until: i64,
-    detached_after: Option<i64>,
-    after: Option<(i64, &str)>,
-    limit: usize,
-) -> (i64, i64, i64, String, i64) {
-    let (cursor_since, cursor_id) = after.unwrap_or((i64::MIN, ""));
-    (
-        detached_until,
-        detached_after.unwrap_or(i64::MIN),
-        cursor_since,
-        cursor_id.to_string(),
-        i64::try_from(limit).unwrap_or(i64::MAX),
-    )
-}
 
 /// How a listing names a row whose `run_id` cannot be read: by its `rowid`.
 pub fn row_key(rowid: Option<i64>) -> String {
@@ -240,10 +289,10 @@ mod tests {
 
     #[test]
     fn the_reclaimable_count_implies_the_partial_index_condition_verbatim() {
-        let index = crate::MIGRATIONS[0]
-            .statements
+        let index = crate::MIGRATIONS
             .iter()
-            .find(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
+            .flat_map(|m| m.statements)
+            .rfind(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
             .unwrap();
         let condition = index.split("WHERE ").nth(1).unwrap();
         assert!(COUNT_RECLAIMABLE.contains(condition), "{condition}");
@@ -251,14 +300,18 @@ mod tests {
 
     #[test]
     fn the_reclaimable_listing_implies_the_partial_index_condition_verbatim() {
-        let index = crate::MIGRATIONS[0]
-            .statements
+        let index = crate::MIGRATIONS
             .iter()
-            .find(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
+            .flat_map(|m| m.statements)
+            .rfind(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
             .unwrap();
         let condition = index.split("WHERE ").nth(1).unwrap();
         assert!(LIST_RECLAIMABLE.contains(condition), "{condition}");
         assert!(LIST_RECLAIMABLE_PAGE.contains(condition), "{condition}");
+        assert!(
+            LIST_RECLAIMABLE_PAGE_FROM.contains(condition),
+            "{condition}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! not let an application set pragmas.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The table that marks a database as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "reaper_schema";
@@ -164,6 +164,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "lease notes",
         statements: V3,
     },
+    Migration {
+        version: 4,
+        description: "listing keyset index",
+        statements: V4,
+    },
 ];
 
 /// The migrations a database at version `from` still needs, in order.
@@ -300,6 +305,16 @@ const V3: &[&str] = &["CREATE TABLE reaper_lease_notes (
     key  TEXT PRIMARY KEY NOT NULL,
     note TEXT NOT NULL
 )"];
+
+/// The listing's index on its whole keyset `(detached_since, run_id)`, not `detached_since`
+/// alone: a page resumes inside a group of runs detached in the same millisecond (a bulk detach)
+/// by seeking to its cursor, where an index on the instant alone had it sort the whole group on
+/// every page.
+const V4: &[&str] = &[
+    "DROP INDEX runs_reclaimable",
+    "CREATE INDEX runs_reclaimable ON runs (detached_since, run_id)
+    WHERE status = 'running' AND detached_since IS NOT NULL",
+];
 
 #[cfg(test)]
 mod tests {

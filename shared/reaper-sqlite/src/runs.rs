@@ -109,12 +109,15 @@ fn list_reclaimable_page_rows(
         .after
         .as_ref()
         .map(|c| (c.detached_since, c.run_id.as_str()));
-    let params = sql::page_params(q.detached_until, q.detached_after, cursor, q.limit);
-    let mut stmt = conn
-        .prepare_cached(sql::LIST_RECLAIMABLE_PAGE)
-        .map_err(store_err)?;
+    let page_sql = sql::page_statement(q.detached_until, q.detached_after, cursor, q.limit);
+    let mut stmt = conn.prepare_cached(page_sql.sql).map_err(store_err)?;
     let mut rows = stmt
-        .query(params![params.0, params.1, params.2, params.3, params.4])
+        .query(params![
+            page_sql.detached_until,
+            page_sql.since,
+            page_sql.run_id,
+            page_sql.limit
+        ])
         .map_err(store_err)?;
     let mut page = ReclaimablePage::default();
     let mut read = 0;
@@ -554,26 +557,36 @@ mod tests {
     }
 
     #[test]
-    fn a_page_of_the_listing_is_answered_from_the_partial_index() {
+    fn a_page_of_the_listing_seeks_the_partial_index_to_its_keyset() {
         let store = SqliteStore::open_in_memory().unwrap();
         let conn = store.inner_conn();
-        let mut stmt = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN {}",
-                sql::LIST_RECLAIMABLE_PAGE
-            ))
-            .unwrap();
-        let p = sql::page_params(10, Some(1), Some((2, "run")), 25);
-        let plan = stmt
-            .query_map(params![p.0, p.1, p.2, p.3, p.4], |r| r.get::<_, String>(3))
-            .unwrap()
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .unwrap()
-            .join("; ");
-        assert!(
-            plan.contains("USING INDEX runs_reclaimable"),
-            "query plan does not use the partial index: {plan}"
-        );
+        // A resumed page (cursor past the floor), a first page, and a cursor below the floor.
+        for (after, cursor) in [
+            (Some(1), Some((2, "run"))),
+            (Some(1), None),
+            (Some(5), Some((2, "run"))),
+        ] {
+            let page = sql::page_statement(10, after, cursor, 25);
+            let mut stmt = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", page.sql))
+                .unwrap();
+            let plan = stmt
+                .query_map(
+                    params![page.detached_until, page.since, page.run_id, page.limit],
+                    |r| r.get::<_, String>(3),
+                )
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap()
+                .join("; ");
+            // The seek starts at the keyset (no scan from the range's floor) and the index
+            // gives the order (no sort of a same-millisecond group).
+            assert!(
+                plan.contains("USING INDEX runs_reclaimable ((detached_since,run_id)>"),
+                "the page does not seek the index to its keyset: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "the page sorts: {plan}");
+        }
     }
 
     #[test]
@@ -581,6 +594,9 @@ mod tests {
         assert_eq!(COLUMNS.split(", ").count(), COLUMN_COUNT);
         assert!(sql::LIST_RECLAIMABLE.contains(&format!("{COLUMNS}, rowid AS rowid FROM")));
         assert!(sql::LIST_RECLAIMABLE_PAGE.contains(&format!("{COLUMNS}, rowid AS rowid FROM")));
+        assert!(
+            sql::LIST_RECLAIMABLE_PAGE_FROM.contains(&format!("{COLUMNS}, rowid AS rowid FROM"))
+        );
     }
 
     #[test]

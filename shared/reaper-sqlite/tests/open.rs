@@ -339,10 +339,11 @@ async fn a_version_one_database_is_migrated_to_the_reclaim_ledger_in_place_keepi
         [
             (1, "initial schema".into()),
             (2, "reclaim ledger".into()),
-            (3, "lease notes".into())
+            (3, "lease notes".into()),
+            (4, "listing keyset index".into())
         ]
     );
-    assert_eq!(SCHEMA_VERSION, 3);
+    assert_eq!(SCHEMA_VERSION, 4);
 }
 
 /// A file exactly as version 2 left it, holding one run and the sweep lease of a sweep that is
@@ -407,7 +408,51 @@ async fn a_version_two_database_is_migrated_to_lease_notes_in_place_keeping_its_
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 4]);
+}
+
+/// A file exactly as version 3 left it: the listing's index on `detached_since` alone.
+fn version_three_file(path: &Path) {
+    version_two_file(path);
+    let conn = Connection::open(path).unwrap();
+    let v3 = &reaper_sql::MIGRATIONS[2];
+    assert_eq!(v3.version, 3);
+    for sql in v3.statements {
+        conn.execute(sql, []).unwrap();
+    }
+    conn.execute(
+        "INSERT INTO reaper_schema (version, description) VALUES (3, 'lease notes')",
+        [],
+    )
+    .unwrap();
+}
+
+fn index_columns(path: &Path, index: &str) -> Vec<String> {
+    let conn = Connection::open(path).unwrap();
+    let columns = conn
+        .prepare("SELECT name FROM pragma_index_info(?1) ORDER BY seqno")
+        .unwrap()
+        .query_map([index], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    columns
+}
+
+#[tokio::test]
+async fn a_version_three_database_gets_the_listing_keyset_index_in_place_keeping_its_runs() {
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    version_three_file(&path);
+    assert_eq!(index_columns(&path, "runs_reclaimable"), ["detached_since"]);
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(RunStore::get(&store, "from-v1").await.unwrap().is_some());
+    drop(store);
+    assert_eq!(
+        index_columns(&path, "runs_reclaimable"),
+        ["detached_since", "run_id"]
+    );
 }
 
 #[test]
@@ -423,7 +468,7 @@ fn a_read_only_open_of_a_version_one_database_says_it_needs_a_migration_and_writ
             err,
             OpenError::NeedsMigration {
                 found: 1,
-                supported: 3,
+                supported: 4,
                 ..
             }
         ),

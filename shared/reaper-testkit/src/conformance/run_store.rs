@@ -44,6 +44,7 @@ macro_rules! __reaper_run_store_cases {
             list_reclaimable_page_is_ordered_by_detached_since_up_to_its_limit_when_capable,
             list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_past_the_last_when_capable,
             list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upper_when_capable,
+            list_reclaimable_page_takes_the_later_of_its_floor_and_its_cursor_when_capable,
             list_reclaimable_pages_see_inserts_after_the_cursor_and_not_runs_that_left_when_capable,
             count_reclaimable_counts_running_detached_runs_up_to_the_cutoff_when_capable,
             count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable,
@@ -802,6 +803,49 @@ pub async fn list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upp
         vec![ctx.id("inside"), ctx.id("at-upper")],
         "runs in (base+1, base+3]"
     );
+    Ok(Verdict::Passed)
+}
+
+/// Issue 13: a page has two lower bounds, the range's floor (`detached_after`, exclusive) and the
+/// cursor; whichever is later decides where it starts, so a cursor left behind the floor (the
+/// TTL cutoff moved past it) neither repeats runs below the floor nor skips runs above it.
+/// Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_page_takes_the_later_of_its_floor_and_its_cursor_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    for (name, at) in [("at-floor", 1), ("p", 2), ("q", 3)] {
+        seed(store, &ctx.id(name), &thread, 1, detached(base + at)).await?;
+    }
+    for (label, after, want) in [
+        (
+            "a cursor at the floor's instant",
+            cursor(base + 1, ctx.id("zzzz")),
+            vec![ctx.id("p"), ctx.id("q")],
+        ),
+        (
+            "a cursor below the floor",
+            cursor(base - 5, ctx.id("a")),
+            vec![ctx.id("p"), ctx.id("q")],
+        ),
+        (
+            "a cursor above the floor",
+            cursor(base + 2, ctx.id("p")),
+            vec![ctx.id("q")],
+        ),
+    ] {
+        let page = store
+            .list_reclaimable_page(page_query(Some(base + 1), base + 10, after, 10))
+            .await?;
+        ensure_eq!(page_ids(&page), want, "{label}");
+    }
     Ok(Verdict::Passed)
 }
 
