@@ -168,6 +168,7 @@ pub fn sweep_summary(
                 limited_by = plan.limited_by,
                 subrequests_fetch = subrequests.fetch,
                 subrequests_d1 = subrequests.d1,
+                d1_rows_read = subrequests.d1_rows_read,
                 subrequests_stopped = subrequests.stopped,
                 deadline = plan.deadline,
                 next_alarm,
@@ -330,6 +331,7 @@ mod tests {
         let used = crate::meter::Used {
             fetch: 30,
             d1: 70,
+            d1_rows_read: 1_030,
             stopped: true,
         };
         let lines = captured(|| sweep_summary(&report, &plan, &used, 61_000));
@@ -370,6 +372,7 @@ mod tests {
                 "duration_ms": 42,
                 "subrequests_fetch": 30,
                 "subrequests_d1": 70,
+                "d1_rows_read": 1_030,
                 "subrequests_stopped": true,
                 "next_alarm": 61_000,
             })

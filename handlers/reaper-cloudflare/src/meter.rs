@@ -26,6 +26,8 @@ pub enum Kind {
 pub struct Used {
     pub fetch: u64,
     pub d1: u64,
+    /// Rows D1 says those round trips read (its `meta.rows_read`): what D1 bills.
+    pub d1_rows_read: u64,
     /// Whether the meter stopped the sweep from starting more runs.
     pub stopped: bool,
 }
@@ -36,6 +38,7 @@ pub struct Used {
 pub struct SubrequestMeter {
     fetch: AtomicU64,
     d1: AtomicU64,
+    d1_rows_read: AtomicU64,
     /// Stop starting runs once this many subrequests were made; `None` counts only.
     stop_at: Option<u64>,
     stop: CancellationToken,
@@ -46,6 +49,7 @@ impl SubrequestMeter {
         SubrequestMeter {
             fetch: AtomicU64::new(0),
             d1: AtomicU64::new(0),
+            d1_rows_read: AtomicU64::new(0),
             stop_at,
             stop: CancellationToken::new(),
         }
@@ -62,6 +66,11 @@ impl SubrequestMeter {
         }
     }
 
+    /// Records the rows one D1 round trip read. Not a subrequest: it never raises the stop.
+    pub fn rows_read(&self, rows: u64) {
+        self.d1_rows_read.fetch_add(rows, Ordering::Relaxed);
+    }
+
     pub fn total(&self) -> u64 {
         self.fetch.load(Ordering::Relaxed) + self.d1.load(Ordering::Relaxed)
     }
@@ -75,6 +84,7 @@ impl SubrequestMeter {
         Used {
             fetch: self.fetch.load(Ordering::Relaxed),
             d1: self.d1.load(Ordering::Relaxed),
+            d1_rows_read: self.d1_rows_read.load(Ordering::Relaxed),
             stopped: self.stop.is_cancelled(),
         }
     }
@@ -109,8 +119,24 @@ mod tests {
             Used {
                 fetch: 1,
                 d1: 2,
+                d1_rows_read: 0,
                 stopped: true
             }
+        );
+    }
+
+    #[test]
+    fn rows_read_are_summed_and_never_raise_the_stop() {
+        let meter = SubrequestMeter::new(Some(2));
+        meter.count(Kind::D1);
+        meter.rows_read(1_001);
+        meter.rows_read(26);
+        assert!(!meter.stop().is_cancelled());
+        let used = meter.used();
+        assert_eq!((used.d1, used.d1_rows_read), (1, 1_027));
+        assert_eq!(
+            serde_json::to_value(used).unwrap()["d1RowsRead"],
+            serde_json::json!(1_027)
         );
     }
 

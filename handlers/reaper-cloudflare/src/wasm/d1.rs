@@ -6,7 +6,7 @@ use wasm_bindgen::JsValue;
 use worker::D1Database;
 
 /// A D1 binding, with the alarm's subrequest meter when a sweep runs (each `batch()` is one
-/// round trip).
+/// round trip; the rows each statement read, as D1 reports them, are summed too).
 pub struct D1Client(
     pub D1Database,
     pub Option<std::sync::Arc<crate::meter::SubrequestMeter>>,
@@ -52,6 +52,9 @@ impl SqlClient for D1Client {
             .map(|r| {
                 if let Some(error) = r.error() {
                     return Err(classify_d1_error(&error));
+                }
+                if let (Some(meter), Ok(Some(meta))) = (&self.1, r.meta()) {
+                    meter.rows_read(meta.rows_read.unwrap_or(0) as u64);
                 }
                 r.results::<Row>()
                     .map_err(|e| StoreError::Backend(format!("d1 row does not decode: {e}")))
