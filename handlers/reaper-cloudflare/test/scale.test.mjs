@@ -204,14 +204,11 @@ test("with every run inside the TTL the alarm's D1 round trips are the sweep's o
   assert.ok(large.d1 < large.maxRuns, `${large.d1} D1 round trips for a batch of ${large.maxRuns}`);
 });
 
-// A resumed listing page is bounded below twice, by the TTL cutoff (`detached_since > ?2`) and by
-// the cursor (`detached_since >= ?3 AND …`); SQLite seeks the index to the first of them, the
-// cutoff, and filters its way to the cursor, so every steady-state alarm reads the runs between
-// the cutoff and its cursor: half the backlog on average. Passes once the page has one lower
-// bound (e.g. `detached_since >= max(?3, ?2 + 1)`, which reads 52 rows for this page at 100k).
+// A resumed listing page binds one lower bound, the later of the TTL cutoff and the cursor, so
+// the index seeks straight to the cursor (with both bound, SQLite seeked to the cutoff and
+// filtered its way to the cursor: half the backlog read on every steady-state alarm).
 test(
   "D1 rows read per alarm resuming mid-backlog are the same at 100,000 detached runs as at 1,000 but the count's one row",
-  { todo: "the listing page seeks to the TTL cutoff, not to the cursor" },
   async () => {
     for (const shape of ["mixed", "inside"]) {
       assertSameRowsRead(assertCleanSweep(await sweepAt(1_000, shape)), assertCleanSweep(await sweepAt(100_000, shape)));
@@ -219,14 +216,11 @@ test(
   },
 );
 
-// The partial index `runs_reclaimable` is on (detached_since) alone, while the listing orders by
-// (detached_since, run_id): SQLite sorts the whole group of runs sharing a detach millisecond to
-// take a page from it, so after a bulk detach of 100k runs every listing page reads them all.
-// Passes once the index is on (detached_since, run_id) and the page's lower bound is one row
-// value, `(detached_since, run_id) > (?, ?)`, which SQLite seeks to (and the fix above).
+// The partial index `runs_reclaimable` covers the listing's whole keyset (detached_since, run_id)
+// since schema version 4, so after a bulk detach a page seeks to its cursor inside the group of
+// runs sharing one millisecond instead of sorting the whole group.
 test(
   "runs detached in the same millisecond: D1 rows read per alarm are the same at 100,000 as at 1,000 but the count's one row",
-  { todo: "the runs_reclaimable index lacks run_id; the listing sorts the whole tie group" },
   async () => {
     assertSameRowsRead(assertCleanSweep(await sweepAt(1_000, "tied")), assertCleanSweep(await sweepAt(100_000, "tied")));
   },
