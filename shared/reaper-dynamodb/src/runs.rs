@@ -161,7 +161,15 @@ impl DynamoStore {
         if q.limit == 0 || lower > q.detached_until {
             return Ok(page);
         }
-        let mut start = q.after.as_ref().map(|c| {
+        // DynamoDB refuses a start key outside the key condition ("does not match the range key
+        // predicate"), and a sweep's saved cursor falls behind the TTL cutoff as time passes:
+        // a cursor below the floor starts the page at the floor, one past the range ends it.
+        let cursor = match &q.after {
+            Some(c) if c.detached_since > q.detached_until => return Ok(page),
+            Some(c) if c.detached_since < lower => None,
+            other => other.as_ref(),
+        };
+        let mut start = cursor.map(|c| {
             let mut k = key(run_pk(&c.run_id), RUN_SK);
             k.insert(GSI1_PK.into(), s(DETACHED));
             k.insert(GSI1_SK.into(), n(c.detached_since));
