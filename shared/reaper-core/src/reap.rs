@@ -154,8 +154,9 @@ pub struct ReapRunEntry {
     pub exit_code: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub terminalized_anyway: Option<bool>,
+    /// Boxed: most runs have none, and a report holds one entry per run of the batch.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<ReapError>,
+    pub error: Option<Box<ReapError>>,
     /// What became of the sandbox of a run that is terminal now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxFate>,
@@ -191,7 +192,7 @@ impl ReapRunEntry {
     }
 
     fn with_error(mut self, error: ReapError) -> Self {
-        self.error = Some(error);
+        self.error = Some(Box::new(error));
         self
     }
 }
@@ -1165,7 +1166,7 @@ async fn reap_claimed(
         status: Some(status),
         exit_code,
         terminalized_anyway: budget_anomaly.then_some(terminal),
-        error,
+        error: error.map(Box::new),
         sandbox,
     }
 }

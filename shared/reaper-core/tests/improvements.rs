@@ -116,7 +116,7 @@ async fn run_claimed_elsewhere_is_not_claimed_at_once() {
     let e = entry(&report, "r");
     assert_eq!(e.outcome, ReapOutcome::NotClaimed);
     assert!(matches!(
-        e.error,
+        e.error.as_deref(),
         Some(ReapError::ClaimNotAcquired {
             reason: ClaimRefusal::Busy,
             ..

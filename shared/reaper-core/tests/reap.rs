@@ -255,7 +255,10 @@ async fn log_that_never_quiesces_fails_the_run_without_driving_it() {
     let report = h.sweep().await;
     let busy = entry(&report, "busy");
     assert_eq!(busy.outcome, ReapOutcome::Failed);
-    assert!(matches!(busy.error, Some(ReapError::NeverQuiesced { .. })));
+    assert!(matches!(
+        busy.error.as_deref(),
+        Some(ReapError::NeverQuiesced { .. })
+    ));
     assert_eq!(h.store.appended("busy"), 0);
     assert_eq!(h.drive.driven(), vec!["calm"]);
     assert_eq!(entry(&report, "calm").outcome, ReapOutcome::Finalized);
@@ -331,7 +334,7 @@ async fn expired_run_whose_viewer_came_back_is_not_cancelled_or_driven() {
     let back = entry(&report, "back");
     assert_eq!(back.outcome, ReapOutcome::NotClaimed);
     assert!(matches!(
-        back.error,
+        back.error.as_deref(),
         Some(ReapError::ClaimNotAcquired {
             reason: reaper_core::ClaimRefusal::Superseded,
             ..
@@ -512,7 +515,7 @@ async fn shipped_reclaimer_reports_a_failed_destroy_as_a_leak_and_keeps_it_in_th
     assert_eq!(leak.outcome, ReapOutcome::ReclaimFailed);
     assert_eq!(leak.status, Some(RunStatus::Completed));
     assert_eq!(leak.exit_code, Some(5));
-    match &leak.error {
+    match leak.error.as_deref() {
         Some(ReapError::ReclaimFailed(e)) => {
             assert_eq!(e.run_id, "leak");
             assert_eq!(e.sandbox_key.as_deref(), Some("k-leak"));
