@@ -5,7 +5,7 @@
 //! Suitable as an embedded default for a single process and for tests; it passes the whole
 //! conformance suite in `reaper-testkit`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -36,7 +36,8 @@ struct State {
     runs: HashMap<String, Arc<RunRecord>>,
     /// The reclaimable listing's keyset, `(detachedSince, runId)` of every `running` detached
     /// run, kept in step with `runs`: a page is a range walk, not a scan and sort of every run.
-    listed: BTreeSet<(EpochMs, String)>,
+    /// The same records as `runs`, shared: a page clones its records from the walk itself.
+    listed: BTreeMap<(EpochMs, String), Arc<RunRecord>>,
     logs: HashMap<String, Log>,
     leases: HashMap<String, Lease>,
     /// Beside the leases, not in them: a release removes the lease and keeps its note.
@@ -103,25 +104,26 @@ impl State {
         } else {
             self.order.push(record.run_id.clone());
         }
+        let record = Arc::new(record);
         if let Some((since, id)) = listed_key(&record) {
-            self.listed.insert((since, id.to_string()));
+            self.listed
+                .insert((since, id.to_string()), Arc::clone(&record));
         }
-        self.runs.insert(record.run_id.clone(), Arc::new(record));
+        self.runs.insert(record.run_id.clone(), record);
     }
 
     /// Changes a stored run in place, keeping the listing's keyset in step. `None`: no such run.
     fn change<T>(&mut self, run_id: &str, f: impl FnOnce(&mut RunRecord) -> T) -> Option<T> {
-        let r = Arc::make_mut(self.runs.get_mut(run_id)?);
-        let before = listed_key(r).map(|(since, _)| since);
-        let out = f(r);
-        let after = listed_key(r).map(|(since, _)| since);
-        if before != after {
-            if let Some(since) = before {
-                self.listed.remove(&(since, run_id.to_string()));
-            }
-            if let Some(since) = after {
-                self.listed.insert((since, run_id.to_string()));
-            }
+        let shared = self.runs.get_mut(run_id)?;
+        // The keyset's share goes first, so the change copies the record only while a listing
+        // page still holds it.
+        if let Some((since, id)) = listed_key(shared) {
+            self.listed.remove(&(since, id.to_string()));
+        }
+        let out = f(Arc::make_mut(shared));
+        if let Some((since, id)) = listed_key(shared) {
+            self.listed
+                .insert((since, id.to_string()), Arc::clone(shared));
         }
         Some(out)
     }
@@ -216,8 +218,8 @@ impl RunStore for MemoryStore {
         let runs: Vec<Arc<RunRecord>> = s
             .listed
             .range((start, Bound::Unbounded))
-            .take_while(|(since, _)| *since <= query.detached_until)
-            .filter_map(|(_, id)| s.runs.get(id))
+            .take_while(|((since, _), _)| *since <= query.detached_until)
+            .map(|(_, r)| r)
             .filter(|r| query.admits(r))
             .take(query.limit)
             .cloned()
@@ -246,7 +248,7 @@ impl RunStore for MemoryStore {
         let seen = s
             .listed
             .range((start, Bound::Unbounded))
-            .take_while(|(since, _)| *since <= detached_until)
+            .take_while(|((since, _), _)| *since <= detached_until)
             .take(
                 usize::try_from(at_most)
                     .unwrap_or(usize::MAX)
