@@ -264,19 +264,19 @@ impl RunStore for MemoryStore {
 
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         let mut s = self.lock();
-        // The epoch is not part of the listing's keyset: no reindexing.
-        let Some(r) = s.runs.get_mut(run_id).map(Arc::make_mut) else {
-            return Ok(EpochBump::Unknown);
-        };
-        if r.status.is_terminal() {
-            return Ok(EpochBump::Terminal(r.status));
-        }
-        let epoch = r.driver_epoch.unwrap_or(0) + 1;
-        r.driver_epoch = Some(epoch);
-        Ok(EpochBump::Claimed {
-            epoch,
-            record: r.clone(),
-        })
+        // Through `change`, like every write: the keyset shares the record and must see it.
+        let bump = s.change(run_id, |r| {
+            if r.status.is_terminal() {
+                return EpochBump::Terminal(r.status);
+            }
+            let epoch = r.driver_epoch.unwrap_or(0) + 1;
+            r.driver_epoch = Some(epoch);
+            EpochBump::Claimed {
+                epoch,
+                record: r.clone(),
+            }
+        });
+        Ok(bump.unwrap_or(EpochBump::Unknown))
     }
 
     async fn write_terminal(

@@ -45,6 +45,7 @@ macro_rules! __reaper_run_store_cases {
             list_reclaimable_page_resumes_strictly_after_its_cursor_and_ends_past_the_last_when_capable,
             list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upper_when_capable,
             list_reclaimable_page_takes_the_later_of_its_floor_and_its_cursor_when_capable,
+            list_reclaimable_page_shows_each_run_as_stored_now_when_capable,
             list_reclaimable_pages_see_inserts_after_the_cursor_and_not_runs_that_left_when_capable,
             count_reclaimable_counts_running_detached_runs_up_to_the_cutoff_when_capable,
             count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable,
@@ -802,6 +803,59 @@ pub async fn list_reclaimable_page_excludes_its_lower_bound_and_includes_its_upp
         page_ids(&page),
         vec![ctx.id("inside"), ctx.id("at-upper")],
         "runs in (base+1, base+3]"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Issue 13: a page holds each run as it is stored at the time of the page, after a claim's
+/// epoch bump and after an update (a store that keeps an index beside its rows must keep the
+/// index's view in step). Capability-gated (`list_reclaimable`).
+pub async fn list_reclaimable_page_shows_each_run_as_stored_now_when_capable<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = capability_gate(store, ctx, Capability::ListReclaimable).await? {
+        return Ok(skip);
+    }
+    let base = band(ctx);
+    let thread = ctx.id("thread");
+    let run = ctx.id("run");
+    seed(store, &run, &thread, 1, detached(base + 1)).await?;
+    let query = || page_query(Some(base), base + 10, None, 10);
+    let before = store.list_reclaimable_page(query()).await?;
+    ensure_eq!(before.runs.len(), 1, "the run is listed");
+    store.bump_epoch(&run).await?;
+    let claimed = store.list_reclaimable_page(query()).await?;
+    ensure_eq!(
+        claimed.runs.first().map(|r| r.driver_epoch),
+        Some(Some(1)),
+        "the page after a claim"
+    );
+    store
+        .update(
+            &run,
+            RunPatch {
+                sandbox_key: Patch::Set("moved".into()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let after = store.list_reclaimable_page(query()).await?;
+    let listed = after
+        .runs
+        .first()
+        .map(|r| (r.driver_epoch, r.sandbox_key.clone()));
+    ensure_eq!(
+        listed,
+        Some((Some(1), Some("moved".to_string()))),
+        "the page after a claim and an update"
+    );
+    ensure_eq!(
+        before.runs[0].driver_epoch,
+        None,
+        "a page taken before is not changed by later writes"
     );
     Ok(Verdict::Passed)
 }
