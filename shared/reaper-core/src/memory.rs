@@ -27,17 +27,20 @@ struct Log {
     last_append_at: Option<EpochMs>,
 }
 
+/// A run id, allocated once and shared by the insertion order, the map and the keyset.
+type Id = Arc<str>;
+
 #[derive(Debug, Default)]
 struct State {
     /// Insertion order is kept, as the reference's in-memory stores do.
-    order: Vec<String>,
+    order: Vec<Id>,
     /// Shared records: a listing page hands them out without copying, and a change copies a
     /// record only while a page still holds it (`Arc::make_mut`).
-    runs: HashMap<String, Arc<RunRecord>>,
+    runs: HashMap<Id, Arc<RunRecord>>,
     /// The reclaimable listing's keyset, `(detachedSince, runId)` of every `running` detached
     /// run, kept in step with `runs`: a page is a range walk, not a scan and sort of every run.
     /// The same records as `runs`, shared: a page clones its records from the walk itself.
-    listed: BTreeMap<(EpochMs, String), Arc<RunRecord>>,
+    listed: BTreeMap<(EpochMs, Id), Arc<RunRecord>>,
     logs: HashMap<String, Log>,
     leases: HashMap<String, Lease>,
     /// Beside the leases, not in them: a release removes the lease and keeps its note.
@@ -80,50 +83,55 @@ impl MemoryStore {
     }
 }
 
-/// A run's place in the listing's keyset, if it is listed.
-fn listed_key(r: &RunRecord) -> Option<(EpochMs, &str)> {
-    match r.detached_since {
-        Some(since) if r.status == crate::RunStatus::Running => Some((since, r.run_id.as_str())),
-        _ => None,
-    }
+/// A run's `detachedSince` in the listing's keyset, if it is listed.
+fn listed_since(r: &RunRecord) -> Option<EpochMs> {
+    r.detached_since
+        .filter(|_| r.status == crate::RunStatus::Running)
 }
 
 /// The smallest keyset entry with `detachedSince` past `after` (exclusive); the range's
 /// `admits` check stays the contract at the edges.
-fn lowest_after(after: Option<EpochMs>) -> Option<(EpochMs, String)> {
-    after.map(|a| (a.saturating_add(1), String::new()))
+fn lowest_after(after: Option<EpochMs>) -> Option<(EpochMs, Id)> {
+    after.map(|a| (a.saturating_add(1), Id::from("")))
 }
 
 impl State {
     /// Stores `record` (new or replacing), keeping the listing's keyset in step.
     fn put(&mut self, record: RunRecord) {
-        if let Some(old) = self.runs.get(&record.run_id) {
-            if let Some((since, id)) = listed_key(old) {
-                self.listed.remove(&(since, id.to_string()));
+        let id = match self.runs.get_key_value(record.run_id.as_str()) {
+            Some((id, old)) => {
+                let id = Id::clone(id);
+                if let Some(since) = listed_since(old) {
+                    self.listed.remove(&(since, Id::clone(&id)));
+                }
+                id
             }
-        } else {
-            self.order.push(record.run_id.clone());
-        }
+            None => {
+                let id = Id::from(record.run_id.as_str());
+                self.order.push(Id::clone(&id));
+                id
+            }
+        };
         let record = Arc::new(record);
-        if let Some((since, id)) = listed_key(&record) {
+        if let Some(since) = listed_since(&record) {
             self.listed
-                .insert((since, id.to_string()), Arc::clone(&record));
+                .insert((since, Id::clone(&id)), Arc::clone(&record));
         }
-        self.runs.insert(record.run_id.clone(), record);
+        self.runs.insert(id, record);
     }
 
     /// Changes a stored run in place, keeping the listing's keyset in step. `None`: no such run.
     fn change<T>(&mut self, run_id: &str, f: impl FnOnce(&mut RunRecord) -> T) -> Option<T> {
+        let id = Id::clone(self.runs.get_key_value(run_id)?.0);
         let shared = self.runs.get_mut(run_id)?;
         // The keyset's share goes first, so the change copies the record only while a listing
         // page still holds it.
-        if let Some((since, id)) = listed_key(shared) {
-            self.listed.remove(&(since, id.to_string()));
+        if let Some(since) = listed_since(shared) {
+            self.listed.remove(&(since, Id::clone(&id)));
         }
         let out = f(Arc::make_mut(shared));
-        if let Some((since, id)) = listed_key(shared) {
-            self.listed
-                .insert((since, id.to_string()), Arc::clone(shared));
+        if let Some(since) = listed_since(shared) {
+            self.listed.insert((since, id), Arc::clone(shared));
         }
         Some(out)
     }
@@ -138,7 +146,7 @@ fn epoch_of(s: &State, run_id: &str) -> Option<u64> {
 impl RunStore for MemoryStore {
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
         let mut s = self.lock();
-        if let Some(existing) = s.runs.get(&new.run_id) {
+        if let Some(existing) = s.runs.get(new.run_id.as_str()) {
             return Ok(RunRecord::clone(existing));
         }
         let mut record = RunRecord::new(new.run_id.clone(), new.thread_id, new.started_at);
@@ -208,7 +216,7 @@ impl RunStore for MemoryStore {
         let cursor = query
             .after
             .as_ref()
-            .map(|c| (c.detached_since, c.run_id.clone()));
+            .map(|c| (c.detached_since, Id::from(c.run_id.as_str())));
         let start = match (cursor, lowest_after(query.detached_after)) {
             (Some(c), Some(low)) if c < low => Bound::Included(low),
             (Some(c), _) => Bound::Excluded(c),
