@@ -64,10 +64,15 @@ where
     R: HttpStatus + std::fmt::Debug,
 {
     let kind = classify(&err);
-    let message = format!(
-        "dynamodb {op} on table {table} failed: {}",
-        DisplayErrorContext(&err)
-    );
+    // A service's answer is its code and message; the SDK's full context would add the raw
+    // response's debug dump (headers, body bytes) to every report and log line. Anything else
+    // (a timeout, a refused connection) has no code, and its context chain is what says why.
+    let detail = match (err.code(), err.message()) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(code), None) => code.to_string(),
+        _ => DisplayErrorContext(&err).to_string(),
+    };
+    let message = format!("dynamodb {op} on table {table} failed: {detail}");
     match kind {
         Kind::ConditionFailed => StoreError::Conflict(message),
         Kind::Transient => StoreError::Unavailable(message),
