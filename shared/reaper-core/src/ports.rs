@@ -246,8 +246,9 @@ pub trait RunStore: MaybeSend + MaybeSync {
                 .extend(page.runs.into_iter().map(Arc::unwrap_or_clone));
             listing.corrupt.extend(page.corrupt);
             match page.next {
-                Some(next) => query.after = Some(next),
-                None => return Ok(listing),
+                // A cursor that does not move would page for ever: a broken store ends here.
+                Some(next) if query.after.as_ref() != Some(&next) => query.after = Some(next),
+                _ => return Ok(listing),
             }
         }
     }
