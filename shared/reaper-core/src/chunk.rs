@@ -94,10 +94,14 @@ impl Chunk {
         if !text.starts_with('{') {
             return None;
         }
-        // One pass that checks the whole text and finds `type`. It refuses an object with a
-        // repeated `type`, which the map below settles as JSON parsers do (the last one wins).
+        // A pass that finds `type`: it refuses an object with a repeated `type`, which the map
+        // below settles as JSON parsers do (the last one wins). It skips the other values
+        // without checking all a map would (a lone surrogate escape, a number past f64), so a
+        // second pass checks exactly that, without building anything: the text is then one a
+        // map reads back, which every later read of the chunk relies on.
         match serde_json::from_str::<Head<'_>>(text) {
             Ok(head) => {
+                serde_json::from_str::<Checked>(text).ok()?;
                 let kind = match head.kind {
                     Some(raw) => kind_of(raw, text),
                     None => Kind::None,
@@ -232,6 +236,54 @@ impl Chunk {
 struct Head<'a> {
     #[serde(rename = "type", borrow, default)]
     kind: Option<&'a RawValue>,
+}
+
+/// Any JSON value, decoded as a map of values would decode it (strings unescaped, numbers
+/// converted), and dropped as it goes: a check that allocates nothing for plain strings.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_key::<Checked>()?.is_some() {
+            map.next_value::<Checked>()?;
+        }
+        Ok(Checked)
+    }
 }
 
 /// `raw`, the `type` value found in `json`, as a [`Kind`].
@@ -396,6 +448,45 @@ mod tests {
             let mut ours = String::new();
             push_json_string(&mut ours, &s);
             proptest::prop_assert_eq!(ours, serde_json::to_string(&s).unwrap());
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_text_is_a_chunk_exactly_when_it_reads_as_one_json_object(
+            parts in proptest::collection::vec(proptest::prop_oneof![
+                proptest::strategy::Just("\"type\":\"T\"".to_string()),
+                proptest::strategy::Just("\"a\":\"\\ud800\"".to_string()),
+                proptest::strategy::Just("\"b\":\"\\ud83d\\ude00\"".to_string()),
+                proptest::strategy::Just("\"c\":1e999".to_string()),
+                proptest::strategy::Just("\"d\":-1e-999".to_string()),
+                proptest::strategy::Just(format!("\"e\":{}", "9".repeat(400))),
+                proptest::strategy::Just("\"f\":[1,{\"g\":null},true]".to_string()),
+                proptest::strategy::Just("\"\\u0074ype\":\"U\"".to_string()),
+                "\"[a-z]{1,3}\":\"(?s).{0,6}\"",
+                "\"[a-z]{1,3}\":-?[0-9]{1,4}(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,3})?",
+            ], 0..5)
+        ) {
+            let text = format!("{{{}}}", parts.join(","));
+            let as_map = serde_json::from_str::<Map<String, Value>>(&text);
+            let chunk = Chunk::from_json(&text);
+            proptest::prop_assert_eq!(chunk.is_some(), as_map.is_ok(), "{}", text);
+            if let (Some(chunk), Ok(map)) = (chunk, as_map) {
+                proptest::prop_assert_eq!(chunk.to_map(), map.clone());
+                let kind = map.get("type").and_then(Value::as_str);
+                proptest::prop_assert_eq!(chunk.kind(), kind);
+            }
+        }
+    }
+
+    #[test]
+    fn a_lone_surrogate_or_a_number_past_f64_is_no_chunk_as_it_is_no_map() {
+        for text in [
+            r#"{"type":"RUN_ERROR","x":"\ud800"}"#,
+            r#"{"type":"\udc00"}"#,
+            r#"{"type":"T","n":1e999}"#,
+        ] {
+            assert!(Chunk::from_json(text).is_none(), "{text}");
         }
     }
 
