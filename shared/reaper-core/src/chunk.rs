@@ -94,14 +94,11 @@ impl Chunk {
         if !text.starts_with('{') {
             return None;
         }
-        // A pass that finds `type`: it refuses an object with a repeated `type`, which the map
-        // below settles as JSON parsers do (the last one wins). It skips the other values
-        // without checking all a map would (a lone surrogate escape, a number past f64), so a
-        // second pass checks exactly that, without building anything: the text is then one a
-        // map reads back, which every later read of the chunk relies on.
+        // One pass checks the text as a map would read it (every later read of the chunk relies
+        // on that) and finds `type`. It refuses a repeated `type`, which the map below settles as
+        // JSON parsers do (the last one wins), and refuses what the map refuses too.
         match serde_json::from_str::<Head<'_>>(text) {
             Ok(head) => {
-                serde_json::from_str::<Checked>(text).ok()?;
                 let kind = match head.kind {
                     Some(raw) => kind_of(raw, text),
                     None => Kind::None,
@@ -177,12 +174,8 @@ impl Chunk {
         let json = serde_json::to_string(map).expect("a JSON map serializes");
         let kind = match map.get("type") {
             Some(Value::String(kind)) => {
-                // Serialized without white space, so the first `"type":` at depth one is it;
-                // found again by a parse rather than by searching the text.
-                let raw = serde_json::from_str::<Head<'_>>(&json)
-                    .ok()
-                    .and_then(|h| h.kind);
-                match raw {
+                // Found again in the text by a parse, not by searching it.
+                match field(&json, "type") {
                     Some(raw) => kind_of(raw, &json),
                     None => Kind::Decoded(kind.as_str().into()),
                 }
@@ -197,8 +190,7 @@ impl Chunk {
 
     /// The last value of field `key` (as JSON parsers keep it), unparsed.
     fn raw_field(&self, key: &str) -> Option<&RawValue> {
-        let mut de = serde_json::Deserializer::from_str(&self.json);
-        FieldSeek(key).deserialize(&mut de).ok().flatten()
+        field(&self.json, key)
     }
 
     /// Whether `key` is surely not a field, from the text alone: its plain spelling is absent
@@ -231,11 +223,51 @@ impl Chunk {
     }
 }
 
-/// The fields a chunk is read for when it is made.
-#[derive(Deserialize)]
+/// The last value of field `key` of the JSON object `json` (as JSON parsers keep it), unparsed.
+fn field<'j>(json: &'j str, key: &str) -> Option<&'j RawValue> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    FieldSeek(key).deserialize(&mut de).ok().flatten()
+}
+
+/// What a text is read for when a chunk is made of it: its `type`, found in the one pass that
+/// also decodes every value as a map of values would (strings unescaped, numbers converted, so
+/// a lone surrogate escape or a number past f64 is refused as a map refuses it), building
+/// nothing. A repeated `type` is refused too.
 struct Head<'a> {
-    #[serde(rename = "type", borrow, default)]
     kind: Option<&'a RawValue>,
+}
+
+impl<'de> Deserialize<'de> for Head<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(HeadVisitor)
+    }
+}
+
+struct HeadVisitor;
+
+impl<'de> Visitor<'de> for HeadVisitor {
+    type Value = Head<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Head<'de>, A::Error> {
+        let mut kind = None;
+        while let Some(is_type) = map.next_key_seed(KeyIs("type"))? {
+            if !is_type {
+                map.next_value::<Checked>()?;
+                continue;
+            }
+            if kind.is_some() {
+                return Err(serde::de::Error::duplicate_field("type"));
+            }
+            let raw: &'de RawValue = map.next_value()?;
+            serde_json::from_str::<Checked>(raw.get()).map_err(serde::de::Error::custom)?;
+            kind = Some(raw);
+        }
+        Ok(Head { kind })
+    }
 }
 
 /// Any JSON value, decoded as a map of values would decode it (strings unescaped, numbers
