@@ -534,18 +534,10 @@ impl RunStore for DynamoStore {
             .await
     }
 
-    /// Skips items that do not parse (logged at error level naming the run, and counted in
-    /// [`RequestStats::corrupt_items_skipped`](crate::RequestStats)) so one bad item never
-    /// stops a sweep; [`DynamoStore::list_reclaimable_report`] returns them.
-    async fn list_reclaimable(
-        &self,
-        now: EpochMs,
-        ttl_ms: u64,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        Ok(self.list_reclaimable_report(now, ttl_ms).await?.runs)
-    }
-
-    /// The same query, with the unparseable items returned for the sweep report.
+    /// One Query; items that do not parse are returned beside the runs (logged at error level
+    /// naming the run, and counted in
+    /// [`RequestStats::corrupt_items_skipped`](crate::RequestStats)), so one bad item never
+    /// stops a listing. The provided `list_reclaimable` keeps the runs.
     async fn list_reclaimable_listing(
         &self,
         now: EpochMs,

@@ -295,21 +295,6 @@ impl RunStore for SpyStore {
         self.enter(Op::ListReclaimable)?;
         self.inner.list_reclaimable(now, ttl_ms).await
     }
-    async fn list_reclaimable_listing(
-        &self,
-        now: EpochMs,
-        ttl_ms: u64,
-    ) -> Result<reaper_core::ports::ReclaimableListing, StoreError> {
-        let runs = self.list_reclaimable(now, ttl_ms).await?;
-        let corrupt = lock(&self.corrupt)
-            .iter()
-            .map(|key| StoreError::Corrupt {
-                key: key.clone(),
-                reason: "unknown status \"RUNNING\"".into(),
-            })
-            .collect();
-        Ok(reaper_core::ports::ReclaimableListing { runs, corrupt })
-    }
     /// The inner store's page, with the planted corrupt rows reported on the first page of each
     /// range (where a store reports rows it could not place).
     async fn list_reclaimable_page(
