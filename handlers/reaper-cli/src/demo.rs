@@ -431,16 +431,19 @@ async fn stage(
         .await
         .map_err(|e| setup_failed(&at("creating the run"), e))?;
     store
-        .save_transcript(&Transcript {
-            run_id: run_id.into(),
-            thread_id: thread_id.clone(),
-            messages: vec![TranscriptMessage {
-                role: "user".into(),
-                content: scene.prompt.into(),
-            }],
-            exit_code: None,
-            saved_at: started_at,
-        })
+        .save_transcript(
+            &Transcript {
+                run_id: run_id.into(),
+                thread_id: thread_id.clone(),
+                messages: vec![TranscriptMessage {
+                    role: "user".into(),
+                    content: scene.prompt.into(),
+                }],
+                exit_code: None,
+                saved_at: started_at,
+            },
+            None,
+        )
         .await
         .map_err(|e| setup_failed(&at("saving the prompt"), e))?;
 

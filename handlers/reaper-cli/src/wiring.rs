@@ -526,6 +526,16 @@ impl RunStore for WatchedRuns {
         self.trouble.watch(self.inner.update(run_id, patch).await)
     }
 
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<reaper_core::Fenced<bool>, StoreError> {
+        self.trouble
+            .watch(self.inner.update_fenced(run_id, held_epoch, patch).await)
+    }
+
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.trouble.watch(self.inner.get(run_id).await)
     }

@@ -49,7 +49,7 @@ async fn prune_deletes_journals_of_terminal_runs_and_old_orphans_and_ages_out_ol
         exit_code: Some(0),
         saved_at: now() - 40 * DAY,
     };
-    site.store.save_transcript(&transcript).await.unwrap();
+    site.store.save_transcript(&transcript, None).await.unwrap();
     // A live run in the same sandbox, and an orphan whose run record is gone.
     sandbox
         .start_agent("run-live", TICKING, None)

@@ -208,7 +208,7 @@ impl Claim {
     }
 
     /// Trips the latch with the first loss seen; later losses keep the first error.
-    fn trip(&self, observed: ObservedEpoch) -> ReapError {
+    pub(crate) fn trip(&self, observed: ObservedEpoch) -> ReapError {
         let mut latch = self.latch.lock().unwrap_or_else(|p| p.into_inner());
         latch
             .get_or_insert_with(|| ReapError::ClaimLost {
@@ -315,6 +315,30 @@ impl Writer<'_> {
                 )))),
             },
             Err(e) => Err(AppendError::Store(e)),
+        }
+    }
+
+    /// Closes the log; under a claim, only while the claim holds (checked atomically in the
+    /// store), so a superseded driver never closes the log its successor is writing.
+    /// `Ok(false)`: the fence refused it and nothing changed.
+    pub async fn close(&self, run_id: &str, now: EpochMs) -> Result<bool, StoreError> {
+        let fence = match self.claim {
+            Some(claim) => {
+                if claim.check().is_err() {
+                    return Ok(false);
+                }
+                Some(claim.epoch)
+            }
+            None => None,
+        };
+        match self.log.close(run_id, fence, now).await? {
+            Fenced::Written(()) => Ok(true),
+            Fenced::Superseded { observed } => {
+                if let Some(claim) = self.claim {
+                    claim.trip(ObservedEpoch::Epoch(observed));
+                }
+                Ok(false)
+            }
         }
     }
 

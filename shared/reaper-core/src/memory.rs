@@ -141,6 +141,13 @@ fn epoch_of(s: &State, run_id: &str) -> Option<u64> {
     s.runs.get(run_id).and_then(|r| r.driver_epoch)
 }
 
+/// The run's epoch when a write fenced on `fence` must be refused: it is past the held one.
+/// Unfenced writes, and runs without a record or an epoch, are never refused.
+fn superseded(s: &State, run_id: &str, fence: Option<u64>) -> Option<u64> {
+    let held = fence?;
+    epoch_of(s, run_id).filter(|observed| *observed > held)
+}
+
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 impl RunStore for MemoryStore {
@@ -293,12 +300,22 @@ impl RunStore for MemoryStore {
         held_epoch: u64,
         write: &TerminalWrite,
     ) -> Result<Fenced<bool>, StoreError> {
+        self.update_fenced(run_id, held_epoch, write.to_patch())
+            .await
+    }
+
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
         let mut s = self.lock();
         let fenced = s.change(run_id, |r| {
             if let Some(observed) = r.driver_epoch.filter(|e| *e > held_epoch) {
                 return Fenced::Superseded { observed };
             }
-            r.apply(&write.to_patch());
+            r.apply(&patch);
             Fenced::Written(true)
         });
         Ok(fenced.unwrap_or(Fenced::Written(false)))
@@ -316,10 +333,8 @@ impl DeliveryLog for MemoryStore {
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError> {
         let mut s = self.lock();
-        if let (Some(held), Some(observed)) = (fence, epoch_of(&s, run_id)) {
-            if observed > held {
-                return Ok(Fenced::Superseded { observed });
-            }
+        if let Some(observed) = superseded(&s, run_id, fence) {
+            return Ok(Fenced::Superseded { observed });
         }
         let log = s.logs.entry(run_id.to_string()).or_default();
         if log.closed {
@@ -333,13 +348,18 @@ impl DeliveryLog for MemoryStore {
         Ok(Fenced::Written(Appended::At { first }))
     }
 
-    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
-        self.lock()
-            .logs
-            .entry(run_id.to_string())
-            .or_default()
-            .closed = true;
-        Ok(())
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        _now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
+        let mut s = self.lock();
+        if let Some(observed) = superseded(&s, run_id, fence) {
+            return Ok(Fenced::Superseded { observed });
+        }
+        s.logs.entry(run_id.to_string()).or_default().closed = true;
+        Ok(Fenced::Written(()))
     }
 
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
@@ -473,11 +493,18 @@ impl SandboxInstanceStore for MemoryStore {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 impl MessageStore for MemoryStore {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
-        self.lock()
-            .transcripts
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError> {
+        let mut s = self.lock();
+        if let Some(observed) = superseded(&s, &transcript.run_id, fence) {
+            return Ok(Fenced::Superseded { observed });
+        }
+        s.transcripts
             .insert(transcript.run_id.clone(), transcript.clone());
-        Ok(())
+        Ok(Fenced::Written(()))
     }
 
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {

@@ -67,8 +67,8 @@ enum Ending {
 /// - a stream error, a failed `create_or_resume` or a failed append appends a synthetic
 ///   `RUN_ERROR` (best effort) and records `failed`;
 /// - after the loop, a fired signal means `aborted`, otherwise `completed`;
-/// - the terminal write goes through the writer (suppressed if the claim was lost), `close` is
-///   called exactly once, and the record is re-read.
+/// - the terminal write goes through the writer (suppressed if the claim was lost); when it
+///   landed, `close` is called exactly once (fenced like it), and the record is re-read.
 pub async fn pipe_to_run_log(stream: ChunkStream, cx: PipeContext<'_>) -> RunRecord {
     pipe_and_confirm(stream, cx).await.record
 }
@@ -94,20 +94,31 @@ pub async fn pipe_and_confirm(stream: ChunkStream, cx: PipeContext<'_>) -> Piped
         Ending::Threw(mut err) => {
             tracing::error!(target: "reaper", run_id = cx.run_id, error = %err.message, "the run failed before completing");
             let synthetic = Chunk::run_error(&err);
-            if ends_in_run_error(&cx).await {
-                // An earlier drive's RUN_ERROR ends the log (its terminal write failed): the
-                // viewers already know the run failed, and a second one would follow the first.
-                tracing::debug!(target: "reaper", run_id = cx.run_id, "the log already ends in a RUN_ERROR; not appending another");
-            } else if let Err(secondary) = cx
-                .writer
-                .append(cx.run_id, vec![synthetic], cx.clock.now_ms())
-                .await
-            {
-                tracing::error!(target: "reaper", run_id = cx.run_id, error = %secondary, "appending the synthesized RUN_ERROR failed");
-                err.message = format!(
-                    "{}; appending the synthesized RUN_ERROR failed: {secondary}",
-                    err.message
-                );
+            match ends_in_run_error(&cx).await {
+                Some(true) => {
+                    // An earlier drive's RUN_ERROR ends the log (its terminal write failed): the
+                    // viewers already know the run failed, and a second one would follow the
+                    // first.
+                    tracing::debug!(target: "reaper", run_id = cx.run_id, "the log already ends in a RUN_ERROR; not appending another");
+                }
+                None => {
+                    // Unknown is not "no": appending could put a second RUN_ERROR after the
+                    // first. The terminal write still records the failure and its error.
+                    tracing::warn!(target: "reaper", run_id = cx.run_id, "reading the log's last entry failed; not appending a RUN_ERROR that may follow another");
+                }
+                Some(false) => {
+                    if let Err(secondary) = cx
+                        .writer
+                        .append(cx.run_id, vec![synthetic], cx.clock.now_ms())
+                        .await
+                    {
+                        tracing::error!(target: "reaper", run_id = cx.run_id, error = %secondary, "appending the synthesized RUN_ERROR failed");
+                        err.message = format!(
+                            "{}; appending the synthesized RUN_ERROR failed: {secondary}",
+                            err.message
+                        );
+                    }
+                }
             }
             (TerminalStatus::Failed, Some(err))
         }
@@ -115,18 +126,15 @@ pub async fn pipe_and_confirm(stream: ChunkStream, cx: PipeContext<'_>) -> Piped
     finish(&cx, started_at, status, error).await
 }
 
-/// Whether the log's last entry is a `RUN_ERROR`. Unknown (a failed read) counts as no.
-async fn ends_in_run_error(cx: &PipeContext<'_>) -> bool {
+/// Whether the log's last entry is a `RUN_ERROR`; `None` when a read failed and nobody knows.
+async fn ends_in_run_error(cx: &PipeContext<'_>) -> Option<bool> {
     let log = cx.writer.log;
-    let Ok(snapshot) = log.snapshot(cx.run_id).await else {
-        return false;
-    };
+    let snapshot = log.snapshot(cx.run_id).await.ok()?;
     if snapshot.len == 0 {
-        return false;
+        return Some(false);
     }
-    log.read(cx.run_id, snapshot.len - 1, 1)
-        .await
-        .is_ok_and(|last| last.first().is_some_and(|e| e.chunk.is_run_error()))
+    let last = log.read(cx.run_id, snapshot.len - 1, 1).await.ok()?;
+    Some(last.first().is_some_and(|e| e.chunk.is_run_error()))
 }
 
 async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, RunError> {
@@ -219,8 +227,9 @@ async fn flush(cx: &PipeContext<'_>, batch: &mut Vec<Chunk>) -> Result<(), RunEr
         .map_err(|e| RunError::new(e.to_string()))
 }
 
-/// `finish`: total, every step guarded; `close` runs after the terminal write landed or was suppressed
-/// by a lost claim, never after a write the store refused (the run is still `running`).
+/// `finish`: total, every step guarded; `close` runs only after the terminal write landed, and
+/// fenced like it: never after a write the store failed (the run is still `running`), and never
+/// after one the fence suppressed (the log belongs to the driver that took the run over).
 async fn finish(
     cx: &PipeContext<'_>,
     started_at: i64,
@@ -239,20 +248,28 @@ async fn finish(
         from_store: false,
     };
 
-    let recorded = match cx.writer.write_terminal(cx.run_id, &write).await {
-        Ok(TerminalResult::Written | TerminalResult::Suppressed) => true,
-        Err(error) => {
-            tracing::error!(target: "reaper", run_id = cx.run_id, %error, "recording the terminal run record failed; the log stays open for the next sweep");
-            false
+    match cx.writer.write_terminal(cx.run_id, &write).await {
+        Ok(TerminalResult::Written) => {
+            // Fenced like the write before it: the close is this driver's only while it holds
+            // the run.
+            match cx.writer.close(cx.run_id, cx.clock.now_ms()).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!(target: "reaper", run_id = cx.run_id, "the fence refused closing the log: another driver holds the run");
+                }
+                Err(error) => {
+                    tracing::error!(target: "reaper", run_id = cx.run_id, %error, "closing the run event log failed");
+                }
+            }
         }
-    };
-    if !recorded {
-        // The run is still `running` in the store: a closed log would refuse the next sweep's
-        // drive and turn a retryable write failure into a failed run.
-        return local;
-    }
-    if let Err(error) = cx.writer.log.close(cx.run_id, cx.clock.now_ms()).await {
-        tracing::error!(target: "reaper", run_id = cx.run_id, %error, "closing the run event log failed");
+        // The run is another driver's now: the log is its to write and close, never this one's.
+        Ok(TerminalResult::Suppressed) => {}
+        Err(error) => {
+            // The run is still `running` in the store: a closed log would refuse the next
+            // sweep's drive and turn a retryable write failure into a failed run.
+            tracing::error!(target: "reaper", run_id = cx.run_id, %error, "recording the terminal run record failed; the log stays open for the next sweep");
+            return local;
+        }
     }
     match cx.writer.runs.get(cx.run_id).await {
         Ok(Some(record)) => Piped {

@@ -203,6 +203,18 @@ pub trait RunStore: MaybeSend + MaybeSync {
     /// Applies a patch. An unknown `run_id` is a no-op: nothing is created, no error.
     async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError>;
 
+    /// [`RunStore::update`] by a holder of the run's claim: conditional on
+    /// `driverEpoch <= held_epoch` *in the same atomic step*, so a holder whose claim was taken
+    /// over (a paused process, an expired lease) can never land it (the cancel, a returning
+    /// viewer's attach). A missing row is a no-op (`Written(false)`); a landed patch is
+    /// `Written(true)`. Required, with no default: an unfenced fallback is the bug it exists for.
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError>;
+
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
 
     /// The `running` row with the greatest `startedAt` for the thread.
@@ -379,8 +391,16 @@ pub trait DeliveryLog: MaybeSend + MaybeSync {
         now: EpochMs,
     ) -> Result<Fenced<Appended>, StoreError>;
 
-    /// Terminalizes the log: live readers end, later appends are refused. Idempotent.
-    async fn close(&self, run_id: &str, now: EpochMs) -> Result<(), StoreError>;
+    /// Terminalizes the log: live readers end, later appends are refused. Idempotent. With
+    /// `fence = Some(epoch)` the close is conditional, as a fenced append is, on the run's
+    /// `driverEpoch` not being past `epoch` in the same atomic step (a superseded driver must not
+    /// close the log its successor is writing); `None` is the application's own close.
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError>;
 
     /// A bounded point-in-time view; an unknown run is an empty snapshot, never an error.
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError>;
@@ -441,8 +461,15 @@ pub trait ReclaimLedger: MaybeSend + MaybeSync {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 pub trait MessageStore: MaybeSend + MaybeSync {
-    /// Saves (or replaces) a run's transcript.
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError>;
+    /// Saves (or replaces) a run's transcript. With `fence = Some(epoch)` the save is
+    /// conditional, in the same atomic step, on the run's `driverEpoch` not being past `epoch`
+    /// (a missing run record does not refuse it), so a superseded drive cannot replace its
+    /// successor's transcript; `None` is an unfenced save (the application's own).
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError>;
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError>;
 }
 
@@ -561,6 +588,9 @@ pub trait ExitProbe: MaybeSend + MaybeSync {
 pub struct DriveRequest {
     pub run_id: String,
     pub thread_id: String,
+    /// The epoch the drive's claim holds: every write the drive makes itself (the transcript)
+    /// is fenced on it. `None` for a drive outside a claim.
+    pub fence: Option<u64>,
 }
 
 /// Produces the run's remaining output as chunks under a cancel signal. An `Err` from `drive`

@@ -14,12 +14,14 @@ use crate::claim::{
     await_log_quiescence, run_driver_lock_key, Claim, ClaimError, Writer, DEFAULT_FENCE_QUIET_MS,
 };
 use crate::domain::{EpochMs, LedgerCounts, ReclaimIntent, RunPatch, RunRecord, RunStatus};
-use crate::error::{ClaimRefusal, OptionsError, ReapError, ReclaimError, StoreError};
+use crate::error::{
+    ClaimRefusal, ObservedEpoch, OptionsError, ReapError, ReclaimError, StoreError,
+};
 use crate::pipe::{pipe_and_confirm, PipeContext, Piped};
 use crate::ports::{
-    CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe, LeaseGrant,
-    LeaseStore, Reclaim, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery,
-    Reclaimed, RunExitProbe, RunStore, Sleeper,
+    CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe, Fenced,
+    LeaseGrant, LeaseStore, Reclaim, ReclaimLedger, ReclaimableCursor, ReclaimablePage,
+    ReclaimableQuery, Reclaimed, RunExitProbe, RunStore, Sleeper,
 };
 
 pub const DEFAULT_MAX_RUNS: usize = 25;
@@ -1382,7 +1384,8 @@ async fn settle_intent(
             reason: "the record changed while its reclaim was retried".into(),
         });
     };
-    deps.logs.close(&run_id, deps.clock.now_ms()).await?;
+    // Unfenced: the run is terminal, so no driver can hold it any more.
+    deps.logs.close(&run_id, None, deps.clock.now_ms()).await?;
     settle(deps, options, &record, intent).await.map(|_| ())
 }
 
@@ -1481,7 +1484,16 @@ async fn drive_claimed(
             .await?;
         // Before the drive: when the drive's abort reaches the sandbox layer, it must read the
         // cancel and destroy, not re-detach.
-        deps.runs.update(run_id, RunPatch::cancel()).await?;
+        // Fenced as well: a holder superseded between the confirmation and this write never
+        // lands it.
+        if let Fenced::Superseded { observed } = deps
+            .runs
+            .update_fenced(run_id, claim.epoch, RunPatch::cancel())
+            .await?
+        {
+            claim.lose_lease();
+            return Err(claim.trip(ObservedEpoch::Epoch(observed)));
+        }
     }
 
     await_log_quiescence(
@@ -1502,6 +1514,7 @@ async fn drive_claimed(
             DriveRequest {
                 run_id: run_id.to_string(),
                 thread_id: record.thread_id.clone(),
+                fence: Some(claim.epoch),
             },
             signal.clone(),
         )

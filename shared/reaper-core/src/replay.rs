@@ -82,7 +82,7 @@ use crate::journal::{
 };
 use crate::pipe::{delivered_run_error, DELIVERED_RUN_ERROR};
 use crate::ports::{
-    CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, ExecOptions,
+    CancellationToken, ChunkStream, Clock, DeliveryLog, Drive, DriveRequest, ExecOptions, Fenced,
     MessageStore, RunStore, SandboxHandle, SandboxInstanceStore, SandboxProvider, Sleeper,
 };
 
@@ -640,10 +640,21 @@ impl Replay {
             exit_code: ending.exit_code(),
             saved_at: self.deps.clock.now_ms(),
         };
-        self.deps
+        match self
+            .deps
             .messages
-            .save_transcript(&transcript)
+            .save_transcript(&transcript, self.request.fence)
             .await
-            .map_err(failed)
+            .map_err(failed)?
+        {
+            Fenced::Written(()) => Ok(()),
+            // Another driver took the run over: its transcript stands, and this drive's writes
+            // are refused from here on (the pipe's fence says so too).
+            Fenced::Superseded { observed } => Err(DriveError::new(format!(
+                "saving the transcript of run {run_id} was refused: the run's driver epoch is                  {observed}, past this drive's {:?}; another driver holds the run",
+                self.request.fence
+            ))
+            .with_code("superseded")),
+        }
     }
 }

@@ -320,7 +320,7 @@ async fn close_snapshot_and_read_work_after_the_claim_is_lost() {
         .await;
     assert_eq!(store.snapshot("r").await.unwrap().len, 1);
     assert_eq!(store.read("r", 0, 10).await.unwrap().len(), 1);
-    store.close("r", NOW).await.unwrap();
+    store.close("r", None, NOW).await.unwrap();
     assert!(store.snapshot("r").await.unwrap().closed);
 }
 

@@ -40,8 +40,10 @@ async fn superseded_holder_paused_between_check_and_append_lands_nothing() {
     assert!(r.finished_at.is_none());
     assert_eq!(r.driver_epoch, Some(2));
     assert_eq!(entry(&report, "r").outcome, ReapOutcome::NotClaimed);
-    // close() still runs: a wedged log is worse (spec I.2.4).
-    assert_eq!(h.store.closes("r"), 1);
+    // The log is the successor's now: a superseded driver never closes it (the successor's
+    // appends would be refused and its finished run recorded failed).
+    assert_eq!(h.store.closes("r"), 0, "a superseded driver closed the log");
+    assert!(!h.memory.snapshot("r").await.unwrap().closed);
 }
 
 #[tokio::test(start_paused = true)]

@@ -130,9 +130,14 @@ impl DeliveryLog for Stall {
         }
         self.inner.append(run_id, fence, chunks, now).await
     }
-    async fn close(&self, run_id: &str, now: i64) -> Result<(), StoreError> {
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        now: i64,
+    ) -> Result<reaper_core::Fenced<()>, StoreError> {
         if self.at_append {
-            return self.inner.close(run_id, now).await;
+            return self.inner.close(run_id, fence, now).await;
         }
         self.reached.notify_one();
         std::future::pending().await

@@ -32,6 +32,14 @@ impl RunStore for CountingRuns {
     async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
         self.inner.update(run_id, patch).await
     }
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<reaper_core::Fenced<bool>, StoreError> {
+        self.inner.update_fenced(run_id, held_epoch, patch).await
+    }
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.inner.get(run_id).await
     }

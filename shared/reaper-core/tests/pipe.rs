@@ -389,7 +389,12 @@ async fn superseded_driver_cannot_terminalize_or_append() {
         f.log().await.is_empty(),
         "neither the chunk nor a RUN_ERROR may land"
     );
-    assert_eq!(f.store.closes("r1"), 1);
+    // The log is the successor's: closing it would refuse the successor's appends.
+    assert_eq!(
+        f.store.closes("r1"),
+        0,
+        "a superseded driver closed the log"
+    );
     let suppressed = logs
         .events()
         .iter()
@@ -408,7 +413,12 @@ async fn lost_lease_suppresses_the_aborted_write() {
         .await;
     assert_eq!(r.status, RunStatus::Running);
     assert!(r.finished_at.is_none());
-    assert_eq!(f.store.closes("r1"), 1);
+    // Whoever takes the run over next writes and closes its log.
+    assert_eq!(
+        f.store.closes("r1"),
+        0,
+        "a driver that lost its lease closed the log"
+    );
 }
 
 #[tokio::test]

@@ -305,6 +305,14 @@ async fn a_failed_in_use_check_destroys_nothing() {
         async fn update(&self, _id: &str, _p: reaper_core::RunPatch) -> Result<(), StoreError> {
             Err(StoreError::Unavailable("runs down".into()))
         }
+        async fn update_fenced(
+            &self,
+            _id: &str,
+            _e: u64,
+            _p: reaper_core::RunPatch,
+        ) -> Result<reaper_core::Fenced<bool>, StoreError> {
+            Err(StoreError::Unavailable("runs down".into()))
+        }
         async fn get(&self, _id: &str) -> Result<Option<RunRecord>, StoreError> {
             Err(StoreError::Unavailable("runs down".into()))
         }

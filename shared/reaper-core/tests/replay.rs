@@ -120,7 +120,11 @@ struct FailingMessages;
 
 #[async_trait::async_trait]
 impl MessageStore for FailingMessages {
-    async fn save_transcript(&self, _t: &Transcript) -> Result<(), StoreError> {
+    async fn save_transcript(
+        &self,
+        _t: &Transcript,
+        _fence: Option<u64>,
+    ) -> Result<reaper_core::Fenced<()>, StoreError> {
         Err(StoreError::Unavailable("injected save failure".into()))
     }
     async fn get_transcript(&self, _run_id: &str) -> Result<Option<Transcript>, StoreError> {
@@ -189,6 +193,7 @@ impl Case {
                 DriveRequest {
                     run_id: RUN.into(),
                     thread_id: THREAD.into(),
+                    fence: None,
                 },
                 signal.clone(),
             )
@@ -369,16 +374,19 @@ async fn non_zero_exit_saves_the_transcript_then_yields_run_error() {
 async fn transcript_is_saved_before_the_stream_ends_and_keeps_the_user_prompt() {
     let case = Case::new().await;
     case.store
-        .save_transcript(&Transcript {
-            run_id: RUN.into(),
-            thread_id: THREAD.into(),
-            messages: vec![TranscriptMessage {
-                role: "user".into(),
-                content: "go".into(),
-            }],
-            exit_code: None,
-            saved_at: 0,
-        })
+        .save_transcript(
+            &Transcript {
+                run_id: RUN.into(),
+                thread_id: THREAD.into(),
+                messages: vec![TranscriptMessage {
+                    role: "user".into(),
+                    content: "go".into(),
+                }],
+                exit_code: None,
+                saved_at: 0,
+            },
+            None,
+        )
         .await
         .unwrap();
     case.sandbox.write(&delta_journal(1..4));
@@ -614,6 +622,7 @@ fn zero_page_size_is_refused_when_the_drive_is_built() {
         DriveRequest {
             run_id: RUN.into(),
             thread_id: THREAD.into(),
+            fence: None,
         },
         CancellationToken::new(),
     );
@@ -768,8 +777,13 @@ impl DeliveryLog for CrashingStore {
         }
         self.die().await
     }
-    async fn close(&self, run_id: &str, now: i64) -> Result<(), StoreError> {
-        self.inner.close(run_id, now).await
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        now: i64,
+    ) -> Result<reaper_core::Fenced<()>, StoreError> {
+        self.inner.close(run_id, fence, now).await
     }
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
         self.inner.snapshot(run_id).await
@@ -786,12 +800,16 @@ impl DeliveryLog for CrashingStore {
 
 #[async_trait::async_trait]
 impl MessageStore for CrashingStore {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
-        self.inner.save_transcript(transcript).await?;
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<reaper_core::Fenced<()>, StoreError> {
+        let saved = self.inner.save_transcript(transcript, fence).await?;
         if matches!(self.crash, Some(Crash::AfterTranscriptSave)) {
             self.die().await
         }
-        Ok(())
+        Ok(saved)
     }
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {
         self.inner.get_transcript(run_id).await
@@ -814,6 +832,7 @@ async fn run_pipe(case: &Case, crash: Option<Crash>) -> Option<RunRecord> {
             DriveRequest {
                 run_id: RUN.into(),
                 thread_id: THREAD.into(),
+                fence: None,
             },
             signal.clone(),
         )
@@ -998,6 +1017,7 @@ async fn a_delivered_ending_is_yielded_even_when_the_transcript_save_fails() {
             DriveRequest {
                 run_id: RUN.into(),
                 thread_id: THREAD.into(),
+                fence: None,
             },
             CancellationToken::new(),
         )

@@ -2,14 +2,14 @@
 //! [`MessageStore`].
 
 use reaper_core::{
-    MessageStore, SandboxInstanceRecord, SandboxInstanceStore, StoreError, Transcript,
+    Fenced, MessageStore, SandboxInstanceRecord, SandboxInstanceStore, StoreError, Transcript,
     TranscriptMessage,
 };
 
 use reaper_sql::{sandbox_instances, transcripts};
 
 use crate::client::Statement;
-use crate::row::{corrupt, RowExt};
+use crate::row::{corrupt, safe_u, RowExt};
 use crate::D1Store;
 
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
@@ -65,21 +65,25 @@ impl SandboxInstanceStore for D1Store {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 impl MessageStore for D1Store {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError> {
         let body = serde_json::to_string(&transcript.messages)
             .map_err(|e| StoreError::Backend(format!("transcript does not serialise: {e}")))?;
-        self.one(Statement::new(
-            transcripts::SAVE,
+        let save = Statement::new(
+            transcripts::SAVE_FENCED,
             vec![
                 transcript.run_id.as_str().into(),
                 transcript.thread_id.as_str().into(),
                 body.into(),
                 transcript.exit_code.into(),
                 transcript.saved_at.into(),
+                fence.map(safe_u).into(),
             ],
-        ))
-        .await?;
-        Ok(())
+        );
+        self.fenced(save, &transcript.run_id, fence).await
     }
 
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {

@@ -148,6 +148,35 @@ impl D1Store {
             .unwrap_or_default())
     }
 
+    /// Runs a statement fenced on `fence` in its own SQL (a NULL fence never refuses), with a
+    /// read of the run's epoch in the same batch, so the answer says whether the fence refused
+    /// it: an epoch past the held one means the statement wrote nothing.
+    pub(crate) async fn fenced(
+        &self,
+        write: Statement,
+        run_id: &str,
+        fence: Option<u64>,
+    ) -> Result<reaper_core::Fenced<()>, StoreError> {
+        let Some(held) = fence else {
+            self.one(write).await?;
+            return Ok(reaper_core::Fenced::Written(()));
+        };
+        let epoch = Statement::new(reaper_sql::runs::EPOCH_BY_ID, vec![run_id.into()]);
+        let out = self.batch(vec![write, epoch]).await?;
+        let observed = match out[1].first() {
+            Some(row) => {
+                use crate::row::RowExt;
+                reaper_sql::runs::driver_epoch(row.opt_int("driver_epoch", run_id)?)
+                    .map_err(|reason| crate::row::corrupt(run_id, reason))?
+            }
+            None => None,
+        };
+        Ok(match observed.filter(|o| *o > held) {
+            Some(observed) => reaper_core::Fenced::Superseded { observed },
+            None => reaper_core::Fenced::Written(()),
+        })
+    }
+
     pub(crate) async fn batch(
         &self,
         statements: Vec<Statement>,

@@ -111,10 +111,15 @@ impl DeliveryLog for D1Store {
         Ok(Fenced::Written(Appended::At { first }))
     }
 
-    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
-        self.one(Statement::new(sql::CLOSE, vec![run_id.into()]))
-            .await?;
-        Ok(())
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        _now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
+        let held = SqlValue::from(fence.map(safe_u));
+        let close = Statement::new(sql::CLOSE_FENCED, vec![run_id.into(), held]);
+        self.fenced(close, run_id, fence).await
     }
 
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {

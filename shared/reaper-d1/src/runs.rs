@@ -202,6 +202,40 @@ impl RunStore for D1Store {
         Ok(())
     }
 
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let held = safe_u(held_epoch);
+        let set = assignments(&patch)?;
+        let update = sql::update_fenced(set.iter().map(|(name, _)| *name));
+        let mut params = vec![SqlValue::from(run_id)];
+        params.extend(set.into_iter().map(|(_, v)| v));
+        params.push(held.into());
+        // The fence is in the statement itself; the read after it shares its transaction.
+        let epoch = Statement::new(sql::EPOCH_BY_ID, vec![run_id.into()]);
+        let out = self
+            .batch(vec![Statement::new(update, params), epoch])
+            .await?;
+        if !out[0].is_empty() {
+            return Ok(Fenced::Written(true));
+        }
+        match out[1].first() {
+            None => Ok(Fenced::Written(false)),
+            Some(row) => match row.opt_int("driver_epoch", run_id)? {
+                Some(observed) if observed > held => Ok(Fenced::Superseded {
+                    observed: observed as u64,
+                }),
+                observed => Err(StoreError::Backend(format!(
+                    "run {run_id}: fenced update matched no row at epoch {observed:?} \
+                     (held {held})"
+                ))),
+            },
+        }
+    }
+
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         Ok(decode_all(&self.one(select_run(run_id)).await?)?.pop())
     }

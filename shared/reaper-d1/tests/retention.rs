@@ -90,19 +90,22 @@ async fn run_with_events(
             ..Default::default()
         };
         store.update(run_id, patch).await.unwrap();
-        store.close(run_id, 6).await.unwrap();
+        store.close(run_id, None, 6).await.unwrap();
     }
     store
-        .save_transcript(&Transcript {
-            run_id: run_id.into(),
-            thread_id: "thread".into(),
-            messages: vec![TranscriptMessage {
-                role: "assistant".into(),
-                content: format!("all of {run_id}"),
-            }],
-            exit_code: Some(0),
-            saved_at: 7,
-        })
+        .save_transcript(
+            &Transcript {
+                run_id: run_id.into(),
+                thread_id: "thread".into(),
+                messages: vec![TranscriptMessage {
+                    role: "assistant".into(),
+                    content: format!("all of {run_id}"),
+                }],
+                exit_code: Some(0),
+                saved_at: 7,
+            },
+            None,
+        )
         .await
         .unwrap();
 }

@@ -146,7 +146,7 @@ async fn main() {
             .append(&run.run_id, Some(epoch), chunks.to_vec(), NOW)
             .await
             .unwrap();
-        store.close(&run.run_id, NOW).await.unwrap();
+        store.close(&run.run_id, None, NOW).await.unwrap();
         let write = TerminalWrite {
             status: if expired {
                 TerminalStatus::Aborted

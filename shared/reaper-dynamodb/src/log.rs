@@ -45,6 +45,61 @@ enum BatchResult {
 }
 
 impl DynamoStore {
+    /// One write made conditional on the run's epoch: a `TransactWriteItems` of a
+    /// `ConditionCheck` on the run item (`driverEpoch <= held`; a missing run record does not
+    /// refuse it) and the write itself, so the two land together or not at all.
+    pub(crate) async fn fenced_write(
+        &self,
+        op: &str,
+        run_id: &str,
+        held: u64,
+        write: TransactWriteItem,
+    ) -> Result<Fenced<()>, StoreError> {
+        let table = self.table_name();
+        let check = ConditionCheck::builder()
+            .table_name(table)
+            .set_key(Some(key(run_pk(run_id), RUN_SK)))
+            .condition_expression("attribute_not_exists(#epoch) OR #epoch <= :held")
+            .expression_attribute_names("#epoch", run::DRIVER_EPOCH)
+            .expression_attribute_values(":held", n(held))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::Backend(format!("building the {op} of run {run_id}: {e}")))?;
+        let res = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().condition_check(check).build())
+            .transact_items(write)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track(op, &res);
+        let err = match res {
+            Ok(_) => return Ok(Fenced::Written(())),
+            Err(err) => err,
+        };
+        let reasons = match &err {
+            SdkError::ServiceError(ctx) => match ctx.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    c.cancellation_reasons().to_vec()
+                }
+                _ => return Err(self.map_err("TransactWriteItems", err)),
+            },
+            _ => return Err(self.map_err("TransactWriteItems", err)),
+        };
+        let fence_reason = reasons.first();
+        if code(fence_reason) == "ConditionalCheckFailed" {
+            let observed = fence_reason
+                .and_then(|r| r.item())
+                .map(|item| Reader::new(item, run_id.to_string()).opt_num::<u64>(run::DRIVER_EPOCH))
+                .transpose()?
+                .flatten();
+            if let Some(observed) = observed.filter(|o| *o > held) {
+                return Ok(Fenced::Superseded { observed });
+            }
+        }
+        Err(map_cancelled("TransactWriteItems", table, &reasons))
+    }
     fn cached_next_seq(&self, run_id: &str) -> u64 {
         let cache = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
         cache.get(run_id).copied().unwrap_or(0)
@@ -364,7 +419,12 @@ impl DeliveryLog for DynamoStore {
         }))
     }
 
-    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        _now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
         let mut e = Expr::default();
         e.set(log::CLOSED, AttributeValue::Bool(true));
         e.set(TTL, n(self.retention_ttl()));
@@ -373,6 +433,20 @@ impl DeliveryLog for DynamoStore {
         let seq = e.name(log::NEXT_SEQ);
         let zero = e.value(n(0));
         e.set_raw(log::NEXT_SEQ, format!("if_not_exists({seq}, {zero})"));
+        if let Some(held) = fence {
+            let update = Update::builder()
+                .table_name(self.table_name())
+                .set_key(Some(key(run_pk(run_id), LOG_SK)))
+                .update_expression(e.update_expression())
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .build()
+                .map_err(|e| {
+                    StoreError::Backend(format!("building the close of run {run_id}: {e}"))
+                })?;
+            let write = TransactWriteItem::builder().update(update).build();
+            return self.fenced_write("close", run_id, held, write).await;
+        }
         let res = self
             .client
             .update_item()
@@ -386,7 +460,7 @@ impl DeliveryLog for DynamoStore {
             .await;
         self.track("close", &res);
         res.map_err(|e| self.map_err("UpdateItem", e))?;
-        Ok(())
+        Ok(Fenced::Written(()))
     }
 
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {

@@ -1,9 +1,9 @@
 //! [`SandboxInstanceStore`] (`pk = SANDBOX#<key>`) and [`MessageStore`] (`pk = RUN#<runId>`,
 //! `sk = TRANSCRIPT`). Neither carries a TTL: transcripts must outlive the log's events.
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+use aws_sdk_dynamodb::types::{Put, ReturnConsumedCapacity, TransactWriteItem};
 use reaper_core::{
-    MessageStore, SandboxInstanceRecord, SandboxInstanceStore, StoreError, Transcript,
+    Fenced, MessageStore, SandboxInstanceRecord, SandboxInstanceStore, StoreError, Transcript,
 };
 
 use crate::layout::{
@@ -62,7 +62,27 @@ impl SandboxInstanceStore for DynamoStore {
 
 #[async_trait::async_trait]
 impl MessageStore for DynamoStore {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError> {
+        if let Some(held) = fence {
+            let put = Put::builder()
+                .table_name(self.table_name())
+                .set_item(Some(transcript_item(transcript)))
+                .build()
+                .map_err(|e| {
+                    StoreError::Backend(format!(
+                        "building the transcript save of run {}: {e}",
+                        transcript.run_id
+                    ))
+                })?;
+            let write = TransactWriteItem::builder().put(put).build();
+            return self
+                .fenced_write("save_transcript", &transcript.run_id, held, write)
+                .await;
+        }
         let res = self
             .client
             .put_item()
@@ -73,7 +93,7 @@ impl MessageStore for DynamoStore {
             .await;
         self.track("save_transcript", &res);
         res.map_err(|e| self.map_err("PutItem", e))?;
-        Ok(())
+        Ok(Fenced::Written(()))
     }
 
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {

@@ -409,6 +409,118 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// [`RunStore::update`], fenced on `fence` in the request's own condition when given. A
+    /// missing run is `Written(false)`.
+    async fn update_run(
+        &self,
+        run_id: &str,
+        patch: RunPatch,
+        fence: Option<u64>,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let mut e = Expr::default();
+        if let Some(status) = patch.status {
+            e.set(run::STATUS, status_value(status));
+        }
+        fn field<T>(e: &mut Expr, attr: &str, p: &Patch<T>, to: impl Fn(&T) -> AttributeValue) {
+            match p {
+                Patch::Keep => {}
+                Patch::Clear => e.remove(attr),
+                Patch::Set(v) => e.set(attr, to(v)),
+            }
+        }
+        field(&mut e, run::FINISHED_AT, &patch.finished_at, |v| n(v));
+        field(&mut e, run::ERROR, &patch.error, run_error_value);
+        field(&mut e, run::USAGE, &patch.usage, json_to_attr);
+        field(&mut e, run::SANDBOX_KEY, &patch.sandbox_key, |v| s(v));
+        field(&mut e, run::DETACHED_SINCE, &patch.detached_since, |v| n(v));
+        field(
+            &mut e,
+            run::CANCEL_REQUESTED,
+            &patch.cancel_requested,
+            |v| AttributeValue::Bool(*v),
+        );
+        field(&mut e, run::DRIVER_EPOCH, &patch.driver_epoch, |v| n(v));
+        if e.is_empty() {
+            // Nothing to write, so nothing a stale holder could land: a read answers.
+            let Some(item) = self.get_run_item(run_id).await? else {
+                return Ok(Fenced::Written(false));
+            };
+            let observed =
+                layout::Reader::new(&item, run_id.to_string()).opt_num::<u64>(run::DRIVER_EPOCH)?;
+            return Ok(match (observed, fence) {
+                (Some(observed), Some(held)) if observed > held => Fenced::Superseded { observed },
+                _ => Fenced::Written(true),
+            });
+        }
+        // The sparse index follows `status == running && detachedSince present`, decided in the
+        // same request whenever the patch alone determines it; otherwise `fix_index` settles it
+        // from the returned item.
+        let status_known_not_running = patch.status.is_some_and(|s| s != RunStatus::Running);
+        match (&patch.detached_since, status_known_not_running) {
+            (_, true) | (Patch::Clear, _) => {
+                e.remove(GSI1_PK);
+                e.remove(GSI1_SK);
+            }
+            (Patch::Set(d), false) => {
+                e.set(GSI1_PK, s(DETACHED));
+                e.set(GSI1_SK, n(d));
+            }
+            (Patch::Keep, false) => {}
+        }
+        let pk = e.name(PK);
+        let mut condition = format!("attribute_exists({pk})");
+        if let Some(held) = fence {
+            let epoch = e.name(run::DRIVER_EPOCH);
+            let held = e.value(n(held));
+            condition.push_str(&format!(
+                " AND (attribute_not_exists({epoch}) OR {epoch} <= {held})"
+            ));
+        }
+        let res = self
+            .client
+            .update_item()
+            .table_name(self.table_name())
+            .set_key(Some(key(run_pk(run_id), RUN_SK)))
+            .update_expression(e.update_expression())
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("update", &res);
+        match res {
+            Ok(out) => {
+                if let Some(item) = out.attributes {
+                    self.fix_index(&item).await?;
+                }
+                Ok(Fenced::Written(true))
+            }
+            Err(err) => match condition_failed(&err) {
+                None => Err(self.map_err("UpdateItem", err)),
+                // An unknown run: a no-op by contract.
+                Some(None) => Ok(Fenced::Written(false)),
+                Some(Some(old)) => {
+                    let observed = layout::Reader::new(&old, run_id.to_string())
+                        .opt_num::<u64>(run::DRIVER_EPOCH)?;
+                    match (observed, fence) {
+                        (Some(observed), Some(held)) if observed > held => {
+                            Ok(Fenced::Superseded { observed })
+                        }
+                        _ => Err(StoreError::Conflict(format!(
+                            "update of run {run_id} lost its condition at epoch {observed:?} \
+                             while holding {fence:?}"
+                        ))),
+                    }
+                }
+            },
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl RunStore for DynamoStore {
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
@@ -447,71 +559,16 @@ impl RunStore for DynamoStore {
     }
 
     async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
-        let mut e = Expr::default();
-        if let Some(status) = patch.status {
-            e.set(run::STATUS, status_value(status));
-        }
-        fn field<T>(e: &mut Expr, attr: &str, p: &Patch<T>, to: impl Fn(&T) -> AttributeValue) {
-            match p {
-                Patch::Keep => {}
-                Patch::Clear => e.remove(attr),
-                Patch::Set(v) => e.set(attr, to(v)),
-            }
-        }
-        field(&mut e, run::FINISHED_AT, &patch.finished_at, |v| n(v));
-        field(&mut e, run::ERROR, &patch.error, run_error_value);
-        field(&mut e, run::USAGE, &patch.usage, json_to_attr);
-        field(&mut e, run::SANDBOX_KEY, &patch.sandbox_key, |v| s(v));
-        field(&mut e, run::DETACHED_SINCE, &patch.detached_since, |v| n(v));
-        field(
-            &mut e,
-            run::CANCEL_REQUESTED,
-            &patch.cancel_requested,
-            |v| AttributeValue::Bool(*v),
-        );
-        field(&mut e, run::DRIVER_EPOCH, &patch.driver_epoch, |v| n(v));
-        if e.is_empty() {
-            return Ok(());
-        }
-        // The sparse index follows `status == running && detachedSince present`, decided in the
-        // same request whenever the patch alone determines it; otherwise `fix_index` settles it
-        // from the returned item.
-        let status_known_not_running = patch.status.is_some_and(|s| s != RunStatus::Running);
-        match (&patch.detached_since, status_known_not_running) {
-            (_, true) | (Patch::Clear, _) => {
-                e.remove(GSI1_PK);
-                e.remove(GSI1_SK);
-            }
-            (Patch::Set(d), false) => {
-                e.set(GSI1_PK, s(DETACHED));
-                e.set(GSI1_SK, n(d));
-            }
-            (Patch::Keep, false) => {}
-        }
-        let pk = e.name(PK);
-        let res = self
-            .client
-            .update_item()
-            .table_name(self.table_name())
-            .set_key(Some(key(run_pk(run_id), RUN_SK)))
-            .update_expression(e.update_expression())
-            .condition_expression(format!("attribute_exists({pk})"))
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        self.track("update", &res);
-        match res {
-            Ok(out) => match out.attributes {
-                Some(item) => self.fix_index(&item).await,
-                None => Ok(()),
-            },
-            // An unknown run: a no-op by contract.
-            Err(err) if condition_failed(&err).is_some() => Ok(()),
-            Err(err) => Err(self.map_err("UpdateItem", err)),
-        }
+        self.update_run(run_id, patch, None).await.map(|_| ())
+    }
+
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.update_run(run_id, patch, Some(held_epoch)).await
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {

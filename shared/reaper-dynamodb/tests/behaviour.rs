@@ -422,7 +422,7 @@ async fn log_items_carry_a_ttl_and_expired_items_read_as_gone_while_transcripts_
         exit_code: Some(0),
         saved_at: NOW,
     };
-    store.save_transcript(&transcript).await.unwrap();
+    store.save_transcript(&transcript, None).await.unwrap();
     assert!(!get_raw(&store, "RUN#r", "TRANSCRIPT")
         .await
         .unwrap()

@@ -122,6 +122,7 @@ impl Case {
             DriveRequest {
                 run_id: self.run_id.clone(),
                 thread_id: "thread".into(),
+                fence: None,
             },
             CancellationToken::new(),
         )

@@ -126,6 +126,33 @@ impl RunStore for Chaos {
         self.after("update", run_id, r).await
     }
 
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.before("update_fenced", run_id).await?;
+        let what = format!("{patch:?}");
+        let r = self.store.update_fenced(run_id, held_epoch, patch).await;
+        match &r {
+            Ok(Fenced::Written(true)) => {
+                self.trace.event(format!(
+                    "{} update {run_id} at epoch {held_epoch}: {what}",
+                    self.actor
+                ));
+                self.trace
+                    .landed(run_id, held_epoch, "fenced update", &self.actor);
+            }
+            Ok(Fenced::Superseded { observed }) => self.trace.event(format!(
+                "{} update of {run_id} at epoch {held_epoch} fenced out by {observed}",
+                self.actor
+            )),
+            _ => {}
+        }
+        self.after("update_fenced", run_id, r).await
+    }
+
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.before("get", run_id).await?;
         let r = RunStore::get(&self.store, run_id).await;
@@ -242,9 +269,28 @@ impl DeliveryLog for Chaos {
         self.after("append", run_id, r).await
     }
 
-    async fn close(&self, run_id: &str, now: EpochMs) -> Result<(), StoreError> {
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
         self.before("close", run_id).await?;
-        let r = self.store.close(run_id, now).await;
+        let r = self.store.close(run_id, fence, now).await;
+        match (&r, fence) {
+            (Ok(Fenced::Written(())), Some(epoch)) => {
+                self.trace.event(format!(
+                    "{} closes the log of {run_id} at epoch {epoch}",
+                    self.actor
+                ));
+                self.trace.landed(run_id, epoch, "close", &self.actor);
+            }
+            (Ok(Fenced::Superseded { observed }), _) => self.trace.event(format!(
+                "{} close of {run_id} at {fence:?} fenced out by {observed}",
+                self.actor
+            )),
+            _ => {}
+        }
         self.after("close", run_id, r).await
     }
 
@@ -350,14 +396,32 @@ impl SandboxInstanceStore for Chaos {
 
 #[async_trait::async_trait]
 impl MessageStore for Chaos {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
-        self.before("save_transcript", &transcript.run_id).await?;
-        let r = self.store.save_transcript(transcript).await;
-        self.trace.event(format!(
-            "{} saves the transcript of {}",
-            self.actor, transcript.run_id
-        ));
-        self.after("save_transcript", &transcript.run_id, r).await
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError> {
+        let run_id = transcript.run_id.as_str();
+        self.before("save_transcript", run_id).await?;
+        let r = self.store.save_transcript(transcript, fence).await;
+        match &r {
+            Ok(Fenced::Written(())) => {
+                self.trace.event(format!(
+                    "{} saves the transcript of {run_id} (fence {fence:?})",
+                    self.actor
+                ));
+                if let Some(epoch) = fence {
+                    self.trace
+                        .landed(run_id, epoch, "transcript save", &self.actor);
+                }
+            }
+            Ok(Fenced::Superseded { observed }) => self.trace.event(format!(
+                "{} transcript save of {run_id} at {fence:?} fenced out by {observed}",
+                self.actor
+            )),
+            Err(_) => {}
+        }
+        self.after("save_transcript", run_id, r).await
     }
 
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {

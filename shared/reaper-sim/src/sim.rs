@@ -11,7 +11,7 @@ use reaper_core::domain::{
 };
 use reaper_core::error::{ClaimRefusal, ReapError};
 use reaper_core::memory::MemoryStore;
-use reaper_core::ports::{MessageStore, RunStore, SandboxInstanceStore};
+use reaper_core::ports::{Fenced, MessageStore, RunStore, SandboxInstanceStore};
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{reap_detached_runs, sweep, ReapDeps, ReapOptions, ReapReport};
 use reaper_core::reclaim::SandboxReclaimer;
@@ -229,7 +229,7 @@ fn seed_world(shared: &Shared, plan: &Plan) {
                 exit_code: None,
                 saved_at: T0,
             };
-            crate::ready(shared.store.save_transcript(&transcript)).expect("memory store");
+            crate::ready(shared.store.save_transcript(&transcript, None)).expect("memory store");
         }
     }
 }
@@ -323,7 +323,15 @@ async fn viewer_returns(s: &Shared, run_id: &str, hold_ms: u64) {
         detached_since: Patch::Clear,
         ..RunPatch::default()
     };
-    if chaos.update(run_id, attach).await.is_ok() {
+    // Fenced on the takeover's epoch: a lease that expired after its confirmation (and a sweep
+    // that claimed the run meanwhile) refuses the attach at the store.
+    let attached = chaos.update_fenced(run_id, claim.epoch, attach).await;
+    if let Ok(Fenced::Superseded { observed }) = &attached {
+        s.trace.event(format!(
+            "{who}'s attach was fenced out by epoch {observed}; leaves"
+        ));
+    }
+    if matches!(attached, Ok(Fenced::Written(true))) {
         let live = s.trace.holds_claim(run_id, &who);
         s.trace
             .event(format!("{who} is attached (claim current: {live})"));

@@ -12,6 +12,12 @@ pub const ENTRIES_TABLE: &str = "log_entries";
 pub const CLOSE: &str = "INSERT INTO logs (run_id, closed) VALUES (?1, 1) \
                          ON CONFLICT (run_id) DO UPDATE SET closed = 1";
 
+/// [`CLOSE`] fenced on a held epoch: it writes nothing while run `?1`'s `driver_epoch` is past
+/// `?2` (a NULL `?2` never refuses, and neither does a missing run), in the statement itself.
+pub const CLOSE_FENCED: &str = "INSERT INTO logs (run_id, closed) SELECT ?1, 1 \
+     WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND driver_epoch > ?2) \
+     ON CONFLICT (run_id) DO UPDATE SET closed = 1";
+
 /// A log's state: `closed`, `last_append_at`, `next_seq` and `pruned` (its events aged out, so
 /// it reads back empty). `?1` the run id.
 pub const SNAPSHOT: &str = "SELECT closed, last_append_at, next_seq, \

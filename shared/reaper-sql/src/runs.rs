@@ -199,6 +199,27 @@ pub fn update<'a>(columns: impl IntoIterator<Item = &'a str>) -> Option<String> 
     (!set.is_empty()).then(|| format!("UPDATE runs SET {} WHERE run_id = ?1", set.join(", ")))
 }
 
+/// [`update`] conditional on the fence: `?1` the run, the columns `?2 …`, then the held epoch
+/// last (`?{columns + 2}`). The fence is in the statement, as in [`WRITE_TERMINAL`]; it returns
+/// the run id when it landed. With no columns it still checks the fence (a no-op write), so the
+/// answer says whether the holder is current.
+pub fn update_fenced<'a>(columns: impl IntoIterator<Item = &'a str>) -> String {
+    let mut set: Vec<String> = columns
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| format!("{name} = ?{}", i + 2))
+        .collect();
+    if set.is_empty() {
+        set.push("run_id = run_id".into());
+    }
+    let held = set.len() + 2;
+    format!(
+        "UPDATE runs SET {} WHERE run_id = ?1 \
+         AND (driver_epoch IS NULL OR driver_epoch <= ?{held}) RETURNING run_id",
+        set.join(", ")
+    )
+}
+
 /// Why a stored status is corrupt: it is none of the five the schema allows. Such a row is
 /// never read as terminal, or as anything else.
 pub fn unknown_status(raw: &str) -> String {

@@ -2,14 +2,14 @@
 //! [`MessageStore`].
 
 use reaper_core::{
-    MessageStore, SandboxInstanceRecord, SandboxInstanceStore, StoreError, Transcript,
+    Fenced, MessageStore, SandboxInstanceRecord, SandboxInstanceStore, StoreError, Transcript,
     TranscriptMessage,
 };
 use reaper_sql::{sandbox_instances, transcripts};
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::{corrupt, store_err, store_err_for};
-use crate::SqliteStore;
+use crate::{fenced_outcome, immediate, to_i64, SqliteStore};
 
 #[async_trait::async_trait]
 impl SandboxInstanceStore for SqliteStore {
@@ -70,23 +70,34 @@ impl SandboxInstanceStore for SqliteStore {
 
 #[async_trait::async_trait]
 impl MessageStore for SqliteStore {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError> {
         let body = serde_json::to_string(&transcript.messages)
             .map_err(|e| StoreError::Backend(format!("transcript does not serialise: {e}")))?;
         let t = transcript.clone();
+        let held = fence.map(to_i64);
         self.call(move |c| {
-            c.prepare_cached(transcripts::SAVE)
-                .and_then(|mut s| {
-                    s.execute(params![
-                        t.run_id,
-                        t.thread_id,
-                        body,
-                        t.exit_code,
-                        t.saved_at
-                    ])
-                })
-                .map_err(store_err)?;
-            Ok(())
+            // The fence is in the statement; the transaction keeps the follow-up read of the
+            // epoch consistent with it.
+            immediate(c, |tx| {
+                let changed = tx
+                    .prepare_cached(transcripts::SAVE_FENCED)
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            t.run_id,
+                            t.thread_id,
+                            body,
+                            t.exit_code,
+                            t.saved_at,
+                            held
+                        ])
+                    })
+                    .map_err(store_err)?;
+                fenced_outcome(tx, &t.run_id, fence, changed)
+            })
         })
         .await
     }

@@ -270,6 +270,35 @@ pub(crate) fn immediate<T>(
     Ok(out)
 }
 
+/// The answer to a fenced statement that changed `changed` rows, read in its own transaction:
+/// nothing changed because the run's epoch is past `held` (`Superseded`), or for no reason the
+/// fence explains (a backend error, never taken for a refusal).
+pub(crate) fn fenced_outcome(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    held: Option<u64>,
+    changed: usize,
+) -> Result<reaper_core::Fenced<()>, StoreError> {
+    use rusqlite::OptionalExtension;
+    if changed > 0 {
+        return Ok(reaper_core::Fenced::Written(()));
+    }
+    let epoch: Option<Option<i64>> = tx
+        .query_row(reaper_sql::runs::EPOCH_BY_ID, [run_id], |r| r.get(0))
+        .optional()
+        .map_err(error::store_err)?;
+    let observed = reaper_sql::runs::driver_epoch(epoch.flatten())
+        .map_err(|reason| error::corrupt(run_id, reason))?;
+    match (observed, held) {
+        (Some(observed), Some(held)) if observed > held => {
+            Ok(reaper_core::Fenced::Superseded { observed })
+        }
+        _ => Err(StoreError::Backend(format!(
+            "run {run_id}: a fenced write changed nothing at epoch {observed:?} (held {held:?})"
+        ))),
+    }
+}
+
 /// Saturating conversions between the ports' unsigned counts and SQLite's signed integers.
 pub(crate) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)

@@ -7,7 +7,7 @@ use reaper_sql::logs as sql;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::error::{corrupt, store_err, store_err_for};
-use crate::{immediate, to_i64, SqliteStore};
+use crate::{fenced_outcome, immediate, to_i64, SqliteStore};
 
 pub use reaper_sql::logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
 
@@ -68,13 +68,22 @@ impl DeliveryLog for SqliteStore {
         .await
     }
 
-    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        _now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
         let run_id = run_id.to_string();
+        let held = fence.map(to_i64);
         self.call(move |c| {
-            c.prepare_cached(sql::CLOSE)
-                .and_then(|mut s| s.execute([&run_id]))
-                .map_err(store_err)?;
-            Ok(())
+            immediate(c, |tx| {
+                let changed = tx
+                    .prepare_cached(sql::CLOSE_FENCED)
+                    .and_then(|mut s| s.execute(params![run_id, held]))
+                    .map_err(store_err)?;
+                fenced_outcome(tx, &run_id, fence, changed)
+            })
         })
         .await
     }

@@ -11,7 +11,7 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 
 use crate::decode::Cells;
 use crate::error::{corrupt, store_err};
-use crate::{immediate, to_i64, SqliteStore};
+use crate::{fenced_outcome, immediate, to_i64, SqliteStore};
 
 pub(crate) fn parse_status(raw: &str, run_id: &str) -> Result<RunStatus, StoreError> {
     RunStatus::parse(raw).ok_or_else(|| corrupt(run_id, sql::unknown_status(raw)))
@@ -369,6 +369,47 @@ impl RunStore for SqliteStore {
         let run_id = run_id.to_string();
         // One statement: atomic on its own, and a no-op for an unknown run.
         self.call(move |c| update_row(c, &run_id, &patch)).await
+    }
+
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let run_id = run_id.to_string();
+        let held = to_i64(held_epoch);
+        self.call(move |c| {
+            let set = assignments(&patch)?;
+            let update = sql::update_fenced(set.iter().map(|(name, _)| *name));
+            let values = std::iter::once(Value::Text(run_id.clone()))
+                .chain(set.into_iter().map(|s| s.1))
+                .chain(std::iter::once(Value::Integer(held)));
+            // The fence is in the statement; the transaction keeps the follow-up read of the
+            // epoch consistent with it.
+            immediate(c, |tx| {
+                let landed = tx
+                    .prepare_cached(&update)
+                    .and_then(|mut stmt| stmt.exists(params_from_iter(values)))
+                    .map_err(store_err)?;
+                if landed {
+                    return Ok(Fenced::Written(true));
+                }
+                let exists = tx
+                    .query_row(sql::EPOCH_BY_ID, [&run_id], |_| Ok(()))
+                    .optional()
+                    .map_err(store_err)?
+                    .is_some();
+                if !exists {
+                    return Ok(Fenced::Written(false));
+                }
+                Ok(match fenced_outcome(tx, &run_id, Some(held_epoch), 0)? {
+                    Fenced::Written(()) => Fenced::Written(true),
+                    Fenced::Superseded { observed } => Fenced::Superseded { observed },
+                })
+            })
+        })
+        .await
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {

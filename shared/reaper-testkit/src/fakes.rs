@@ -276,6 +276,16 @@ impl RunStore for SpyStore {
         self.enter(Op::Update(run_id.into(), patch.clone()))?;
         self.inner.update(run_id, patch).await
     }
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        // Recorded as an update: what it writes is the same patch.
+        self.enter(Op::Update(run_id.into(), patch.clone()))?;
+        self.inner.update_fenced(run_id, held_epoch, patch).await
+    }
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.enter(Op::Get(run_id.into()))?;
         if lock(&self.hidden).contains(run_id) {
@@ -408,9 +418,14 @@ impl DeliveryLog for SpyStore {
         }
         Ok(result)
     }
-    async fn close(&self, run_id: &str, now: EpochMs) -> Result<(), StoreError> {
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
         self.enter(Op::Close(run_id.into()))?;
-        self.inner.close(run_id, now).await
+        self.inner.close(run_id, fence, now).await
     }
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
         self.enter(Op::Snapshot(run_id.into()))?;
@@ -787,6 +802,15 @@ impl<S: RunStore> RunStore for CountingRuns<S> {
     async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
         self.count();
         self.inner.update(run_id, patch).await
+    }
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.count();
+        self.inner.update_fenced(run_id, held_epoch, patch).await
     }
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.count();

@@ -214,8 +214,8 @@ pub async fn close_is_idempotent_and_refuses_later_appends<S: DeliveryLog + RunS
     let run = ctx.id("run");
     let chunks = texts("a", 3);
     append_at(log, &run, None, &chunks, 1_000).await?;
-    log.close(&run, 1_100).await?;
-    log.close(&run, 1_200).await?;
+    log.close(&run, None, 1_100).await?;
+    log.close(&run, None, 1_200).await?;
     ensure_eq!(
         log.append(&run, None, texts("late", 2), 1_300).await?,
         Fenced::Written(Appended::Closed),
@@ -241,7 +241,7 @@ pub async fn closing_a_log_that_was_never_appended_refuses_appends<
     ctx: &CaseContext,
 ) -> CaseResult {
     let run = ctx.id("run");
-    log.close(&run, 500).await?;
+    log.close(&run, None, 500).await?;
     ensure_eq!(
         log.append(&run, None, texts("a", 1), 600).await?,
         Fenced::Written(Appended::Closed),
@@ -370,7 +370,7 @@ pub async fn logs_of_different_runs_are_independent<S: DeliveryLog + RunStore + 
         0,
         "first offset of another run's log"
     );
-    log.close(&a, 30).await?;
+    log.close(&a, None, 30).await?;
     ensure_eq!(
         append_at(log, &b, None, &texts("b", 1), 40).await?,
         1,

@@ -60,7 +60,7 @@ pub async fn save_then_get_round_trips<S: MessageStore + ?Sized>(
     ctx: &CaseContext,
 ) -> CaseResult {
     let saved = transcript(ctx, "run");
-    store.save_transcript(&saved).await?;
+    store.save_transcript(&saved, None).await?;
     ensure_eq!(
         store.get_transcript(&saved.run_id).await?,
         Some(saved),
@@ -75,14 +75,14 @@ pub async fn save_replaces_the_transcript<S: MessageStore + ?Sized>(
     ctx: &CaseContext,
 ) -> CaseResult {
     let first = transcript(ctx, "run");
-    store.save_transcript(&first).await?;
+    store.save_transcript(&first, None).await?;
     let second = Transcript {
         messages: vec![message("assistant", "final")],
         exit_code: None,
         saved_at: first.saved_at + 1,
         ..first.clone()
     };
-    store.save_transcript(&second).await?;
+    store.save_transcript(&second, None).await?;
     ensure_eq!(
         store.get_transcript(&first.run_id).await?,
         Some(second),

@@ -126,6 +126,15 @@ impl RunStore for Flawed {
         self.inner.update(run_id, patch).await
     }
 
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.inner.update_fenced(run_id, held_epoch, patch).await
+    }
+
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         if self.flaw == Flaw::GetIsUnavailable {
             return Err(StoreError::Unavailable("injected outage".into()));
@@ -382,11 +391,16 @@ impl DeliveryLog for Flawed {
         }
     }
 
-    async fn close(&self, run_id: &str, now: EpochMs) -> Result<(), StoreError> {
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
         if self.flaw == Flaw::CloseIsIgnored {
-            return Ok(());
+            return Ok(Fenced::Written(()));
         }
-        self.inner.close(run_id, now).await
+        self.inner.close(run_id, fence, now).await
     }
 
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {
@@ -431,7 +445,11 @@ impl SandboxInstanceStore for Flawed {
 
 #[async_trait::async_trait]
 impl MessageStore for Flawed {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError> {
         if self.flaw == Flaw::SaveKeepsFirst
             && self
                 .inner
@@ -439,9 +457,9 @@ impl MessageStore for Flawed {
                 .await?
                 .is_some()
         {
-            return Ok(());
+            return Ok(Fenced::Written(()));
         }
-        self.inner.save_transcript(transcript).await
+        self.inner.save_transcript(transcript, fence).await
     }
 
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {
@@ -655,6 +673,14 @@ impl RunStore for WithoutListByThread {
     }
     async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
         self.0.update(run_id, patch).await
+    }
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.0.update_fenced(run_id, held_epoch, patch).await
     }
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         RunStore::get(&self.0, run_id).await
