@@ -16,11 +16,15 @@
 //! Invariants:
 //! - A sandbox id is validated (`[A-Za-z0-9-]`, 1–64 characters) before it is joined to the
 //!   root, so a hostile id is refused and never becomes a path.
-//! - Every command and agent leads its own process group and carries the sandbox's marker
-//!   variable (`REAPER_SANDBOX_DIR`); `destroy` signals every recorded group (agents, and execs
-//!   still running or with something left in their group) and every process that carries the
-//!   marker or works inside the sandbox's directory, so what an agent or an exec backgrounded
-//!   (`&`, `nohup`, `setsid`) does not survive its sandbox.
+//! - Every command and agent runs under a *keeper*, a child subreaper that leads its own process
+//!   group (`keeper.rs`, the crate's only unsafe code): orphans re-parent to it, never to init,
+//!   so whatever a command started stays its descendant however it left (`&`, `nohup`,
+//!   `setsid`, double forks, `cd /`, `env -i`). `destroy` kills the descendants of every keeper
+//!   and every process that carries the sandbox's marker variable (`REAPER_SANDBOX_DIR`) or works
+//!   inside its directory (a keeper always does, and the marker is the net for a process whose
+//!   keeper was SIGKILLed), the keepers last; anything alive after SIGKILL fails the destroy.
+//!   This needs no privilege, no cgroup and no namespace, so it works the same as root or not,
+//!   in a container or on a host.
 //! - The `.destroy-fails` fault-injection file is honoured only by a provider built to honour it
 //!   (demos, tests): an agent can write it, so production providers ignore it.
 //! - `exec` output is bounded while it is read: past the limit the command is killed and the
@@ -28,6 +32,7 @@
 //! - A recorded group is only signalled while it is still the one recorded (its leader's start
 //!   time matches), so a reused pid is never killed.
 
+mod keeper;
 mod meta;
 mod process;
 mod provider;

@@ -10,7 +10,7 @@ use reaper_core::{Clock, SandboxError, SandboxHandle, SandboxProvider};
 use crate::meta::{
     generate_sandbox_id, read_metadata, validate_sandbox_id, write_metadata, SandboxMetadata,
 };
-use crate::process::{group_alive, group_is_ours, SandboxProcesses};
+use crate::process::{group_alive, group_is_ours, send_signal, SandboxProcesses, AFTER_KILL_WAIT};
 use crate::sandbox::LocalSandbox;
 use crate::time::SystemClock;
 
@@ -269,10 +269,12 @@ impl SandboxProvider for LocalSandboxProvider {
     }
 
     /// Kills every process of the sandbox (SIGTERM, then SIGKILL after the grace period) and
-    /// removes its directory. A missing sandbox is `Ok`. "Every process" is the process group of
-    /// every agent and every `exec` (running, or finished with something left in the group),
-    /// plus any process that left its group (`setsid`, double forks) but still carries the
-    /// sandbox's marker variable or works inside its directory.
+    /// removes its directory. A missing sandbox is `Ok`. "Every process" is everything that
+    /// descends from the keeper of an agent or an `exec` (whatever group, session, directory or
+    /// environment it moved to), the recorded groups, and any process that still carries the
+    /// sandbox's marker variable or works inside its directory. Anything still alive after
+    /// SIGKILL fails the destroy and keeps the directory, so the failure is retried, never
+    /// reported as a success.
     async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
         let dir = self.shared.sandbox_dir(id)?;
         let lock = self.shared.lock_for(id);
@@ -302,11 +304,17 @@ impl SandboxProvider for LocalSandboxProvider {
         }
         let processes = SandboxProcesses::new(&dir, groups);
         processes
-            .terminate(self.shared.options.kill_grace)
+            .terminate(
+                self.shared.options.kill_grace,
+                AFTER_KILL_WAIT,
+                &send_signal,
+            )
             .await
-            .map_err(|(pgid, e)| {
+            .map_err(|survivors| {
                 SandboxError::Other(format!(
-                    "cannot kill process group {pgid} of sandbox {id}: {e}; it may still be running"
+                    "cannot destroy sandbox {id}: {} process(es) still running after SIGKILL: \
+                     {survivors}; the sandbox is kept so a later destroy can retry",
+                    survivors.0.len()
                 ))
             })?;
         remove_dir(&dir).await.map_err(|e| {

@@ -1,7 +1,7 @@
 //! One sandbox: running commands and starting journaled agents in it.
 
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +12,11 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::watch;
 
+use crate::keeper;
 use crate::meta::{read_metadata, write_metadata, AgentRecord, SandboxMetadata};
-use crate::process::{group_alive, signal_group, start_time, SANDBOX_MARKER_ENV};
+use crate::process::{
+    group_alive, kill_below_keeper, signal_group, start_time, SANDBOX_MARKER_ENV,
+};
 use crate::provider::Shared;
 
 /// A handle to one live sandbox. Cheap to clone.
@@ -113,16 +116,29 @@ impl LocalSandbox {
         let _held = lock.lock().await;
         // Checked under the lock: a sandbox destroyed a moment ago must not get a new agent.
         let mut meta = self.metadata().await?;
-        let mut child = self
-            .command(&journaled_command(agent_command, &paths))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| self.spawn_error("agent", e))?;
-        let pid = child
+        let mut command = self.command(&journaled_command(agent_command, &paths));
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let pending = keeper::install(&mut command).map_err(|e| self.spawn_error("agent", e))?;
+        let child = command.spawn().map_err(|e| self.spawn_error("agent", e))?;
+        let pgid = child
             .id()
-            .ok_or_else(|| SandboxError::Other("agent exited before its pid was read".into()))?;
-        let pgid = pid as i32;
+            .ok_or_else(|| SandboxError::Other("agent exited before its pid was read".into()))?
+            as i32;
+        let started = match pending.spawned() {
+            Ok(mut report) => report.command_pid().await.map(|pid| (pid, report)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the agent keeper's report");
+                None
+            }
+        };
+        let Some((pid, mut report)) = started else {
+            kill_below_keeper(pgid);
+            let _ = signal_group(pgid, Signal::SIGKILL);
+            return Err(SandboxError::Other(format!(
+                "the keeper of a new agent in sandbox {} died before it reported the agent",
+                self.id
+            )));
+        };
         meta.agents.push(AgentRecord {
             run_id: run_id.to_string(),
             pid,
@@ -131,12 +147,16 @@ impl LocalSandbox {
         });
         if let Err(e) = write_metadata(&self.dir, &meta).await {
             // An agent destroy could not find must not keep running.
+            kill_below_keeper(pgid);
             let _ = signal_group(pgid, Signal::SIGKILL);
             return Err(e);
         }
+        // The keeper itself is not waited for: it lives as long as anything the agent started,
+        // and the runtime reaps it whenever it exits.
+        drop(child);
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
-            let code = child.wait().await.map(exit_code).ok();
+            let code = report.exit_code().await;
             let _ = tx.send(Some(code));
         });
         tracing::debug!(sandbox = %self.id, run_id, pid, "agent started");
@@ -166,17 +186,9 @@ impl AgentProcess {
     }
 }
 
-fn exit_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(-1)
-}
-
-/// Kills a command's process group unless it finished: on a timeout, an output overflow, or the
-/// `exec` future being dropped. A finished command's group stays recorded while something it
-/// backgrounded is still in it, so `destroy` kills that too.
+/// Kills everything a command started unless it finished: on a timeout, an output overflow, or
+/// the `exec` future being dropped. A finished command's group (its keeper's) stays recorded
+/// while something it backgrounded is still alive, so `destroy` kills that too.
 struct GroupGuard<'a> {
     shared: &'a Shared,
     id: &'a str,
@@ -187,7 +199,8 @@ struct GroupGuard<'a> {
 impl Drop for GroupGuard<'_> {
     fn drop(&mut self) {
         if !self.finished {
-            let _ = signal_group(self.pgid, Signal::SIGKILL);
+            // Everything below the keeper, wherever it moved; the keeper then exits on its own.
+            kill_below_keeper(self.pgid);
         } else if group_alive(self.pgid).unwrap_or(true) {
             return;
         }
@@ -251,12 +264,10 @@ impl SandboxHandle for LocalSandbox {
     /// running, as on a remote sandbox, until the sandbox is destroyed; use `start_agent` for
     /// anything meant to outlive a call.
     async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError> {
-        let mut child = self
-            .command(command)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| self.spawn_error("command", e))?;
+        let mut cmd = self.command(command);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let pending = keeper::install(&mut cmd).map_err(|e| self.spawn_error("command", e))?;
+        let mut child = cmd.spawn().map_err(|e| self.spawn_error("command", e))?;
         let pgid = child
             .id()
             .ok_or_else(|| SandboxError::Other("command exited before its pid was read".into()))?
@@ -268,19 +279,32 @@ impl SandboxHandle for LocalSandbox {
             pgid,
             finished: false,
         };
+        let mut report = pending.spawned().map_err(|e| {
+            SandboxError::Other(format!(
+                "cannot read the command's keeper in {}: {e}",
+                self.id
+            ))
+        })?;
         let limit = self.shared.options.output_limit;
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        // The keeper is not waited for: it lives as long as anything the command left behind.
+        drop(child);
+        let lost = || {
+            SandboxError::Other(format!(
+                "lost the exit status of a command in {}: its keeper was killed",
+                self.id
+            ))
+        };
         let run = async {
             let (out, err) = tokio::try_join!(
                 read_capped(stdout, limit, "stdout"),
                 read_capped(stderr, limit, "stderr"),
             )?;
-            let status = child.wait().await.map_err(|e| {
-                SandboxError::Other(format!("cannot wait for command in {}: {e}", self.id))
-            })?;
-            Ok::<_, SandboxError>((out, err, status))
+            report.command_pid().await.ok_or_else(lost)?;
+            let code = report.exit_code().await.ok_or_else(lost)?;
+            Ok::<_, SandboxError>((out, err, code))
         };
-        let (out, err, status) =
+        let (out, err, code) =
             match tokio::time::timeout(Duration::from_millis(options.timeout_ms), run).await {
                 Ok(result) => result?,
                 Err(_) => return Err(SandboxError::Timeout(options.timeout_ms)),
@@ -289,7 +313,7 @@ impl SandboxHandle for LocalSandbox {
         Ok(ExecOutput {
             stdout: String::from_utf8_lossy(&out).into_owned(),
             stderr: String::from_utf8_lossy(&err).into_owned(),
-            exit_code: exit_code(status),
+            exit_code: code,
         })
     }
 }

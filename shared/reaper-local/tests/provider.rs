@@ -228,6 +228,19 @@ async fn started_agent_writes_a_real_journal_and_keeps_running_after_the_call() 
     let journal = std::path::Path::new(sbx.journal_dir()).join("run-1.ndjson");
     assert!(common::wait_for_lines(&journal, 1).await);
     assert!(!process_dead(agent.pid));
+    // The recorded group is its keeper's, and the agent is in it.
+    let recorded = sbx.metadata().await.unwrap().agents[0].pgid;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", agent.pid)).unwrap();
+    let pgrp: i32 = stat
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split(' ')
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(pgrp, recorded);
     std::fs::write(&fifo, "go\n").unwrap();
     assert_eq!(agent.wait().await.unwrap(), 0);
     let text = std::fs::read_to_string(&journal).unwrap();
@@ -239,7 +252,6 @@ async fn started_agent_writes_a_real_journal_and_keeps_running_after_the_call() 
     assert_eq!(meta.agents.len(), 1);
     assert_eq!(meta.agents[0].run_id, "run-1");
     assert_eq!(meta.agents[0].pid, agent.pid);
-    assert_eq!(meta.agents[0].pgid, agent.pid as i32);
 }
 
 #[tokio::test]
