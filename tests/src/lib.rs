@@ -3,6 +3,8 @@
 //! never shipped.
 //!
 //! - [`util`]: unique labels, wall-clock ms, free ports, `eventually`, process state.
+//! - [`escape`]: processes that try to outlive their sandbox (`setsid`, double forks, `cd /`,
+//!   `env -i`), and whether they did.
 //! - [`sandbox`]: small questions asked through any [`reaper_core::SandboxHandle`].
 //! - [`sandboxd`] (feature `sandboxd`): a running `reaper-sandboxd` on loopback, and agents run
 //!   through it to their exit sentinel.
@@ -13,6 +15,7 @@
 //! A crate that finds its own binary (`env!("CARGO_BIN_EXE_…")`) keeps doing so; only other
 //! packages' binaries are located here.
 
+pub mod escape;
 pub mod sandbox;
 pub mod util;
 
