@@ -65,8 +65,15 @@ struct StatFields {
     ppid: i32,
     pgrp: i32,
     start_time: Option<u64>,
+    /// The command name (`comm`).
+    comm: String,
+}
+
+impl StatFields {
     /// Whether the command name is the keeper's (see [`KEEPER_COMM`]).
-    keeper: bool,
+    fn keeper(&self) -> bool {
+        self.comm == KEEPER_COMM
+    }
 }
 
 /// Fields of `/proc/<pid>/stat`. The command name (field 2) may contain spaces and parentheses,
@@ -86,7 +93,7 @@ fn stat_fields(pid: i32) -> Option<StatFields> {
         ppid,
         pgrp,
         start_time,
-        keeper: comm == KEEPER_COMM,
+        comm: comm.to_string(),
     })
 }
 
@@ -186,12 +193,13 @@ pub(crate) struct Member {
     pub(crate) pid: i32,
     start_time: Option<u64>,
     keeper: bool,
+    /// The command name when scanned, for the report.
+    comm: String,
 }
 
 impl std::fmt::Display for Member {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = std::fs::read_to_string(format!("/proc/{}/comm", self.pid)).unwrap_or_default();
-        write!(f, "pid {} ({})", self.pid, name.trim())
+        write!(f, "pid {} ({})", self.pid, self.comm)
     }
 }
 
@@ -258,7 +266,8 @@ impl SandboxProcesses {
             .map(|(pid, stat)| Member {
                 pid,
                 start_time: stat.start_time,
-                keeper: stat.keeper,
+                keeper: stat.keeper(),
+                comm: stat.comm,
             })
             .collect()
     }
@@ -359,5 +368,44 @@ pub(crate) fn group_is_ours(pgid: i32, recorded_start: Option<u64>) -> bool {
     match (recorded_start, start_time(pgid)) {
         (Some(recorded), Some(now)) => recorded == now,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real process that never receives its signals (a stand-in for one the reaper cannot
+    /// kill: another user's, or stuck in the kernel) must fail the kill, not pass as gone.
+    #[tokio::test]
+    async fn a_process_that_survives_sigkill_is_reported_not_passed_as_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut stubborn = std::process::Command::new("sleep")
+            .arg("1000")
+            .current_dir(dir.path())
+            .spawn()
+            .unwrap();
+        let pid = stubborn.id() as i32;
+        let deaf = move |target: i32, signal: Signal| {
+            if target == pid {
+                Ok(())
+            } else {
+                send_signal(target, signal)
+            }
+        };
+        let processes = SandboxProcesses::new(dir.path(), Vec::new());
+        let result = processes
+            .terminate(Duration::ZERO, Duration::from_millis(50), &deaf)
+            .await;
+        let _ = stubborn.kill();
+        let _ = stubborn.wait();
+        let survivors = result.expect_err("a live process passed as gone");
+        assert_eq!(
+            survivors.0.iter().map(|m| m.pid).collect::<Vec<_>>(),
+            vec![pid]
+        );
+        assert!(survivors
+            .to_string()
+            .contains(&format!("pid {pid} (sleep)")));
     }
 }
