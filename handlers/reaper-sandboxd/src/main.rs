@@ -58,13 +58,13 @@ struct Cli {
     #[arg(long)]
     token_file: Option<PathBuf>,
     /// Larger request bodies are refused with 413.
-    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, value_parser = at_least_one)]
     max_body_bytes: usize,
     /// Most stdout (and, separately, stderr) one exec may return; more is a 422 error.
-    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_BYTES, value_parser = at_least_one)]
     max_output_bytes: usize,
     /// Longest exec timeout a request may ask for.
-    #[arg(long, default_value_t = DEFAULT_MAX_EXEC_TIMEOUT_MS)]
+    #[arg(long, default_value_t = DEFAULT_MAX_EXEC_TIMEOUT_MS, value_parser = at_least_one_ms)]
     max_exec_timeout_ms: u64,
     /// Execs running at once; one more is answered 503 (too-many-execs) with Retry-After.
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_EXECS, value_parser = at_least_one)]
@@ -93,11 +93,26 @@ struct Cli {
     honor_destroy_fails_flag: bool,
 }
 
-/// A count of at least one: zero would refuse every request.
+/// A count or size of at least one: zero would fail every request that needs it, so it is
+/// refused at start-up (clap's usage error, exit 2) instead of after the daemon is up.
 fn at_least_one(value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("{value:?} is not a whole number of at least 1")),
+        _ => Err(format!(
+            "{value:?} is not a whole number of at least 1 (0 would fail every request that \
+             needs it)"
+        )),
+    }
+}
+
+/// A duration in milliseconds of at least one: a zero exec timeout would time out every exec.
+fn at_least_one_ms(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "{value:?} is not a whole number of milliseconds of at least 1 (0 would time out \
+             every exec)"
+        )),
     }
 }
 

@@ -6,16 +6,17 @@
 //! token holder. Here:
 //! - a connection that has not sent a complete request head within `header_read_timeout` (from
 //!   its start, and again while idle between requests) is closed;
-//! - at most `max_connections` are open; a new connection beyond that closes the oldest one
-//!   that is not serving a request (a slow or idle client never reached a handler, so it never
-//!   passed the token check), and is itself closed at once only when every open connection is
-//!   busy serving a request.
+//! - at most `max_connections` are open; a new connection beyond that is closed at once. An
+//!   open connection is never closed to make room: every one is either serving a request or
+//!   inside its header window, and a client that has just connected and not yet sent its head
+//!   (a legitimate one thinking, or waiting on its own side) must not lose its connection to a
+//!   churn of others. The header window is what bounds how long a slot can be held without
+//!   sending anything, so slow and silent clients still leave, and a refused client can retry.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -23,7 +24,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower_service::Service;
 
@@ -53,52 +54,10 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// One open connection: how many requests it is serving, and how to close it.
-struct Open {
-    serving: Arc<AtomicUsize>,
-    evict: oneshot::Sender<()>,
-}
+/// The number of open connections, decremented when a connection's task ends however it ends.
+struct Slot(Arc<AtomicUsize>);
 
-/// Open connections by accept order, so the oldest idle one is found first.
-#[derive(Default)]
-struct Registry {
-    next_id: u64,
-    open: BTreeMap<u64, Open>,
-}
-
-impl Registry {
-    /// Makes room for one more connection: `false` when every open one is serving a request.
-    fn make_room(&mut self, max: usize) -> bool {
-        if self.open.len() < max {
-            return true;
-        }
-        let idle = self
-            .open
-            .iter()
-            .find(|(_, c)| c.serving.load(Ordering::Acquire) == 0)
-            .map(|(&id, _)| id);
-        match idle.and_then(|id| self.open.remove(&id)) {
-            Some(oldest) => {
-                // The task may have ended already; either way it is gone from the count.
-                let _ = oldest.evict.send(());
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-/// Counts a request as being served while it lives (also when its future is dropped).
-struct Serving(Arc<AtomicUsize>);
-
-impl Serving {
-    fn start(counter: &Arc<AtomicUsize>) -> Self {
-        counter.fetch_add(1, Ordering::AcqRel);
-        Serving(counter.clone())
-    }
-}
-
-impl Drop for Serving {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
@@ -112,7 +71,10 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let registry = Arc::new(Mutex::new(Registry::default()));
+    let open = Arc::new(AtomicUsize::new(0));
+    // Whether the refusals since the cap was last reached were already logged at warn, so a
+    // churn of thousands of connections logs one warning, not thousands.
+    let mut refusing = false;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -134,42 +96,33 @@ pub async fn serve(
                 }
             },
         };
-        let (id, serving, evicted) = {
-            let mut registry = registry.lock().unwrap_or_else(|e| e.into_inner());
-            if !registry.make_room(limits.max_connections) {
-                tracing::warn!(%peer, max = limits.max_connections, "connection refused: every connection is serving a request (--max-connections)");
-                continue;
+        if open.load(Ordering::Acquire) >= limits.max_connections {
+            if refusing {
+                tracing::debug!(%peer, "connection refused (--max-connections)");
+            } else {
+                refusing = true;
+                tracing::warn!(%peer, max = limits.max_connections, "connections refused: the cap is reached, and an open connection is only closed when its header window ends (--max-connections, --header-read-timeout-ms)");
             }
-            let id = registry.next_id;
-            registry.next_id += 1;
-            let serving = Arc::new(AtomicUsize::new(0));
-            let (evict, evicted) = oneshot::channel();
-            registry.open.insert(
-                id,
-                Open {
-                    serving: serving.clone(),
-                    evict,
-                },
-            );
-            (id, serving, evicted)
-        };
+            drop(stream);
+            continue;
+        }
+        refusing = false;
+        open.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(open.clone());
         let app = app.clone();
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let serving = Serving::start(&serving);
             let mut app = app.clone();
             async move {
-                let _serving = serving;
                 let response = app.call(request.map(axum::body::Body::new)).await;
                 Ok::<_, Infallible>(response.unwrap_or_else(|never| match never {}))
             }
         });
         let http = http.clone();
-        let registry = registry.clone();
         let mut stopping = stop_rx.clone();
         connections.spawn(async move {
+            let _slot = slot;
             let connection = http.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
-            tokio::pin!(evicted);
             let mut draining = false;
             loop {
                 tokio::select! {
@@ -179,18 +132,12 @@ pub async fn serve(
                         }
                         break;
                     }
-                    Ok(()) = &mut evicted => {
-                        tracing::debug!(%peer, "idle connection closed to make room (--max-connections)");
-                        break;
-                    }
                     Ok(_) = stopping.wait_for(|stop| *stop), if !draining => {
                         draining = true;
                         connection.as_mut().graceful_shutdown();
                     }
                 }
             }
-            let mut registry = registry.lock().unwrap_or_else(|e| e.into_inner());
-            registry.open.remove(&id);
         });
     }
     drop(listener);

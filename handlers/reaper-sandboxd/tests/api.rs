@@ -603,9 +603,19 @@ async fn sigterm_stops_the_daemon_cleanly_and_its_agents_keep_running() {
     assert!(status.success(), "{status:?}");
     assert!(daemon.log().contains("shutting down"));
     assert!(!process_dead(agent.pid), "the agent died with the daemon");
-    // Clean up the agent's group ourselves: no daemon is left to destroy it.
+    // Clean up the agent's group (its keeper's) ourselves: no daemon is left to destroy it.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", agent.pid)).unwrap();
+    let pgid: i32 = stat
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split(' ')
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
     nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(agent.pid as i32),
+        nix::unistd::Pid::from_raw(pgid),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
@@ -639,4 +649,47 @@ async fn a_destroy_the_sandbox_refuses_is_a_reported_error_and_the_sandbox_stays
     assert!(provider.resume(sbx.id()).await.unwrap().is_none());
     // Destroying what is already gone is success: a retried reclaim must not fail.
     provider.destroy(sbx.id()).await.unwrap();
+}
+
+#[tokio::test]
+async fn zero_limits_are_refused_at_start_up_with_exit_2_naming_the_flag() {
+    use tokio::io::AsyncBufReadExt;
+    for flag in [
+        "--max-output-bytes",
+        "--max-body-bytes",
+        "--max-exec-timeout-ms",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(BIN)
+            .arg("--root")
+            .arg(tmp.path().join("s"))
+            .args(["--listen", "127.0.0.1:0", flag, "0"])
+            .env("REAPER_SANDBOXD_TOKEN", random_token())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // A daemon that starts prints its address line; one that refuses closes stdout silent.
+        let mut first = String::new();
+        tokio::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .await
+            .unwrap();
+        assert_eq!(first, "", "{flag} 0 was accepted: {first}");
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .await
+            .unwrap();
+        let status = child.wait().await.unwrap();
+        assert_eq!(status.code(), Some(2), "{flag} 0: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("at least 1"),
+            "{flag} 0: {stderr}"
+        );
+    }
 }
