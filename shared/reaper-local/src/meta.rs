@@ -43,10 +43,12 @@ pub(crate) fn generate_sandbox_id() -> Result<String, SandboxError> {
 #[serde(rename_all = "camelCase")]
 pub struct AgentRecord {
     pub run_id: String,
+    /// The agent's wrapper shell.
     pub pid: u32,
-    /// The agent's process group (its own pid: it leads a fresh group).
+    /// The group the agent's keeper leads (the keeper's pid). Sandboxes recorded before keepers
+    /// have the wrapper's own pid here, which led its group then: both are killed the same way.
     pub pgid: i32,
-    /// `/proc/<pid>/stat` start time, to avoid signalling a group whose id was reused.
+    /// `/proc/<pgid>/stat` start time, to avoid signalling a group whose id was reused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<u64>,
 }

@@ -259,8 +259,8 @@ impl SandboxHandle for LocalSandbox {
     }
 
     /// Runs `/bin/sh -c command` in the work directory with only `PATH`, `HOME`, `TMPDIR` and
-    /// `LC_ALL=C` set. Past `timeout_ms` the command's whole process group is killed and the call
-    /// is [`SandboxError::Timeout`]. Background processes a finished command left behind keep
+    /// `LC_ALL=C` set, under a keeper. Past `timeout_ms` everything the command started is killed
+    /// (wherever it moved) and the call is [`SandboxError::Timeout`]. Background processes a finished command left behind keep
     /// running, as on a remote sandbox, until the sandbox is destroyed; use `start_agent` for
     /// anything meant to outlive a call.
     async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError> {
