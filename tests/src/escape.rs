@@ -71,6 +71,7 @@ impl Escape {
 /// The escaped leaf: waits until the pid file names a process that is `sleep`, works in `/`
 /// and has an empty environment, i.e. has really left. Kills the process when dropped, so a
 /// failing test leaves nothing behind.
+#[derive(Debug)]
 pub struct Escaped {
     pub pid: u32,
 }
