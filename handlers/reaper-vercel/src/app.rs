@@ -18,7 +18,9 @@ use reaper_serverless::{
 
 use crate::auth::{CronSecret, SecretError, CRON_SECRET_ENV};
 use crate::budget::budget;
-use crate::request::{gate_with_status_token, oidc_token, STATUS_TOKEN_ENV, report_response, status_response, Route};
+use crate::request::{
+    gate_with_status_token, oidc_token, report_response, status_response, Route, STATUS_TOKEN_ENV,
+};
 use crate::schedule::{deployed_schedule, longest_interval, ScheduleError};
 
 /// How long writing the last-sweep mark may take: it runs inside the safety margin, after the
@@ -609,7 +611,10 @@ pub(crate) mod tests {
         assert_eq!(answer.status(), 200);
         assert!(answer.body().is_empty(), "{}", answer.body());
         assert_eq!(recording.status_reads.lock().unwrap().len(), 2);
-        assert!(recording.calls.lock().unwrap().is_empty(), "a status read swept");
+        assert!(
+            recording.calls.lock().unwrap().is_empty(),
+            "a status read swept"
+        );
     }
 
     #[tokio::test]
