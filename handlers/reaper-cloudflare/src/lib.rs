@@ -12,8 +12,11 @@
 //! - Every alarm time is absolute (`set_alarm` with a `DateTime`): worker's `i64` and
 //!   `Duration` forms are offsets from now.
 //! - Admin routes compare the bearer token in constant time and refuse when no token is set.
+//! - `GET`/`HEAD /status` answers the [`health`] verdict (200 or 503) to a bearer of the
+//!   read-only `REAPER_STATUS_TOKEN` (or the admin token); it never sweeps or writes runs.
 
 pub mod config;
+pub mod health;
 pub mod logging;
 pub mod meter;
 pub mod plan;

@@ -233,6 +233,7 @@ mod tests {
             DETACHED_TTL => Some("30m".into()),
             SANDBOXD_URL => Some("http://127.0.0.1:1".into()),
             SANDBOXD_TOKEN => Some("t".into()),
+            "REAPER_PLAN" => Some("paid".into()),
             _ => None,
         })
         .expect("a valid config");

@@ -217,6 +217,8 @@ mod tests {
             (DETACHED_TTL, "30m"),
             (SANDBOXD_URL, "http://127.0.0.1:1"),
             (SANDBOXD_TOKEN, "t"),
+            // These cases size a Paid deployment; Free's limits are config.rs's tests.
+            ("REAPER_PLAN", "paid"),
         ];
         pairs.extend_from_slice(extra);
         Config::from_lookup(|k| {
@@ -323,6 +325,7 @@ mod tests {
             "REAPER_SANDBOXD_URL" => Some("http://127.0.0.1:1".into()),
             "REAPER_SANDBOXD_TOKEN" => Some("t".into()),
             "REAPER_LOG_RETENTION" => Some("10m".into()),
+            "REAPER_PLAN" => Some("paid".into()),
             _ => None,
         })
         .unwrap_err();

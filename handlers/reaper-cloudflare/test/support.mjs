@@ -40,7 +40,9 @@ export async function startWorker({ vars = {}, secrets = {}, persist, database }
     // With `persist`, Durable Object storage (alarms included) and D1 live in that directory,
     // so a second Miniflare on it is the same deployment after its isolate was replaced.
     ...(persist ? { durableObjectsPersist: join(persist, "do"), d1Persist: join(persist, "d1") } : {}),
-    bindings: { ...wrangler.vars, ...vars, ...secrets },
+    // Paid's limits: Miniflare enforces no CPU limit, and the tests size batches of many runs
+    // (a test of the Free plan's sizing passes REAPER_PLAN itself).
+    bindings: { ...wrangler.vars, REAPER_PLAN: "paid", ...vars, ...secrets },
     handleStructuredLogs: (entry) => {
       logs.push(entry);
     },

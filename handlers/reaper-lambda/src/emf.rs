@@ -21,6 +21,10 @@ pub const LEASE_HELD: &str = "lease-held";
 /// 1 when the sweep could not run at all (lease store failed, invalid options, or the listing
 /// of detached runs failed).
 pub const SWEEP_FAILED: &str = "sweep-failed";
+/// 1 when the sweep listed the detached runs and finished, else 0: the heartbeat. `duration` is
+/// written by every invocation that returns, failed and lease-held ones included, so it cannot
+/// tell a working reaper from one that fails every tick.
+pub const SWEPT: &str = "swept";
 /// Reclaim-ledger entries not yet settled, and those whose destroy failed (may be billing).
 pub const SANDBOXES_PENDING: &str = "sandboxes-pending";
 pub const SANDBOXES_LEAKED: &str = "sandboxes-leaked";
@@ -45,6 +49,7 @@ pub fn metrics() -> Vec<(&'static str, &'static str)> {
         (DYNAMODB_REQUESTS, "Count"),
         (LEASE_HELD, "Count"),
         (SWEEP_FAILED, "Count"),
+        (SWEPT, "Count"),
         (SANDBOXES_PENDING, "Count"),
         (SANDBOXES_LEAKED, "Count"),
         (BACKLOG, "Count"),
@@ -84,6 +89,8 @@ pub fn document(
     );
     doc.insert(LEASE_HELD.into(), json!(held));
     doc.insert(SWEEP_FAILED.into(), json!(failed));
+    let swept = matches!(report.sweep.sweep, SweepStatus::Swept) && failed == 0;
+    doc.insert(SWEPT.into(), json!(u8::from(swept)));
     doc.insert(BACKLOG.into(), json!(r.slo.backlog));
     // A log field, not a metric: whether `backlog` is the count or a floor ("at least").
     doc.insert("backlogExact".into(), json!(r.slo.backlog_exact));
@@ -223,6 +230,7 @@ mod tests {
                 "dynamodb-requests",
                 "lease-held",
                 "sweep-failed",
+                "swept",
                 "sandboxes-pending",
                 "sandboxes-leaked",
                 "backlog",
@@ -329,6 +337,26 @@ mod tests {
             document(&report(SweepStatus::Swept), "Reaper", "f", 1)[SWEEP_FAILED],
             0
         );
+    }
+
+    #[test]
+    fn only_a_sweep_that_listed_and_finished_counts_as_swept() {
+        assert_eq!(document(&report(SweepStatus::Swept), "R", "f", 1)[SWEPT], 1);
+        let mut listing_failed = report(SweepStatus::Swept);
+        listing_failed.sweep.report.listing_error = Some("AccessDenied".into());
+        let held = report(SweepStatus::AlreadyRunning {
+            holder: "other".into(),
+            expires_at: 9,
+        });
+        let lease_failed = report(SweepStatus::LeaseUnavailable {
+            error: "AccessDenied".into(),
+        });
+        for r in [listing_failed, held, lease_failed] {
+            let doc = document(&r, "R", "f", 1);
+            assert_eq!(doc[SWEPT], 0, "{}", doc["sweepState"]);
+            // Still declared, so the heartbeat's Sum sees a 0, not a gap it could misread.
+            assert!(doc["_aws"].to_string().contains(SWEPT));
+        }
     }
 
     #[test]

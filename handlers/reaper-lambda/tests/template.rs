@@ -283,8 +283,15 @@ fn every_secret_arrives_only_as_a_secrets_manager_dynamic_reference_or_not_at_al
             "{param}"
         );
     }
-    assert_eq!(s(&vars["REAPER_PROVIDERS"]["!Ref"]), "Providers");
+    let join = seq(&vars["REAPER_PROVIDERS"]["!Join"]);
+    assert_eq!(s(&join[0]), ",");
+    assert_eq!(s(&join[1]["!Ref"]), "Providers");
     assert_eq!(s(&t["Parameters"]["Providers"]["Default"]), "sandboxd");
+}
+
+/// Whether a CloudFormation AllowedPattern (anchored by CloudFormation) admits "".
+fn regex_accepts_empty(pattern: &str) -> bool {
+    pattern.starts_with("^$") || pattern.contains("|^$") || pattern.ends_with(")?$")
 }
 
 fn serde_yaml_text(v: &Value) -> String {
@@ -452,16 +459,16 @@ fn the_heartbeat_alarms_after_k_schedule_intervals_without_a_finished_sweep() {
     let t = template();
     let a = alarm(&t, "HeartbeatAlarm");
     assert_eq!(s(&a["Namespace"]["!Ref"]), "MetricsNamespace");
-    // Every invocation that ends writes `duration` once; one that dies writes nothing.
-    assert_eq!(s(&a["MetricName"]), reaper_lambda::emf::DURATION);
+    // Only a sweep that listed and finished writes `swept` = 1; one that dies writes nothing.
+    assert_eq!(s(&a["MetricName"]), reaper_lambda::emf::SWEPT);
     assert!(reaper_lambda::emf::metrics()
         .iter()
-        .any(|(name, _)| *name == reaper_lambda::emf::DURATION));
+        .any(|(name, _)| *name == reaper_lambda::emf::SWEPT));
     assert_eq!(
         s(&dimension(a, reaper_lambda::emf::DIMENSION)["!Ref"]),
         "ReaperFunction"
     );
-    assert_eq!(s(&a["Statistic"]), "SampleCount");
+    assert_eq!(s(&a["Statistic"]), "Sum");
     assert_eq!(s(&a["ComparisonOperator"]), "LessThanThreshold");
     assert_eq!(a["Threshold"].as_u64(), Some(1));
     assert_eq!(s(&a["TreatMissingData"]), "breaching");
@@ -534,7 +541,7 @@ fn failed_invocations_and_undeliverable_ticks_land_in_one_queue_that_alarms() {
 }
 
 #[test]
-fn every_alarm_notifies_the_stacks_topic_and_an_email_subscription_is_optional() {
+fn every_alarm_notifies_the_stacks_topic_and_a_required_email_address_reads_it() {
     let t = template();
     let alarms: Vec<&str> = t["Resources"]
         .as_mapping()
@@ -560,10 +567,16 @@ fn every_alarm_notifies_the_stacks_topic_and_an_email_subscription_is_optional()
     }
     assert_eq!(s(&resource(&t, "AlarmTopic")["Type"]), "AWS::SNS::Topic");
     let sub = resource(&t, "AlarmEmailSubscription");
-    assert_eq!(s(&sub["Condition"]), "HasAlarmEmail");
+    assert!(
+        sub.get("Condition").is_none(),
+        "the subscription always exists"
+    );
     assert_eq!(s(&sub["Properties"]["Protocol"]), "email");
     assert_eq!(s(&sub["Properties"]["TopicArn"]["!Ref"]), "AlarmTopic");
-    assert_eq!(s(&t["Parameters"]["AlarmEmail"]["Default"]), "");
+    // No default: a bare deploy must name who reads the alarms, not alarm into the void.
+    let email = &t["Parameters"]["AlarmEmail"];
+    assert!(email.get("Default").is_none(), "{email:?}");
+    assert!(!regex_accepts_empty(s(&email["AllowedPattern"])));
     assert_eq!(
         s(&t["Outputs"]["AlarmTopic"]["Value"]["!Ref"]),
         "AlarmTopic"
@@ -689,4 +702,45 @@ fn the_committed_samconfig_deploys_two_stacks_with_iam_capability_and_known_para
         stacks.len() >= 2,
         "two stacks show the names do not collide: {stacks:?}"
     );
+}
+
+#[test]
+fn a_deploy_whose_enabled_providers_lack_their_settings_fails_on_a_rule() {
+    let t = template();
+    let rules = t["Rules"].as_mapping().expect("the template has Rules");
+    let required = [
+        ("sandboxd", &["SandboxdUrl", "SandboxdTokenSecretArn"][..]),
+        ("daytona", &["DaytonaApiKeySecretArn"][..]),
+        ("e2b", &["E2bApiKeySecretArn"][..]),
+        (
+            "vercel-sandbox",
+            &["VercelTokenSecretArn", "VercelTeamId"][..],
+        ),
+    ];
+    let allowed: Vec<&str> = seq(&t["Parameters"]["Providers"]["AllowedValues"])
+        .iter()
+        .map(s)
+        .collect();
+    assert_eq!(
+        allowed,
+        required.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        "one rule per provider the template accepts"
+    );
+    for (provider, params) in required {
+        let rule = rules
+            .values()
+            .find(|r| {
+                let c = seq(&r["RuleCondition"]["!Contains"]);
+                s(&c[0]["!Ref"]) == "Providers" && s(&c[1]) == provider
+            })
+            .unwrap_or_else(|| panic!("no rule for {provider}"));
+        for param in params {
+            let asserted = seq(&rule["Assertions"]).iter().any(|a| {
+                let eq = seq(&seq(&a["Assert"]["!Not"])[0]["!Equals"]);
+                s(&eq[0]["!Ref"]) == *param && s(&eq[1]).is_empty()
+            });
+            assert!(asserted, "{provider}: no assertion that {param} is set");
+            assert_eq!(s(&t["Parameters"][*param]["Default"]), "", "{param}");
+        }
+    }
 }

@@ -18,7 +18,9 @@ use reaper_serverless::{
 
 use crate::auth::{CronSecret, SecretError, CRON_SECRET_ENV};
 use crate::budget::budget;
-use crate::request::{gate, oidc_token, report_response, status_response, Route};
+use crate::request::{
+    gate_with_status_token, oidc_token, report_response, status_response, Route, STATUS_TOKEN_ENV,
+};
 use crate::schedule::{deployed_schedule, longest_interval, ScheduleError};
 
 /// How long writing the last-sweep mark may take: it runs inside the safety margin, after the
@@ -135,6 +137,11 @@ pub use reaper_serverless::SystemClock;
 pub enum StartupError {
     #[error(transparent)]
     Secret(#[from] SecretError),
+    #[error(
+        "{STATUS_TOKEN_ENV} is unusable (it follows CRON_SECRET's rules, read that as \
+         {STATUS_TOKEN_ENV}): {0}"
+    )]
+    StatusToken(SecretError),
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
@@ -159,6 +166,8 @@ fn budget_source(configured: Option<Duration>) -> &'static str {
 #[derive(Clone)]
 pub struct App {
     pub secret: CronSecret,
+    /// `REAPER_STATUS_TOKEN`: admits the status path only (Missing: only the cron secret does).
+    pub status_token: CronSecret,
     /// How long one invocation may run (Vercel's `maxDuration`).
     pub budget: Duration,
     pub sweeper: Arc<dyn Sweeper>,
@@ -191,6 +200,10 @@ impl App {
     ) -> Result<App, StartupError> {
         let secret = get(CRON_SECRET_ENV);
         let secret = CronSecret::from_env_value(secret.as_deref().map(std::ffi::OsStr::new))?;
+        let status_token = get(STATUS_TOKEN_ENV);
+        let status_token =
+            CronSecret::from_env_value(status_token.as_deref().map(std::ffi::OsStr::new))
+                .map_err(StartupError::StatusToken)?;
         let config = ServerlessConfig::from_env(get)?;
         config.aws_credentials.require_explicit()?;
         let budget = budget(config.budget);
@@ -206,6 +219,7 @@ impl App {
         let serverless = Arc::new(ServerlessSweeper::new(config, deps, limits));
         Ok(App {
             secret,
+            status_token,
             budget,
             sweeper: serverless.clone(),
             status: serverless,
@@ -218,7 +232,7 @@ impl App {
     pub async fn handle(&self, parts: &http::request::Parts) -> Response<String> {
         // The budget counts from the request's arrival: Vercel's clock started no later.
         let started_at = self.clock.now_ms();
-        let route = match gate(parts, &self.secret) {
+        let route = match gate_with_status_token(parts, &self.secret, &self.status_token) {
             Ok(route) => route,
             Err(refusal) => {
                 refusal.log(parts);
@@ -236,7 +250,12 @@ impl App {
             } else {
                 tracing::warn!(healthy = false, problems = ?status.problems, "status answered");
             }
-            return status_response(&status);
+            let mut response = status_response(&status);
+            if parts.method == http::Method::HEAD {
+                // The verdict is the status code; a HEAD answer carries no body.
+                response.body_mut().clear();
+            }
+            return response;
         }
         let header = |name: &str| {
             parts
@@ -461,6 +480,7 @@ pub(crate) mod tests {
         });
         let app = App {
             secret: CronSecret::from_env_value(secret.map(std::ffi::OsStr::new)).unwrap(),
+            status_token: CronSecret::Missing,
             budget: Duration::from_secs(300),
             sweeper: sweeper.clone(),
             status: sweeper.clone(),
@@ -567,6 +587,74 @@ pub(crate) mod tests {
             .unwrap()
             .starts_with("2 sandbox(es) of finished runs could not be destroyed"));
         assert!(leaking.calls.lock().unwrap().is_empty());
+    }
+
+    const STATUS_TOKEN: &str = "a-read-only-status-token";
+
+    fn with_status_token(mut app: App) -> App {
+        app.status_token =
+            CronSecret::from_env_value(Some(std::ffi::OsStr::new(STATUS_TOKEN))).unwrap();
+        app
+    }
+
+    #[tokio::test]
+    async fn the_status_token_reads_the_status_and_head_gets_the_verdict_alone() {
+        let (app, recording) = recording_app(Some(SECRET), SweepStatus::Swept);
+        let app = with_status_token(app);
+        let bearer = format!("Bearer {STATUS_TOKEN}");
+        let get = app.handle(&status_request(Some(&bearer))).await;
+        assert_eq!(get.status(), 200);
+        assert!(get.body().contains("\"healthy\":true"), "{}", get.body());
+        let mut head = status_request(Some(&bearer));
+        head.method = http::Method::HEAD;
+        let answer = app.handle(&head).await;
+        assert_eq!(answer.status(), 200);
+        assert!(answer.body().is_empty(), "{}", answer.body());
+        assert_eq!(recording.status_reads.lock().unwrap().len(), 2);
+        assert!(
+            recording.calls.lock().unwrap().is_empty(),
+            "a status read swept"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unhealthy_status_is_503_to_head_as_well() {
+        let (mut app, _) = recording_app(Some(SECRET), SweepStatus::Swept);
+        app.status = Arc::new(Recording {
+            calls: Mutex::default(),
+            status: SweepStatus::Swept,
+            status_reads: Mutex::default(),
+            leaked: 1,
+        });
+        let mut head = status_request(Some(&format!("Bearer {SECRET}")));
+        head.method = http::Method::HEAD;
+        let answer = app.handle(&head).await;
+        assert_eq!(answer.status(), 503);
+        assert!(answer.body().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_status_token_can_never_trigger_a_sweep() {
+        let (app, recording) = recording_app(Some(SECRET), SweepStatus::Swept);
+        let app = with_status_token(app);
+        let response = app
+            .handle(&cron("GET", Some(&format!("Bearer {STATUS_TOKEN}"))))
+            .await;
+        assert_eq!(response.status(), 401);
+        // HEAD is for the status path only: a HEAD to the sweep is refused, whoever sends it.
+        let head = app
+            .handle(&cron("HEAD", Some(&format!("Bearer {SECRET}"))))
+            .await;
+        assert_eq!(head.status(), 405);
+        assert_eq!(head.headers()[http::header::ALLOW], "GET, HEAD");
+        assert!(recording.calls.lock().unwrap().is_empty());
+        // With no cron secret at all, the status token still reads the status.
+        let (unset, _) = recording_app(None, SweepStatus::Swept);
+        let unset = with_status_token(unset);
+        let read = unset
+            .handle(&status_request(Some(&format!("Bearer {STATUS_TOKEN}"))))
+            .await;
+        assert_eq!(read.status(), 200);
     }
 
     #[tokio::test]

@@ -49,23 +49,51 @@ pub enum Refusal {
     SecretMissing,
 }
 
+/// The read-only token for the status path (`REAPER_STATUS_TOKEN`): a monitor holding it reads
+/// the verdict and can never trigger a sweep, unlike one holding `CRON_SECRET`.
+pub const STATUS_TOKEN_ENV: &str = "REAPER_STATUS_TOKEN";
+
 /// Decides whether a request is admitted, and to what: the path, then the method, then the
-/// secret (the status path is guarded exactly as the sweep), then the query.
+/// secret, then the query. The cron secret admits both routes.
 pub fn gate(parts: &http::request::Parts, secret: &CronSecret) -> Result<Route, Refusal> {
+    gate_with_status_token(parts, secret, &CronSecret::Missing)
+}
+
+/// [`gate`] where the status path also admits `status_token` (and `HEAD`, for monitors that
+/// default to it); the sweep admits only the cron secret and `GET`.
+pub fn gate_with_status_token(
+    parts: &http::request::Parts,
+    secret: &CronSecret,
+    status_token: &CronSecret,
+) -> Result<Route, Refusal> {
     if parts.uri.path() != CRON_PATH {
         return Err(Refusal::NotFound);
     }
-    if parts.method != Method::GET {
-        return Err(Refusal::MethodNotAllowed);
-    }
-    authorize(&parts.headers, secret).map_err(|e| match e {
-        AuthFailure::SecretMissing => Refusal::SecretMissing,
-        AuthFailure::Unauthorized => Refusal::Unauthorized,
-    })?;
     let asks_status = parts.uri.query().is_some_and(|q| {
         q.split('&')
             .any(|pair| pair.split('=').next() == Some(STATUS_QUERY))
     });
+    let head_status = asks_status && parts.method == Method::HEAD;
+    if parts.method != Method::GET && !head_status {
+        return Err(Refusal::MethodNotAllowed);
+    }
+    let to_refusal = |e| match e {
+        AuthFailure::SecretMissing => Refusal::SecretMissing,
+        AuthFailure::Unauthorized => Refusal::Unauthorized,
+    };
+    let by_cron = authorize(&parts.headers, secret);
+    if asks_status && by_cron.is_err() {
+        match (by_cron, authorize(&parts.headers, status_token)) {
+            (_, Ok(())) => {}
+            // Both missing: nobody can be admitted, a deploy mistake.
+            (Err(AuthFailure::SecretMissing), Err(AuthFailure::SecretMissing)) => {
+                return Err(Refusal::SecretMissing)
+            }
+            _ => return Err(Refusal::Unauthorized),
+        }
+    } else {
+        by_cron.map_err(to_refusal)?;
+    }
     Ok(if asks_status {
         Route::Status
     } else {
@@ -115,7 +143,8 @@ impl Refusal {
         let headers = response.headers_mut();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if self == Refusal::MethodNotAllowed {
-            headers.insert(header::ALLOW, HeaderValue::from_static("GET"));
+            // HEAD only for the status path (`?status`).
+            headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         }
         response
     }
@@ -247,12 +276,13 @@ mod tests {
 
     #[test]
     fn every_method_but_get_is_405_with_an_allow_header_even_with_the_secret() {
+        // HEAD is refused on the sweep; only the status path (`?status`) answers it.
         for method in ["POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"] {
             let refusal = gate(&parts(method, CRON_PATH, Some(&bearer())), &secret()).unwrap_err();
             assert_eq!(refusal, Refusal::MethodNotAllowed, "{method}");
             let response = refusal.response();
             assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
-            assert_eq!(response.headers()[header::ALLOW], "GET");
+            assert_eq!(response.headers()[header::ALLOW], "GET, HEAD");
             assert!(response.body().is_empty());
         }
     }

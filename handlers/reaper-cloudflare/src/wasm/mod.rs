@@ -16,7 +16,8 @@ use reaper_http_sandbox::{HttpProviderConfig, HttpSandboxProvider};
 use serde_json::json;
 use worker::*;
 
-use crate::config::{Config, ADMIN_TOKEN};
+use crate::config::{Config, ADMIN_TOKEN, STATUS_TOKEN};
+use crate::health;
 use crate::logging::{self, TARGET};
 use crate::meter::SubrequestMeter;
 use crate::plan;
@@ -36,6 +37,10 @@ const KEY_LAST_SWEEP: &str = "lastSweep";
 const KEY_SWEEPS: &str = "sweeps";
 const KEY_ATTEMPTS: &str = "attempts";
 const KEY_LAST_RETENTION: &str = "lastRetention";
+/// The [`health::Mark`] of the last alarm, judged by `/status`.
+const KEY_HEALTH: &str = "health";
+/// When the object first saw a request or alarm: a fresh deployment is not yet stale.
+const KEY_FIRST_SEEN: &str = "firstSeen";
 
 /// A `[vars]` setting or a secret.
 fn setting(env: &Env, name: &str) -> Option<String> {
@@ -130,6 +135,43 @@ impl RunReaper {
         Ok(n)
     }
 
+    /// When this object first saw a request (recorded on the first call).
+    async fn first_seen(&self, now: EpochMs) -> Result<EpochMs> {
+        let storage = self.state.storage();
+        match storage.get::<EpochMs>(KEY_FIRST_SEEN).await? {
+            Some(at) => Ok(at),
+            None => {
+                storage.put(KEY_FIRST_SEEN, now).await?;
+                Ok(now)
+            }
+        }
+    }
+
+    async fn mark(&self, mark: &health::Mark) -> Result<()> {
+        self.state.storage().put(KEY_HEALTH, mark).await
+    }
+
+    /// The health verdict: reads only (but for the first-seen time), never sweeps.
+    async fn health(&self) -> Result<Response> {
+        let now = now_ms();
+        let config = match config(&self.env) {
+            Ok(c) => c,
+            Err(e) => {
+                let body = json!({ "healthy": false, "now": now, "problems": [format!("the settings are unusable, so nothing sweeps: {e}")] });
+                return Ok(Response::from_json(&body)?.with_status(503));
+            }
+        };
+        let first = self.first_seen(now).await.ok();
+        let mark = self
+            .state
+            .storage()
+            .get::<health::Mark>(KEY_HEALTH)
+            .await
+            .map_err(|e| e.to_string());
+        let verdict = health::assess(&config, mark, now, first);
+        Ok(Response::from_json(&verdict)?.with_status(verdict.http_status()))
+    }
+
     /// Arms the alarm when it is missing, stale or too far out (bootstrap and cron watchdog).
     async fn ensure(&self, reason: &str) -> Result<Response> {
         let config = match config(&self.env) {
@@ -141,6 +183,7 @@ impl RunReaper {
         };
         let storage = self.state.storage();
         let now = now_ms();
+        self.first_seen(now).await?;
         let heal = plan::heal(&config, storage.get_alarm().await?, now);
         if let Some(at) = heal.arm_at() {
             storage.set_alarm(absolute(at)).await?;
@@ -249,6 +292,7 @@ impl DurableObject for RunReaper {
                 self.ensure(&reason).await
             }
             (Method::Get, "/status") => self.status().await,
+            (Method::Get, "/health") => self.health().await,
             #[cfg(feature = "test-hooks")]
             (_, p) if p.starts_with("/test/") => test_hooks::durable_object(self, req).await,
             _ => Response::error("not found", 404),
@@ -267,6 +311,11 @@ impl DurableObject for RunReaper {
                 tracing::error!(target: TARGET, error = %e, retry_at = start + BAD_CONFIG_RETRY_MS, "not sweeping: the settings are unusable");
                 self.record(json!({ "startedAt": start, "error": e.to_string() }))
                     .await?;
+                self.mark(&health::Mark::failed(
+                    format!("the settings are unusable: {e}"),
+                    start,
+                ))
+                .await?;
                 return Response::ok("configuration error");
             }
         };
@@ -288,6 +337,7 @@ impl DurableObject for RunReaper {
         match outcome {
             Ok((report, plan, store, used)) => {
                 logging::sweep_summary(&report, &plan, &used, next);
+                self.mark(&health::Mark::of(&report, end)).await?;
                 self.count(KEY_SWEEPS).await?;
                 self.record(json!({ "report": report, "plan": plan, "subrequests": used, "nextAlarm": next }))
                     .await?;
@@ -295,6 +345,11 @@ impl DurableObject for RunReaper {
             }
             Err(e) => {
                 tracing::error!(target: TARGET, error = %e, next_alarm = next, "the sweep could not start");
+                self.mark(&health::Mark::failed(
+                    format!("the sweep could not start: {e}"),
+                    end,
+                ))
+                .await?;
                 self.record(
                     json!({ "startedAt": start, "error": e.to_string(), "nextAlarm": next }),
                 )
@@ -308,21 +363,34 @@ impl DurableObject for RunReaper {
 /// Whether the request carries `Authorization: Bearer <REAPER_ADMIN_TOKEN>`. Refuses everything
 /// while the secret is unset: an admin route is never open.
 fn authorized(req: &Request, env: &Env) -> std::result::Result<(), Response> {
+    authorized_by(req, env, &[ADMIN_TOKEN], "admin routes")
+}
+
+/// Whether the request's bearer token is one of the `secrets` that are set. Refuses everything
+/// while none is set: the route is never open.
+fn authorized_by(
+    req: &Request,
+    env: &Env,
+    secrets: &[&str],
+    what: &str,
+) -> std::result::Result<(), Response> {
     let refuse = |status, message: &str| {
         let mut r = Response::error(message, status).expect("a static response");
         let _ = r.headers_mut().set("www-authenticate", "Bearer");
         r
     };
-    let Ok(expected) = env.secret(ADMIN_TOKEN).map(|s| s.to_string()) else {
-        return Err(refuse(
-            503,
-            "admin routes are disabled: set the REAPER_ADMIN_TOKEN secret",
-        ));
-    };
+    let expected: Vec<String> = secrets
+        .iter()
+        .filter_map(|name| env.secret(name).ok().map(|s| s.to_string()))
+        .filter(|s| !s.is_empty())
+        .collect();
     if expected.is_empty() {
         return Err(refuse(
             503,
-            "admin routes are disabled: REAPER_ADMIN_TOKEN is empty",
+            &format!(
+                "{what} are disabled: set the {} secret",
+                secrets.join(" or ")
+            ),
         ));
     }
     let given = req
@@ -333,17 +401,55 @@ fn authorized(req: &Request, env: &Env) -> std::result::Result<(), Response> {
         .and_then(|h| h.strip_prefix("Bearer ").map(str::to_string))
         .unwrap_or_default();
     // Constant time in the token's content (its length is not a secret worth hiding).
-    let same = given.len() == expected.len()
-        && given
-            .bytes()
-            .zip(expected.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    if same {
+    let same = |expected: &String| {
+        given.len() == expected.len()
+            && given
+                .bytes()
+                .zip(expected.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    };
+    if expected.iter().fold(false, |any, e| any | same(e)) {
         Ok(())
     } else {
         Err(refuse(401, "missing or wrong bearer token"))
     }
+}
+
+/// `GET`/`HEAD /status`: the health verdict for a monitor holding the read-only status token
+/// (or the admin token). 200 healthy, 503 not; HEAD gets the status alone.
+async fn status_route(req: &Request, env: &Env) -> Result<Response> {
+    let head = req.method() == Method::Head;
+    if !head && req.method() != Method::Get {
+        let mut r = Response::error("method not allowed", 405)?;
+        r.headers_mut().set("allow", "GET, HEAD")?;
+        return Ok(r);
+    }
+    let (status, body, verdict) =
+        match authorized_by(req, env, &[STATUS_TOKEN, ADMIN_TOKEN], "the status route") {
+            Err(mut refused) => (refused.status_code(), refused.text().await?, false),
+            Ok(()) => {
+                let mut verdict = reaper_stub(env)?
+                    .fetch_with_request(Request::new("https://reaper/health", Method::Get)?)
+                    .await?;
+                (verdict.status_code(), verdict.text().await?, true)
+            }
+        };
+    // A fresh response: one from a Durable Object's fetch has immutable headers.
+    let mut out = if head {
+        Response::empty()?
+    } else {
+        Response::ok(body)?
+    }
+    .with_status(status);
+    let headers = out.headers_mut();
+    headers.set("cache-control", "no-store")?;
+    if !verdict {
+        headers.set("www-authenticate", "Bearer")?;
+    } else if !head {
+        headers.set("content-type", "application/json")?;
+    }
+    Ok(out)
 }
 
 fn reaper_stub(env: &Env) -> Result<Stub> {
@@ -356,6 +462,9 @@ fn reaper_stub(env: &Env) -> Result<Stub> {
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     console::install();
     let path = req.path();
+    if path == "/status" {
+        return status_route(&req, &env).await;
+    }
     let admin = path.starts_with("/admin/") || path.starts_with("/test/");
     if !admin {
         return Response::error("not found", 404);
