@@ -1,0 +1,312 @@
+//! The Rust side of the TypeScript package's tests: everything here goes through the reaper's own
+//! store ports, so a test that passes proves the two languages agree on the same database.
+//!
+//! ```text
+//! reaper-tanstack-interop schema                       the SQLite migrations, as JSON
+//! reaper-tanstack-interop write <backend>  < corpus    writes a corpus through the Rust stores
+//! reaper-tanstack-interop read <backend>   < ids       reads it back, prints the corpus
+//! reaper-tanstack-interop drive <backend> <runId> <owner> <chunks> <leaseTtlMs>
+//!                                                      claims the run as the reaper does, appends
+//!                                                      fenced chunks, writes the fenced terminal
+//! reaper-tanstack-interop agent <sandboxRoot> <runId> <command>
+//!                                                      starts the agent in a new local sandbox,
+//!                                                      prints where, and waits for it to exit
+//! ```
+//!
+//! `<backend>` is `sqlite:<path>` or `dynamodb:<table>` (endpoint from `AWS_ENDPOINT_URL_DYNAMODB`).
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use reaper_core::claim::{Claim, ClaimError};
+use reaper_core::domain::{
+    NewRun, Patch, RunPatch, RunRecord, SandboxInstanceRecord, TerminalStatus, TerminalWrite,
+    Transcript,
+};
+use reaper_core::ports::{
+    DeliveryLog, Fenced, LeaseStore, MessageStore, RunStore, SandboxInstanceStore,
+};
+use reaper_core::Chunk;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+
+/// One run and everything kept about it, as both languages write it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    run: RunRecord,
+    #[serde(default)]
+    chunks: Vec<Value>,
+    #[serde(default)]
+    closed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    transcript: Option<Transcript>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    instance: Option<SandboxInstanceRecord>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Ids {
+    run_ids: Vec<String>,
+    #[serde(default)]
+    instance_keys: Vec<Option<String>>,
+}
+
+trait Stores: RunStore + DeliveryLog + MessageStore + SandboxInstanceStore + LeaseStore {}
+impl<T: RunStore + DeliveryLog + MessageStore + SandboxInstanceStore + LeaseStore> Stores for T {}
+
+async fn open(backend: &str) -> Result<Arc<dyn Stores>> {
+    if let Some(path) = backend.strip_prefix("sqlite:") {
+        let store = reaper_sqlite::SqliteStore::open(path)
+            .map_err(|e| anyhow!("opening {path}: {e}"))?;
+        Ok(Arc::new(store))
+    } else if let Some(table) = backend.strip_prefix("dynamodb:") {
+        let store =
+            reaper_dynamodb::DynamoStore::connect(reaper_dynamodb::DynamoOptions::new(table))
+                .await;
+        Ok(Arc::new(store))
+    } else {
+        bail!("backend {backend:?} is neither sqlite:<path> nor dynamodb:<table>")
+    }
+}
+
+async fn stdin_json<T: for<'de> Deserialize<'de>>() -> Result<T> {
+    let mut text = String::new();
+    tokio::io::stdin().read_to_string(&mut text).await?;
+    serde_json::from_str(&text).context("reading JSON from stdin")
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn set<T>(v: Option<T>) -> Patch<T> {
+    v.map(Patch::Set).unwrap_or_default()
+}
+
+async fn write(stores: &dyn Stores, entries: Vec<Entry>) -> Result<()> {
+    for e in entries {
+        let r = e.run;
+        stores
+            .create_or_resume(NewRun {
+                run_id: r.run_id.clone(),
+                thread_id: r.thread_id.clone(),
+                started_at: r.started_at,
+                status: Some(r.status),
+            })
+            .await?;
+        if !e.chunks.is_empty() {
+            let chunks = e
+                .chunks
+                .into_iter()
+                .map(|v| Chunk::from_value(v).ok_or_else(|| anyhow!("a chunk is not an object")))
+                .collect::<Result<Vec<_>>>()?;
+            stores.append(&r.run_id, None, chunks, now_ms()).await?;
+        }
+        if e.closed {
+            stores.close(&r.run_id, now_ms()).await?;
+        }
+        stores
+            .update(
+                &r.run_id,
+                RunPatch {
+                    status: None,
+                    finished_at: set(r.finished_at),
+                    error: set(r.error),
+                    usage: set(r.usage),
+                    sandbox_key: set(r.sandbox_key),
+                    detached_since: set(r.detached_since),
+                    cancel_requested: set(r.cancel_requested),
+                    driver_epoch: set(r.driver_epoch),
+                },
+            )
+            .await?;
+        if let Some(t) = e.transcript {
+            stores.save_transcript(&t).await?;
+        }
+        if let Some(i) = e.instance {
+            SandboxInstanceStore::upsert(stores, i).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn read(stores: &dyn Stores, ids: Ids) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for (i, run_id) in ids.run_ids.iter().enumerate() {
+        let run = RunStore::get(stores, run_id)
+            .await?
+            .ok_or_else(|| anyhow!("run {run_id:?} is missing"))?;
+        let snapshot = stores.snapshot(run_id).await?;
+        let mut chunks = Vec::new();
+        let mut from = 0;
+        loop {
+            let page = stores.read(run_id, from, 500).await?;
+            if page.is_empty() {
+                break;
+            }
+            for entry in page {
+                if entry.offset != from {
+                    bail!("run {run_id:?}: offset {} where {from} was next", entry.offset);
+                }
+                from += 1;
+                chunks.push(serde_json::from_str(entry.chunk.as_json())?);
+            }
+        }
+        let transcript = stores.get_transcript(run_id).await?;
+        let instance = match ids.instance_keys.get(i).cloned().flatten() {
+            Some(key) => SandboxInstanceStore::get(stores, &key).await?,
+            None => None,
+        };
+        out.push(Entry {
+            run,
+            chunks,
+            closed: snapshot.closed,
+            transcript,
+            instance,
+        });
+    }
+    Ok(out)
+}
+
+/// What the reaper's drive does with a claimed run, reduced to its writes: claim (lease, then
+/// epoch bump), fenced appends one chunk at a time, the fenced terminal write, release.
+async fn drive(
+    stores: Arc<dyn Stores>,
+    run_id: &str,
+    owner: &str,
+    n: usize,
+    ttl: u64,
+) -> Result<Value> {
+    let runs: &dyn RunStore = &*stores;
+    let leases: &dyn LeaseStore = &*stores;
+    let claim = match Claim::acquire(runs, leases, run_id, owner, now_ms(), ttl).await {
+        Ok(c) => c,
+        Err(ClaimError::Refused(e)) => return Ok(json!({"claimed": false, "why": e.to_string()})),
+        Err(ClaimError::Store(e)) => bail!("claim: {e}"),
+    };
+    let mut appended = 0;
+    let mut superseded = false;
+    for i in 0..n {
+        if claim.signal().is_cancelled() {
+            superseded = true;
+            break;
+        }
+        let chunk = Chunk::from_value(json!({
+            "type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": format!("rust-{i} ")
+        }))
+        .ok_or_else(|| anyhow!("chunk"))?;
+        match stores
+            .append(run_id, Some(claim.epoch), vec![chunk], now_ms())
+            .await?
+        {
+            Fenced::Written(_) => appended += 1,
+            Fenced::Superseded { .. } => {
+                superseded = true;
+                break;
+            }
+        }
+    }
+    let mut terminal = false;
+    if !superseded {
+        let write = TerminalWrite {
+            status: TerminalStatus::Completed,
+            finished_at: now_ms(),
+            error: None,
+        };
+        terminal = matches!(
+            runs.write_terminal(run_id, claim.epoch, &write).await?,
+            Fenced::Written(true)
+        );
+        if terminal {
+            stores.close(run_id, now_ms()).await?;
+        }
+    }
+    claim.release(leases).await;
+    Ok(json!({
+        "claimed": true, "epoch": claim.epoch, "appended": appended,
+        "superseded": superseded, "terminal": terminal
+    }))
+}
+
+async fn agent(root: &str, run_id: &str, command: &str) -> Result<()> {
+    let provider = reaper_local::LocalSandboxProvider::new(
+        reaper_local::LocalProviderOptions::new(root),
+    );
+    let sandbox = provider
+        .create(reaper_local::CreateOptions::default())
+        .await
+        .map_err(|e| anyhow!("creating the sandbox: {e}"))?;
+    let mut process = sandbox
+        .start_agent(run_id, command, None)
+        .await
+        .map_err(|e| anyhow!("starting the agent: {e}"))?;
+    println!(
+        "{}",
+        json!({
+            "sandboxId": reaper_core::ports::SandboxHandle::id(&sandbox),
+            "provider": reaper_local::DEFAULT_PROVIDER_NAME,
+            "dir": sandbox.dir(),
+        })
+    );
+    let code = process
+        .wait()
+        .await
+        .map_err(|e| anyhow!("waiting for the agent: {e}"))?;
+    eprintln!("agent exited {code}");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| {
+        args.get(i)
+            .cloned()
+            .ok_or_else(|| anyhow!("missing argument {i}; see the usage in src/main.rs"))
+    };
+    match arg(0)?.as_str() {
+        "schema" => {
+            let migrations: Vec<Value> = reaper_sql::MIGRATIONS
+                .iter()
+                .map(|m| {
+                    json!({"version": m.version, "description": m.description,
+                           "statements": m.statements})
+                })
+                .collect();
+            println!(
+                "{}",
+                json!({"version": reaper_sql::SCHEMA_VERSION, "migrations": migrations})
+            );
+        }
+        "write" => {
+            let stores = open(&arg(1)?).await?;
+            write(&*stores, stdin_json().await?).await?;
+        }
+        "read" => {
+            let stores = open(&arg(1)?).await?;
+            let out = read(&*stores, stdin_json().await?).await?;
+            println!("{}", serde_json::to_string(&out)?);
+        }
+        "drive" => {
+            let stores = open(&arg(1)?).await?;
+            let out = drive(
+                stores,
+                &arg(2)?,
+                &arg(3)?,
+                arg(4)?.parse()?,
+                arg(5)?.parse()?,
+            )
+            .await?;
+            println!("{out}");
+        }
+        "agent" => agent(&arg(1)?, &arg(2)?, &arg(3)?).await?,
+        other => bail!("unknown command {other:?}; see the usage in src/main.rs"),
+    }
+    Ok(())
+}
