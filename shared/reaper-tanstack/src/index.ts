@@ -3,3 +3,4 @@
 export * from './types.js'
 export * from './locks.js'
 export * from './middleware.js'
+export * from './journal.js'

@@ -8,7 +8,11 @@
 //! reaper-tanstack-interop drive <backend> <runId> <owner> <chunks> <leaseTtlMs>
 //!                                                      claims the run as the reaper does, appends
 //!                                                      fenced chunks, writes the fenced terminal
-//! reaper-tanstack-interop agent <sandboxRoot> <runId> <command>
+//! reaper-tanstack-interop sweep <backend> <sandboxRoot> <ttlMs> <journalDir> <runBudgetMs>
+//!                                                      one sweep of the Rust core (journal probe,
+//!                                                      replay drive, reclaim) over local sandboxes;
+//!                                                      prints the report
+//! reaper-tanstack-interop agent <sandboxRoot> <runId> <command> <journalDir>
 //!                                                      starts the agent in a new local sandbox,
 //!                                                      prints where, and waits for it to exit
 //! ```
@@ -57,15 +61,59 @@ struct Ids {
 trait Stores: RunStore + DeliveryLog + MessageStore + SandboxInstanceStore + LeaseStore {}
 impl<T: RunStore + DeliveryLog + MessageStore + SandboxInstanceStore + LeaseStore> Stores for T {}
 
+/// The core's sweep as the handlers compose it (`ReapDeps::journaled`), over one backend.
+async fn sweep(
+    backend: &str,
+    root: &str,
+    ttl_ms: u64,
+    journals: &str,
+    budget_ms: u64,
+) -> Result<Value> {
+    let provider: Arc<dyn reaper_core::ports::SandboxProvider> = Arc::new(
+        reaper_local::LocalSandboxProvider::new(reaper_local::LocalProviderOptions::new(root)),
+    );
+    let clock = Arc::new(reaper_local::SystemClock);
+    let sleeper = Arc::new(reaper_local::TokioSleeper);
+    let deps = if let Some(path) = backend.strip_prefix("sqlite:") {
+        let store =
+            reaper_sqlite::SqliteStore::open(path).map_err(|e| anyhow!("opening {path}: {e}"))?;
+        reaper_core::reap::ReapDeps::journaled(
+            Arc::new(store),
+            provider,
+            clock,
+            sleeper,
+            Some(journals.to_string()),
+        )
+    } else if let Some(table) = backend.strip_prefix("dynamodb:") {
+        let store =
+            reaper_dynamodb::DynamoStore::connect(reaper_dynamodb::DynamoOptions::new(table)).await;
+        reaper_core::reap::ReapDeps::journaled(
+            Arc::new(store),
+            provider,
+            clock,
+            sleeper,
+            Some(journals.to_string()),
+        )
+    } else {
+        bail!("backend {backend:?} is neither sqlite:<path> nor dynamodb:<table>")
+    };
+    let mut options =
+        reaper_core::reap::ReapOptions::new(ttl_ms, format!("interop:{}", std::process::id()));
+    // The app's own host stopped appending before the sweep starts in these tests.
+    options.fence_quiet_ms = 0;
+    options.run_budget_ms = budget_ms;
+    let report = reaper_core::reap::sweep(&deps, &options, 60_000).await;
+    Ok(serde_json::to_value(&report)?)
+}
+
 async fn open(backend: &str) -> Result<Arc<dyn Stores>> {
     if let Some(path) = backend.strip_prefix("sqlite:") {
-        let store = reaper_sqlite::SqliteStore::open(path)
-            .map_err(|e| anyhow!("opening {path}: {e}"))?;
+        let store =
+            reaper_sqlite::SqliteStore::open(path).map_err(|e| anyhow!("opening {path}: {e}"))?;
         Ok(Arc::new(store))
     } else if let Some(table) = backend.strip_prefix("dynamodb:") {
         let store =
-            reaper_dynamodb::DynamoStore::connect(reaper_dynamodb::DynamoOptions::new(table))
-                .await;
+            reaper_dynamodb::DynamoStore::connect(reaper_dynamodb::DynamoOptions::new(table)).await;
         Ok(Arc::new(store))
     } else {
         bail!("backend {backend:?} is neither sqlite:<path> nor dynamodb:<table>")
@@ -152,7 +200,10 @@ async fn read(stores: &dyn Stores, ids: Ids) -> Result<Vec<Entry>> {
             }
             for entry in page {
                 if entry.offset != from {
-                    bail!("run {run_id:?}: offset {} where {from} was next", entry.offset);
+                    bail!(
+                        "run {run_id:?}: offset {} where {from} was next",
+                        entry.offset
+                    );
                 }
                 from += 1;
                 chunks.push(serde_json::from_str(entry.chunk.as_json())?);
@@ -234,12 +285,14 @@ async fn drive(
     }))
 }
 
-async fn agent(root: &str, run_id: &str, command: &str) -> Result<()> {
-    let provider = reaper_local::LocalSandboxProvider::new(
-        reaper_local::LocalProviderOptions::new(root),
-    );
+async fn agent(root: &str, run_id: &str, command: &str, journals: &str) -> Result<()> {
+    let provider =
+        reaper_local::LocalSandboxProvider::new(reaper_local::LocalProviderOptions::new(root));
     let sandbox = provider
-        .create(reaper_local::CreateOptions::default())
+        .create(reaper_local::CreateOptions {
+            journal_dir: Some(journals.to_string()),
+            ..Default::default()
+        })
         .await
         .map_err(|e| anyhow!("creating the sandbox: {e}"))?;
     let mut process = sandbox
@@ -305,7 +358,18 @@ async fn main() -> Result<()> {
             .await?;
             println!("{out}");
         }
-        "agent" => agent(&arg(1)?, &arg(2)?, &arg(3)?).await?,
+        "sweep" => {
+            let report = sweep(
+                &arg(1)?,
+                &arg(2)?,
+                arg(3)?.parse()?,
+                &arg(4)?,
+                arg(5)?.parse()?,
+            )
+            .await?;
+            println!("{report}");
+        }
+        "agent" => agent(&arg(1)?, &arg(2)?, &arg(3)?, &arg(4)?).await?,
         other => bail!("unknown command {other:?}; see the usage in src/main.rs"),
     }
     Ok(())

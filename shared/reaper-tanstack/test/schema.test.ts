@@ -1,0 +1,56 @@
+// The SQLite schema is the reaper's own: the same statements, and a version this package does
+// not know is refused before anything is written.
+import { it } from 'node:test'
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
+import { interop, scratch } from './backends.js'
+import { MIGRATIONS, RUST_SCHEMA_VERSION } from '../src/schema.generated.js'
+import { ReaperSqlite } from '../src/sqlite.js'
+import { SCHEMA_VERSION, SchemaError } from '../src/types.js'
+
+it('the generated migrations are exactly the Rust reaper_sql::MIGRATIONS', () => {
+  const rust = JSON.parse(interop(['schema'])) as { version: number; migrations: unknown }
+  assert.equal(rust.version, RUST_SCHEMA_VERSION)
+  assert.equal(SCHEMA_VERSION, RUST_SCHEMA_VERSION, 'types.ts SCHEMA_VERSION follows the Rust schema')
+  assert.deepEqual(MIGRATIONS, rust.migrations, 'stale: run `node scripts/gen-schema.mjs <interop binary>`')
+})
+
+it('a database the Rust reaper created opens without a migration, and one this package created opens in Rust', () => {
+  const dir = scratch('schema')
+  const rustMade = join(dir, 'rust.db')
+  interop(['write', `sqlite:${rustMade}`], [])
+  const s = ReaperSqlite.open(rustMade)
+  const versions = s.db.prepare('SELECT version FROM reaper_schema ORDER BY version').all().map((r) => r.version)
+  assert.deepEqual(versions, [1, 2, 3, 4])
+  s.close()
+  const tsMade = join(dir, 'ts.db')
+  ReaperSqlite.open(tsMade).close()
+  assert.equal(interop(['read', `sqlite:${tsMade}`], { runIds: [] }).trim(), '[]')
+})
+
+it('a schema version newer than the package is refused and the file is left byte-for-byte as it was', () => {
+  const path = join(scratch('schema'), 'newer.db')
+  ReaperSqlite.open(path).close()
+  const db = new DatabaseSync(path)
+  db.prepare("INSERT INTO reaper_schema (version, description) VALUES (99, 'from the future')").run()
+  db.close()
+  const before = readFileSync(path)
+  assert.throws(() => ReaperSqlite.open(path), (e: unknown) => {
+    assert.ok(e instanceof SchemaError)
+    assert.match(e.message, /schema version 99, but this package writes version 4; nothing was written/)
+    return true
+  })
+  assert.deepEqual(readFileSync(path), before)
+})
+
+it("another application's SQLite file is refused, naming its tables", () => {
+  const path = join(scratch('schema'), 'foreign.db')
+  const db = new DatabaseSync(path)
+  db.exec('CREATE TABLE invoices (id INTEGER)')
+  db.close()
+  const before = readFileSync(path)
+  assert.throws(() => ReaperSqlite.open(path), /another application's SQLite database \(tables: invoices\)/)
+  assert.deepEqual(readFileSync(path), before)
+})
