@@ -12,6 +12,9 @@
 //!                                                      one sweep of the Rust core (journal probe,
 //!                                                      replay drive, reclaim) over local sandboxes;
 //!                                                      prints the report
+//! reaper-tanstack-interop agents <sandboxRoot> <journalDir> <command> <runId>...
+//!                                                      one finished agent per run, each in its own
+//!                                                      new local sandbox; prints where, once all exited
 //! reaper-tanstack-interop agent <sandboxRoot> <runId> <command> <journalDir>
 //!                                                      starts the agent in a new local sandbox,
 //!                                                      prints where, and waits for it to exit
@@ -102,6 +105,7 @@ async fn sweep(
     // The app's own host stopped appending before the sweep starts in these tests.
     options.fence_quiet_ms = 0;
     options.run_budget_ms = budget_ms;
+    options.max_runs = 1000;
     let report = reaper_core::reap::sweep(&deps, &options, 60_000).await;
     Ok(serde_json::to_value(&report)?)
 }
@@ -315,6 +319,47 @@ async fn agent(root: &str, run_id: &str, command: &str, journals: &str) -> Resul
     Ok(())
 }
 
+async fn agents(root: &str, journals: &str, command: &str, run_ids: &[String]) -> Result<()> {
+    let provider = Arc::new(reaper_local::LocalSandboxProvider::new(
+        reaper_local::LocalProviderOptions::new(root),
+    ));
+    // Concurrently: staging many trials must not dominate the test's time.
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, run_id) in run_ids.iter().enumerate() {
+        let (provider, run_id) = (provider.clone(), run_id.clone());
+        let (journals, command) = (journals.to_string(), command.to_string());
+        tasks.spawn(async move {
+            let sandbox = provider
+                .create(reaper_local::CreateOptions {
+                    journal_dir: Some(journals),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| anyhow!("creating the sandbox: {e}"))?;
+            let mut process = sandbox
+                .start_agent(&run_id, &command, None)
+                .await
+                .map_err(|e| anyhow!("starting the agent: {e}"))?;
+            let code = process
+                .wait()
+                .await
+                .map_err(|e| anyhow!("waiting for the agent: {e}"))?;
+            let id = reaper_core::ports::SandboxHandle::id(&sandbox).to_string();
+            anyhow::Ok((
+                i,
+                json!({ "runId": run_id, "sandboxId": id, "exitCode": code }),
+            ))
+        });
+    }
+    let mut out = vec![Value::Null; run_ids.len()];
+    while let Some(done) = tasks.join_next().await {
+        let (i, v) = done??;
+        out[i] = v;
+    }
+    println!("{}", Value::Array(out));
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -369,6 +414,7 @@ async fn main() -> Result<()> {
             .await?;
             println!("{report}");
         }
+        "agents" => agents(&arg(1)?, &arg(2)?, &arg(3)?, &args[4..]).await?,
         "agent" => agent(&arg(1)?, &arg(2)?, &arg(3)?, &arg(4)?).await?,
         other => bail!("unknown command {other:?}; see the usage in src/main.rs"),
     }
