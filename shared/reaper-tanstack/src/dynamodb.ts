@@ -33,6 +33,7 @@ import {
   type SandboxInstanceRecord,
   type SandboxInstanceStore,
   type DurabilityOptions,
+  type RunPatch,
   type Transcript,
   type TranscriptStore,
 } from './types.js'
@@ -268,37 +269,12 @@ export class ReaperDynamo {
         if (!isConditionFailure(e)) throw e
       }
     }
-    return {
-      createOrResume: async (input) => {
-        const status = input.status ?? 'running'
-        const item: Item = {
-          pk: S(runPk(input.runId)),
-          sk: S('RUN'),
-          entity: S('run'),
-          runId: S(input.runId),
-          threadId: S(input.threadId),
-          status: S(status),
-          startedAt: N(input.startedAt),
-          gsi2pk: S(threadPk(input.threadId)),
-          gsi2sk: N(input.startedAt),
-        }
-        try {
-          await client.send(
-            new PutItemCommand({
-              TableName: table,
-              Item: item,
-              ConditionExpression: 'attribute_not_exists(pk)',
-              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-            }),
-          )
-          return toRecord(item)
-        } catch (e) {
-          if (!isConditionFailure(e)) throw e
-          const old = (e as ConditionalCheckFailedException).Item
-          return old ? toRecord(old) : (await get(input.runId))!
-        }
-      },
-      update: async (runId, patch) => {
+    /** One UpdateItem (plus an index fix); with `held`, conditional on the epoch fence too. */
+    const patchRun = async (
+      runId: string,
+      patch: RunPatch,
+      held: number | undefined,
+    ): Promise<'written' | 'unknown' | 'superseded'> => {
         const set: Array<string> = []
         const remove: Array<string> = []
         const names: Record<string, string> = {}
@@ -335,7 +311,13 @@ export class ReaperDynamo {
           set.push('gsi1pk = :gsi1pk', 'gsi1sk = :detachedSince')
           values[':gsi1pk'] = S('DETACHED')
         }
-        if (set.length === 0 && remove.length === 0) return
+        if (held !== undefined) values[':held'] = N(held)
+        if (set.length === 0 && remove.length === 0) {
+          if (held === undefined) return 'written'
+          // An empty fenced patch still answers whether the holder is current.
+          set.push('#runId = #runId')
+          names['#runId'] = 'runId'
+        }
         const expr = [set.length ? `SET ${set.join(', ')}` : '', remove.length ? `REMOVE ${remove.join(', ')}` : '']
           .filter(Boolean)
           .join(' ')
@@ -345,17 +327,58 @@ export class ReaperDynamo {
               TableName: table,
               Key: { pk: S(runPk(runId)), sk: S('RUN') },
               UpdateExpression: expr,
-              ConditionExpression: 'attribute_exists(pk)',
+              ConditionExpression:
+                held === undefined
+                  ? 'attribute_exists(pk)'
+                  : 'attribute_exists(pk) AND (attribute_not_exists(driverEpoch) OR driverEpoch <= :held)',
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
               ExpressionAttributeNames: Object.keys(names).length ? names : undefined,
               ExpressionAttributeValues: Object.keys(values).length ? values : undefined,
               ReturnValues: 'ALL_NEW',
             }),
           )
           if (r.Attributes) await fixIndex(r.Attributes)
+          return 'written'
         } catch (e) {
-          if (!isConditionFailure(e)) throw e // an unknown run: a no-op
+          if (!isConditionFailure(e)) throw e
+          // An unknown run: a no-op. A known one failed only the fence.
+          return (e as ConditionalCheckFailedException).Item ? 'superseded' : 'unknown'
+        }
+    }
+    return {
+      createOrResume: async (input) => {
+        const status = input.status ?? 'running'
+        const item: Item = {
+          pk: S(runPk(input.runId)),
+          sk: S('RUN'),
+          entity: S('run'),
+          runId: S(input.runId),
+          threadId: S(input.threadId),
+          status: S(status),
+          startedAt: N(input.startedAt),
+          gsi2pk: S(threadPk(input.threadId)),
+          gsi2sk: N(input.startedAt),
+        }
+        try {
+          await client.send(
+            new PutItemCommand({
+              TableName: table,
+              Item: item,
+              ConditionExpression: 'attribute_not_exists(pk)',
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            }),
+          )
+          return toRecord(item)
+        } catch (e) {
+          if (!isConditionFailure(e)) throw e
+          const old = (e as ConditionalCheckFailedException).Item
+          return old ? toRecord(old) : (await get(input.runId))!
         }
       },
+      update: async (runId, patch) => {
+        await patchRun(runId, patch, undefined)
+      },
+      updateFenced: async (runId, held, patch) => patchRun(runId, patch, held),
       get,
       findActiveRun: async (threadId) => {
         const items = await this.queryAll({
@@ -619,9 +642,8 @@ export class ReaperDynamo {
         const i = await this.getItem(runPk(runId), 'TRANSCRIPT')
         return i ? toTranscript(i) : null
       },
-      save: async (t) => {
-        await this.client.send(
-          new PutItemCommand({
+      save: async (t, options = {}) => {
+        const put = {
             TableName: this.table,
             Item: {
               pk: S(runPk(t.runId)),
@@ -633,8 +655,35 @@ export class ReaperDynamo {
               ...(t.exitCode !== undefined ? { exitCode: N(t.exitCode) } : {}),
               savedAt: N(t.savedAt),
             },
-          }),
-        )
+        }
+        if (options.fence === undefined) {
+          await this.client.send(new PutItemCommand(put))
+          return true
+        }
+        // As the reaper's fenced save: a ConditionCheck on the run in the same transaction.
+        try {
+          await this.client.send(
+            new TransactWriteItemsCommand({
+              TransactItems: [
+                {
+                  ConditionCheck: {
+                    TableName: this.table,
+                    Key: { pk: S(runPk(t.runId)), sk: S('RUN') },
+                    ConditionExpression: 'attribute_not_exists(driverEpoch) OR driverEpoch <= :h',
+                    ExpressionAttributeValues: { ':h': N(options.fence) },
+                  },
+                },
+                { Put: put },
+              ],
+            }),
+          )
+          return true
+        } catch (e) {
+          if (e instanceof TransactionCanceledException && e.CancellationReasons?.[0]?.Code === 'ConditionalCheckFailed') {
+            return false
+          }
+          throw e
+        }
       },
       // Transcripts carry no thread index: the thread's runs (by-thread) name them.
       listByThread: async (threadId) => {

@@ -19,6 +19,7 @@ import {
   type SandboxInstanceStore,
   type TerminalWrite,
   type DurabilityOptions,
+  type RunPatch,
   type Transcript,
   type TranscriptStore,
 } from './types.js'
@@ -108,28 +109,24 @@ export class ReaperSqlite {
         return get(input.runId)!
       },
       update: async (runId, patch) => {
-        const set: Array<string> = []
-        const values: Array<SQLInputValue> = []
-        const col = (name: string, v: SQLInputValue) => {
-          set.push(`${name} = ?`)
-          values.push(v)
-        }
-        const has = (k: keyof typeof patch) => Object.hasOwn(patch, k)
-        if (has('status') && patch.status !== undefined) col('status', patch.status)
-        if (has('finishedAt')) col('finished_at', patch.finishedAt ?? null)
-        if (has('error')) {
-          col('error_message', patch.error?.message ?? null)
-          col('error_code', patch.error?.code ?? null)
-        }
-        if (has('usage')) col('usage', patch.usage === undefined ? null : JSON.stringify(patch.usage))
-        if (has('sandboxKey')) col('sandbox_key', patch.sandboxKey ?? null)
-        if (has('detachedSince')) col('detached_since', patch.detachedSince ?? null)
-        if (has('cancelRequested'))
-          col('cancel_requested', patch.cancelRequested === undefined ? null : patch.cancelRequested ? 1 : 0)
-        if (has('driverEpoch')) col('driver_epoch', patch.driverEpoch ?? null)
+        const { set, values } = patchColumns(patch)
         if (set.length === 0) return
         // An unknown run matches no row: a no-op, as the contract says.
         db.prepare(`UPDATE runs SET ${set.join(', ')} WHERE run_id = ?`).run(...values, runId)
+      },
+      updateFenced: async (runId, held, patch) => {
+        const { set, values } = patchColumns(patch)
+        if (set.length === 0) set.push('run_id = run_id')
+        return this.tx(() => {
+          const landed = db
+            .prepare(
+              `UPDATE runs SET ${set.join(', ')} WHERE run_id = ? ` +
+                'AND (driver_epoch IS NULL OR driver_epoch <= ?) RETURNING run_id',
+            )
+            .get(...values, runId, held)
+          if (landed) return 'written' as const
+          return get(runId) ? ('superseded' as const) : ('unknown' as const)
+        })
       },
       get: async (runId) => get(runId),
       findActiveRun: async (threadId) => {
@@ -275,12 +272,21 @@ export class ReaperSqlite {
         })()
       },
       close: async () => {
-        this.tx(() => {
-          fenced()
+        if (fence === undefined) {
           db.prepare(
             'INSERT INTO logs (run_id, closed) VALUES (?, 1) ON CONFLICT (run_id) DO UPDATE SET closed = 1',
           ).run(runId)
-        })
+          return
+        }
+        // The reaper's fenced close (reaper_sql::logs::CLOSE_FENCED): the fence in the statement.
+        const r = db
+          .prepare(
+            'INSERT INTO logs (run_id, closed) SELECT ?, 1 WHERE NOT EXISTS ' +
+              '(SELECT 1 FROM runs WHERE run_id = ? AND driver_epoch > ?) ' +
+              'ON CONFLICT (run_id) DO UPDATE SET closed = 1',
+          )
+          .run(runId, runId, fence)
+        if (r.changes === 0) throw new SupersededError(runId, fence)
       },
       snapshot: async () => {
         const m = meta()
@@ -309,18 +315,31 @@ export class ReaperSqlite {
           .get(runId)
         return r ? toTranscript(r as Row) : null
       },
-      save: async (t) => {
-        db.prepare(
-          'INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) VALUES (?, ?, ?, ?, ?) ' +
-            'ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, body = excluded.body, ' +
-            'exit_code = excluded.exit_code, saved_at = excluded.saved_at',
-        ).run(
+      save: async (t, options = {}) => {
+        const upsert =
+          'ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, body = excluded.body, ' +
+          'exit_code = excluded.exit_code, saved_at = excluded.saved_at'
+        const row = [
           t.runId,
           t.threadId,
           JSON.stringify(t.messages.map((m) => ({ role: m.role, content: m.content }))),
           t.exitCode ?? null,
           t.savedAt,
-        )
+        ] as const
+        if (options.fence === undefined) {
+          db.prepare(
+            `INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) VALUES (?, ?, ?, ?, ?) ${upsert}`,
+          ).run(...row)
+          return true
+        }
+        // The reaper's fenced save (reaper_sql::transcripts::SAVE_FENCED).
+        const r = db
+          .prepare(
+            'INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) SELECT ?, ?, ?, ?, ? ' +
+              `WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND driver_epoch > ?) ${upsert}`,
+          )
+          .run(...row, t.runId, options.fence)
+        return r.changes > 0
       },
       listByThread: async (threadId) =>
         db
@@ -402,6 +421,30 @@ export class ReaperSqlite {
       },
     }
   }
+}
+
+/** A patch's columns: a key present with `undefined` clears its column, an absent key keeps it. */
+function patchColumns(patch: RunPatch): { set: Array<string>; values: Array<SQLInputValue> } {
+  const set: Array<string> = []
+  const values: Array<SQLInputValue> = []
+  const col = (name: string, v: SQLInputValue) => {
+    set.push(`${name} = ?`)
+    values.push(v)
+  }
+  const has = (k: keyof RunPatch) => Object.hasOwn(patch, k)
+  if (has('status') && patch.status !== undefined) col('status', patch.status)
+  if (has('finishedAt')) col('finished_at', patch.finishedAt ?? null)
+  if (has('error')) {
+    col('error_message', patch.error?.message ?? null)
+    col('error_code', patch.error?.code ?? null)
+  }
+  if (has('usage')) col('usage', patch.usage === undefined ? null : JSON.stringify(patch.usage))
+  if (has('sandboxKey')) col('sandbox_key', patch.sandboxKey ?? null)
+  if (has('detachedSince')) col('detached_since', patch.detachedSince ?? null)
+  if (has('cancelRequested'))
+    col('cancel_requested', patch.cancelRequested === undefined ? null : patch.cancelRequested ? 1 : 0)
+  if (has('driverEpoch')) col('driver_epoch', patch.driverEpoch ?? null)
+  return { set, values }
 }
 
 function toRecord(r: Row): RunRecord {

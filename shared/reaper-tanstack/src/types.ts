@@ -71,14 +71,22 @@ export interface FencedRunOps {
   bumpEpoch: (runId: string) => Promise<EpochBump>
   /** Lands only while `driverEpoch` is absent or `<= heldEpoch`; `false` when superseded or unknown. */
   writeTerminal: (runId: string, heldEpoch: number, write: TerminalWrite) => Promise<boolean>
+  /**
+   * The claim holder's own patch (a cancel, a returning viewer's attach), conditional on the
+   * held epoch in the same atomic step, as `RunStore::update_fenced` in the Rust core.
+   */
+  updateFenced: (runId: string, heldEpoch: number, patch: RunPatch) => Promise<'written' | 'unknown' | 'superseded'>
 }
+
+export type RunPatch = Parameters<RunStore['update']>[1]
 
 export type ReaperRunStore = Required<RunStore> & FencedRunOps
 
 /** Transcripts by run, so a thread renders from every run's saved messages. */
 export interface TranscriptStore {
   get: (runId: string) => Promise<Transcript | null>
-  save: (transcript: Transcript) => Promise<void>
+  /** With `fence`, writes nothing (answers `false`) once a later claim exists. */
+  save: (transcript: Transcript, options?: { fence?: number }) => Promise<boolean>
   listByThread: (threadId: string) => Promise<Array<Transcript>>
 }
 

@@ -230,5 +230,30 @@ for (const name of BACKENDS) {
       assert.deepEqual(await withRunClaim(b.store.runs, locks, 'r-nobody', async () => 0), { claimed: false, reason: 'unknown' })
       assert.equal((await runs().get('r-fence'))!.driverEpoch, 2, 'a refused claim never moves the epoch')
     })
+
+    it('a superseded holder’s fenced close, transcript save and update land nothing, as the Rust ports', async () => {
+      await runs().createOrResume({ runId: 'r-fw', threadId: 'tfw', startedAt: 1 })
+      await runs().update('r-fw', { detachedSince: 5 })
+      const first = await b.store.runs.bumpEpoch('r-fw')
+      const second = await b.store.runs.bumpEpoch('r-fw')
+      assert.ok(first.claimed && second.claimed)
+      const stale = first.claimed ? first.epoch : -1
+      const current = second.claimed ? second.epoch : -1
+      const t = { runId: 'r-fw', threadId: 'tfw', messages: [{ role: 'user', content: 'x' }], savedAt: 3 }
+      assert.equal(await b.store.transcripts.save(t, { fence: stale }), false)
+      assert.equal(await b.store.transcripts.get('r-fw'), null)
+      assert.equal(await b.store.transcripts.save(t, { fence: current }), true)
+      assert.equal(await b.store.runs.updateFenced('r-fw', stale, { detachedSince: undefined }), 'superseded')
+      assert.equal((await runs().get('r-fw'))!.detachedSince, 5)
+      assert.equal(await b.store.runs.updateFenced('r-fw', current, { detachedSince: undefined, cancelRequested: true }), 'written')
+      const after = (await runs().get('r-fw'))!
+      assert.equal(after.detachedSince, undefined)
+      assert.equal(after.cancelRequested, true)
+      assert.equal(await b.store.runs.updateFenced('r-none', current, {}), 'unknown')
+      await assert.rejects(b.store.durability('r-fw', { fence: stale }).close(), /claimed by a later driver/)
+      await b.store.durability('r-fw').append([text('still open')])
+      await b.store.durability('r-fw', { fence: current }).close()
+      await assert.rejects(b.store.durability('r-fw').append([text('late')]), /closed/)
+    })
   })
 }

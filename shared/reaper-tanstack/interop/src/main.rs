@@ -161,7 +161,7 @@ async fn write(stores: &dyn Stores, entries: Vec<Entry>) -> Result<()> {
             stores.append(&r.run_id, None, chunks, now_ms()).await?;
         }
         if e.closed {
-            stores.close(&r.run_id, now_ms()).await?;
+            stores.close(&r.run_id, None, now_ms()).await?;
         }
         stores
             .update(
@@ -179,7 +179,7 @@ async fn write(stores: &dyn Stores, entries: Vec<Entry>) -> Result<()> {
             )
             .await?;
         if let Some(t) = e.transcript {
-            stores.save_transcript(&t).await?;
+            stores.save_transcript(&t, None).await?;
         }
         if let Some(i) = e.instance {
             SandboxInstanceStore::upsert(stores, i).await?;
@@ -279,7 +279,7 @@ async fn drive(
             Fenced::Written(true)
         );
         if terminal {
-            stores.close(run_id, now_ms()).await?;
+            stores.close(run_id, Some(claim.epoch), now_ms()).await?;
         }
     }
     claim.release(leases).await;
