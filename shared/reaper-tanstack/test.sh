@@ -19,7 +19,7 @@ node -e 'const [major, minor] = process.versions.node.split(".").map(Number); if
 
 stage "cargo build (reaper CLI, interop crate)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-(cd "$repo" && cargo build --quiet -p reaper-cli -p reaper-tanstack-interop)
+(cd "$repo" && cargo build --quiet --locked -p reaper-cli -p reaper-tanstack-interop)
 export REAPER_CLI="$CARGO_TARGET_DIR/debug/reaper"
 export REAPER_INTEROP="$CARGO_TARGET_DIR/debug/reaper-tanstack-interop"
 
