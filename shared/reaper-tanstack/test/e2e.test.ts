@@ -211,8 +211,13 @@ for (const name of ['sqlite', 'dynamodb'] as const) {
       await reattach(b.store.runs, staged.returned.runId)
       report = name === 'sqlite' ? sweepSqlite(b, root) : sweepCore(b, root)
     })
-    after(() => {
-      for (const s of Object.values(staged)) s.agent.process.kill()
+    after(async () => {
+      // Agents still waiting (the returned viewer's) are let finish, so none outlives the test.
+      for (const s of Object.values(staged)) {
+        const work = join(root, s.agent.sandboxId, 'work')
+        if (existsSync(work)) writeFileSync(join(work, 'go'), '')
+      }
+      await Promise.all(Object.values(staged).map((s) => s.agent.exited))
       b.close()
     })
 
