@@ -32,6 +32,9 @@ use tokio_postgres::{GenericClient, Row};
 
 pub use error::{OpenError, DAMAGED_KEY};
 pub use runs::StatusCounts;
+/// The listing's two page statements (tables as `@.table`), for the query-plan tests.
+#[doc(hidden)]
+pub use runs::{LIST_PAGE_AFTER, LIST_PAGE_FROM};
 pub use schema::SCHEMA_VERSION;
 
 use error::store_err;
@@ -275,7 +278,7 @@ impl PostgresStore {
     }
 
     /// A statement with its tables in this store's schema.
-    pub(crate) fn sql(&self, text: &str) -> String {
+    pub fn sql(&self, text: &str) -> String {
         text.replace("@.", &self.inner.prefix)
     }
 
