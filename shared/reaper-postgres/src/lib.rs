@@ -31,7 +31,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row};
 
 pub use error::{OpenError, DAMAGED_KEY};
-pub use runs::StatusCounts;
+pub use log::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
+pub use runs::{DetachedRun, StatusCounts};
 /// The listing's two page statements (tables as `@.table`), for the query-plan tests.
 #[doc(hidden)]
 pub use runs::{LIST_PAGE_AFTER, LIST_PAGE_FROM};

@@ -328,6 +328,28 @@ impl PostgresStore {
         .await
     }
 
+    /// Every `running` run with a `detached_since`, longest detached first (`reaper status`).
+    pub async fn list_detached(&self, now: EpochMs) -> Result<Vec<DetachedRun>, StoreError> {
+        let rows = self
+            .runs(
+                concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM @.runs WHERE status = 'running' AND detached_since IS NOT NULL \
+                     ORDER BY detached_since, run_id"
+                ),
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|record| DetachedRun {
+                detached_for_ms: now.saturating_sub(record.detached_since.unwrap_or(now)),
+                record,
+            })
+            .collect())
+    }
+
     /// How many runs hold each status. A row with an unknown status is reported as corrupt.
     pub async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
         let client = self.client().await?;
@@ -346,6 +368,14 @@ impl PostgresStore {
         }
         Ok(counts)
     }
+}
+
+/// A running run that nobody is attached to, as `reaper status` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetachedRun {
+    /// `now - detached_since`: how long it has been detached.
+    pub detached_for_ms: i64,
+    pub record: RunRecord,
 }
 
 /// Counts of runs by status, for `reaper status`.

@@ -148,7 +148,8 @@ const V1: &[&str] = &[
     run_id         TEXT COLLATE \"C\" PRIMARY KEY,
     closed         BOOLEAN NOT NULL DEFAULT false,
     last_append_at BIGINT,
-    next_seq       BIGINT NOT NULL DEFAULT 0 CHECK (next_seq >= 0)
+    next_seq       BIGINT NOT NULL DEFAULT 0 CHECK (next_seq >= 0),
+    events_pruned_at BIGINT
 )",
     "CREATE TABLE @.log_entries (
     run_id TEXT COLLATE \"C\" NOT NULL,
