@@ -196,6 +196,7 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
         ),
         killed: false,
     };
+    let seeded_after = started.elapsed();
     let mut watchers = vec![start('a'), start('b'), start('c')];
     let c = raw(&db_url).await;
 
@@ -247,6 +248,7 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
         // Polling the database for the trigger state; not a verdict.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let killed_after = started.elapsed();
     let (killed, killed_claim) = killed_mid_drive.unwrap();
     eprintln!("killed watcher {killed} (claim held: {killed_claim:?})");
 
@@ -275,6 +277,7 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    let settled_after = started.elapsed();
     for w in watchers.iter_mut().filter(|w| !w.killed) {
         w.proc.signal(Signal::SIGTERM);
     }
@@ -361,7 +364,8 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
         "fleet: {} runs; sweeps with the lease / turned away per watcher: {sweeps:?}; \
          overlaps {overlaps}; runs finalized by two sweeps {}; duplicated chunks {}; \
          finalized but unreported (the killed watcher's last sweep) {unreported:?}; \
-         killed {killed} holding {killed_claim:?}; took {:?}",
+         killed {killed} holding {killed_claim:?}; seeded after {seeded_after:?}, killed after \
+         {killed_after:?}, settled after {settled_after:?}, took {:?}",
         run_ids.len(),
         doubly.len(),
         duplicated.len(),
