@@ -34,38 +34,6 @@ const SAVE_TRANSCRIPT: &str = "INSERT INTO @.transcripts (run_id, thread_id, bod
 const SELECT_TRANSCRIPT: &str = "SELECT thread_id, body::text, exit_code, saved_at \
                                  FROM @.transcripts WHERE run_id = $1";
 
-impl PostgresStore {
-    /// Saves a transcript unless the run's epoch is past `fence`, checked in the same
-    /// transaction as the write.
-    pub async fn save_transcript_fenced(
-        &self,
-        transcript: &Transcript,
-        fence: Option<u64>,
-    ) -> Result<Fenced<()>, StoreError> {
-        let body = serde_json::to_string(&transcript.messages)
-            .map_err(|e| StoreError::Backend(format!("transcript does not serialise: {e}")))?;
-        let t = transcript;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [&t.run_id, &t.thread_id, &body, &t.exit_code, &t.saved_at];
-        let mut client = self.client().await?;
-        if fence.is_none() {
-            self.execute(Conn::Pooled(&client), SAVE_TRANSCRIPT, &params)
-                .await?;
-            self.committed(true);
-            return Ok(Fenced::Written(()));
-        }
-        let tx = self.begin(&mut client).await?;
-        if let Some(observed) = self.superseding_epoch(&tx, &t.run_id, fence).await? {
-            self.commit(tx, false).await?;
-            return Ok(Fenced::Superseded { observed });
-        }
-        self.execute(Conn::Tx(&tx), SAVE_TRANSCRIPT, &params)
-            .await?;
-        self.commit(tx, true).await?;
-        Ok(Fenced::Written(()))
-    }
-}
-
 #[async_trait::async_trait]
 impl SandboxInstanceStore for PostgresStore {
     async fn get(&self, key: &str) -> Result<Option<SandboxInstanceRecord>, StoreError> {
@@ -116,10 +84,34 @@ impl SandboxInstanceStore for PostgresStore {
 
 #[async_trait::async_trait]
 impl MessageStore for PostgresStore {
-    async fn save_transcript(&self, transcript: &Transcript) -> Result<(), StoreError> {
-        self.save_transcript_fenced(transcript, None)
-            .await
-            .map(|_| ())
+    /// With a fence, the epoch check and the save share one transaction and the run row stays
+    /// locked against a claim until it commits.
+    async fn save_transcript(
+        &self,
+        transcript: &Transcript,
+        fence: Option<u64>,
+    ) -> Result<Fenced<()>, StoreError> {
+        let body = serde_json::to_string(&transcript.messages)
+            .map_err(|e| StoreError::Backend(format!("transcript does not serialise: {e}")))?;
+        let t = transcript;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&t.run_id, &t.thread_id, &body, &t.exit_code, &t.saved_at];
+        let mut client = self.client().await?;
+        if fence.is_none() {
+            self.execute(Conn::Pooled(&client), SAVE_TRANSCRIPT, &params)
+                .await?;
+            self.committed(true);
+            return Ok(Fenced::Written(()));
+        }
+        let tx = self.begin(&mut client).await?;
+        if let Some(observed) = self.superseding_epoch(&tx, &t.run_id, fence).await? {
+            self.commit(tx, false).await?;
+            return Ok(Fenced::Superseded { observed });
+        }
+        self.execute(Conn::Tx(&tx), SAVE_TRANSCRIPT, &params)
+            .await?;
+        self.commit(tx, true).await?;
+        Ok(Fenced::Written(()))
     }
 
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError> {

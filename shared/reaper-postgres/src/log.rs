@@ -106,31 +106,6 @@ impl PostgresStore {
         }
         Ok(report)
     }
-
-    /// Closes the run's log unless the run's epoch is past `fence`, checked in the same
-    /// transaction as the write (the run row stays locked against a claim until it commits).
-    pub async fn close_fenced(
-        &self,
-        run_id: &str,
-        fence: Option<u64>,
-    ) -> Result<Fenced<()>, StoreError> {
-        let mut client = self.client().await?;
-        if fence.is_none() {
-            let n = self
-                .execute(Conn::Pooled(&client), CLOSE, &[&run_id])
-                .await?;
-            self.committed(n > 0);
-            return Ok(Fenced::Written(()));
-        }
-        let tx = self.begin(&mut client).await?;
-        if let Some(observed) = self.superseding_epoch(&tx, run_id, fence).await? {
-            self.commit(tx, false).await?;
-            return Ok(Fenced::Superseded { observed });
-        }
-        self.execute(Conn::Tx(&tx), CLOSE, &[&run_id]).await?;
-        self.commit(tx, true).await?;
-        Ok(Fenced::Written(()))
-    }
 }
 
 #[async_trait::async_trait]
@@ -178,8 +153,30 @@ impl DeliveryLog for PostgresStore {
         Ok(Fenced::Written(Appended::At { first }))
     }
 
-    async fn close(&self, run_id: &str, _now: EpochMs) -> Result<(), StoreError> {
-        self.close_fenced(run_id, None).await.map(|_| ())
+    /// With a fence, the epoch check and the close share one transaction and the run row
+    /// stays locked against a claim until it commits.
+    async fn close(
+        &self,
+        run_id: &str,
+        fence: Option<u64>,
+        _now: EpochMs,
+    ) -> Result<Fenced<()>, StoreError> {
+        let mut client = self.client().await?;
+        if fence.is_none() {
+            let n = self
+                .execute(Conn::Pooled(&client), CLOSE, &[&run_id])
+                .await?;
+            self.committed(n > 0);
+            return Ok(Fenced::Written(()));
+        }
+        let tx = self.begin(&mut client).await?;
+        if let Some(observed) = self.superseding_epoch(&tx, run_id, fence).await? {
+            self.commit(tx, false).await?;
+            return Ok(Fenced::Superseded { observed });
+        }
+        self.execute(Conn::Tx(&tx), CLOSE, &[&run_id]).await?;
+        self.commit(tx, true).await?;
+        Ok(Fenced::Written(()))
     }
 
     async fn snapshot(&self, run_id: &str) -> Result<LogSnapshot, StoreError> {

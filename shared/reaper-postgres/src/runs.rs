@@ -224,31 +224,6 @@ impl PostgresStore {
         decode_all(self.query(Conn::Pooled(&client), text, params).await?)
     }
 
-    /// Applies a patch to a run only while its epoch is not past `held_epoch`, in the one
-    /// `UPDATE`. `Written(false)`: no such run.
-    pub async fn update_fenced(
-        &self,
-        run_id: &str,
-        held_epoch: u64,
-        patch: RunPatch,
-    ) -> Result<Fenced<bool>, StoreError> {
-        let (set, params) = assignments(&patch, 3)?;
-        let held = to_i64(held_epoch);
-        let sql = if set.is_empty() {
-            // Nothing to write: still answer whether the fence holds.
-            format!("SELECT run_id FROM @.runs WHERE run_id = $1 AND {FENCE}")
-        } else {
-            format!(
-                "UPDATE @.runs SET {} WHERE run_id = $1 AND {FENCE} RETURNING run_id",
-                set.join(", ")
-            )
-        };
-        let mut all: Vec<&(dyn ToSql + Sync)> = vec![&run_id, &held];
-        all.extend(params.iter().map(|p| &**p as &(dyn ToSql + Sync)));
-        self.fenced_write(run_id, held, &sql, &all, !set.is_empty())
-            .await
-    }
-
     /// Runs a fenced `… RETURNING run_id` statement; when it matched nothing, says whether the
     /// run is missing or superseded.
     async fn fenced_write(
@@ -455,6 +430,30 @@ impl RunStore for PostgresStore {
         let n = self.execute(Conn::Pooled(&client), &sql, &all).await?;
         self.committed(n > 0);
         Ok(())
+    }
+
+    /// The fence is in the `UPDATE` itself.
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        let (set, params) = assignments(&patch, 3)?;
+        let held = to_i64(held_epoch);
+        let sql = if set.is_empty() {
+            // Nothing to write: still answer whether the fence holds.
+            format!("SELECT run_id FROM @.runs WHERE run_id = $1 AND {FENCE}")
+        } else {
+            format!(
+                "UPDATE @.runs SET {} WHERE run_id = $1 AND {FENCE} RETURNING run_id",
+                set.join(", ")
+            )
+        };
+        let mut all: Vec<&(dyn ToSql + Sync)> = vec![&run_id, &held];
+        all.extend(params.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+        self.fenced_write(run_id, held, &sql, &all, !set.is_empty())
+            .await
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {

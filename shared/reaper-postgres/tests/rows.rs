@@ -87,7 +87,7 @@ mod on_a_server {
         let epoch = claimed_twice(&store, "r").await;
         let stale = epoch - 1;
         assert_eq!(
-            store.close_fenced("r", Some(stale)).await.unwrap(),
+            store.close("r", Some(stale), 0).await.unwrap(),
             Fenced::Superseded { observed: epoch }
         );
         assert!(!store.snapshot("r").await.unwrap().closed);
@@ -100,7 +100,7 @@ mod on_a_server {
         };
         assert_eq!(
             store
-                .save_transcript_fenced(&transcript, Some(stale))
+                .save_transcript(&transcript, Some(stale))
                 .await
                 .unwrap(),
             Fenced::Superseded { observed: epoch }
@@ -109,13 +109,13 @@ mod on_a_server {
         // The holder of the current epoch lands both.
         assert_eq!(
             store
-                .save_transcript_fenced(&transcript, Some(epoch))
+                .save_transcript(&transcript, Some(epoch))
                 .await
                 .unwrap(),
             Fenced::Written(())
         );
         assert_eq!(
-            store.close_fenced("r", Some(epoch)).await.unwrap(),
+            store.close("r", Some(epoch), 0).await.unwrap(),
             Fenced::Written(())
         );
         assert!(store.snapshot("r").await.unwrap().closed);
