@@ -154,4 +154,53 @@ mod on_a_server {
             Fenced::Written(false)
         );
     }
+
+    /// The fence and the append are one transaction with the run row locked: once a claim's
+    /// bump has returned, no append fenced on the older epoch lands, however the two interleave.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_append_fenced_on_an_older_epoch_lands_after_the_claim_that_superseded_it() {
+        let store = std::sync::Arc::new(*common::fresh_store("race").await);
+        for round in 0..20 {
+            let run_id = format!("r{round}");
+            store
+                .create_or_resume(NewRun {
+                    run_id: run_id.clone(),
+                    thread_id: "t".into(),
+                    started_at: 1,
+                    status: None,
+                })
+                .await
+                .unwrap();
+            let EpochBump::Claimed { epoch, .. } = store.bump_epoch(&run_id).await.unwrap() else {
+                panic!("claim")
+            };
+            let appender = {
+                let (store, run_id) = (store.clone(), run_id.clone());
+                tokio::spawn(async move {
+                    for i in 0.. {
+                        let chunk =
+                            reaper_core::Chunk::from_json(&format!("{{\"i\":{i}}}")).unwrap();
+                        match store
+                            .append(&run_id, Some(epoch), vec![chunk], 1)
+                            .await
+                            .unwrap()
+                        {
+                            Fenced::Written(_) => tokio::task::yield_now().await,
+                            Fenced::Superseded { .. } => return i,
+                        }
+                    }
+                    unreachable!()
+                })
+            };
+            tokio::task::yield_now().await;
+            store.bump_epoch(&run_id).await.unwrap();
+            let after_bump = store.snapshot(&run_id).await.unwrap().len;
+            appender.await.unwrap();
+            let at_end = store.snapshot(&run_id).await.unwrap().len;
+            assert_eq!(
+                at_end, after_bump,
+                "round {round}: an append fenced on epoch {epoch} landed after the claim"
+            );
+        }
+    }
 }
