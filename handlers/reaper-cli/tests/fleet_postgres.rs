@@ -197,7 +197,7 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
         killed: false,
     };
     let seeded_after = started.elapsed();
-    let mut watchers = vec![start('a'), start('b'), start('c')];
+    let mut watchers = [start('a'), start('b'), start('c')];
     let c = raw(&db_url).await;
 
     // The kill: as soon as a live watcher is seen holding a run's claim, it is killed there.
