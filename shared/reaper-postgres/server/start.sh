@@ -1,7 +1,8 @@
 #!/bin/sh
-# Starts a private PostgreSQL for the tests: a cluster initialised in <dir>/data, listening on a
-# Unix socket in <dir> only (no TCP port, so nothing to collide with and nothing reachable from
-# the network), and prints the line to put the tests onto it:
+# Starts a private PostgreSQL for the tests: a cluster initialised in <dir>/data (as root: in a
+# directory of its own under /tmp that <dir>/cluster names), listening on a Unix socket beside it
+# only (no TCP port, so nothing to collide with and nothing reachable from the network), and
+# prints the line to put the tests onto it:
 #
 #   eval "$(shared/reaper-postgres/server/start.sh /tmp/reaper-pg)"
 #   cargo test -p reaper-postgres
@@ -21,25 +22,34 @@ fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 if [ "$(id -u)" = 0 ]; then
-    chown postgres "$dir"
-    chmod 755 "$dir"
+    # The server runs as `postgres`, which may not be able to reach <dir> (a `mktemp -d` is
+    # private to root): the cluster lives in a directory of its own under /tmp that it owns,
+    # recorded in <dir>/cluster for stop.sh.
+    if [ ! -f "$dir/cluster" ]; then
+        cluster=$(mktemp -d /tmp/reaper-pg.XXXXXX)
+        chown postgres "$cluster"
+        chmod 755 "$cluster"
+        echo "$cluster" >"$dir/cluster"
+    fi
+    cluster=$(cat "$dir/cluster")
     run() { runuser -u postgres -- "$@"; }
 else
+    cluster=$dir
     run() { "$@"; }
 fi
-if [ ! -f "$dir/data/PG_VERSION" ]; then
-    run "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 \
-        >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
+if [ ! -f "$cluster/data/PG_VERSION" ]; then
+    run "$bin/initdb" -D "$cluster/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 \
+        >"$cluster/initdb.log" 2>&1 || { cat "$cluster/initdb.log" >&2; exit 1; }
 fi
 # fsync off: a test cluster's durability against power loss is not what the tests check (the
 # crash tests kill the reaper, never the server).
-if run "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+if run "$bin/pg_ctl" -D "$cluster/data" status >/dev/null 2>&1; then
     : # already running (start.sh run twice): just print the URL again
-elif ! run "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 300 -o \
-    "-c listen_addresses='' -c unix_socket_directories='$dir' -c fsync=off -c max_connections=300" \
+elif ! run "$bin/pg_ctl" -D "$cluster/data" -l "$cluster/server.log" -w -t 300 -o \
+    "-c listen_addresses='' -c unix_socket_directories='$cluster' -c fsync=off -c max_connections=300" \
     start >/dev/null; then
-    cat "$dir/server.log" >&2
+    cat "$cluster/server.log" >&2
     exit 1
 fi
-socket=$(printf '%s' "$dir" | sed 's,%,%25,g; s,/,%2F,g')
+socket=$(printf '%s' "$cluster" | sed 's,%,%25,g; s,/,%2F,g')
 echo "export REAPER_TEST_POSTGRES_URL='postgres://postgres@$socket/postgres'"
