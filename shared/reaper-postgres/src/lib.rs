@@ -44,6 +44,9 @@ use schema::Found;
 /// The schema the store keeps its tables in unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "reaper";
 
+/// How long connecting may take unless the URL says otherwise (`connect_timeout=`).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Connections per store: a sweep drives one run at a time, so a few cover the listing, the
 /// drive and the lease renewal running at once.
 pub const DEFAULT_POOL_SIZE: usize = 4;
@@ -227,6 +230,10 @@ impl PostgresStore {
             if let Some(p) = &options.password {
                 config.password(p.expose());
             }
+        }
+        if config.get_connect_timeout().is_none() {
+            // An unreachable host fails the open (or the operation) instead of hanging it.
+            config.connect_timeout(CONNECT_TIMEOUT);
         }
         if config.get_application_name().is_none() {
             config.application_name("reaper");
