@@ -13,7 +13,8 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 pub const SETTINGS_TABLE: &str = "\
 | Setting | Flag | Environment | Default | Accepted | Commands |
 |---|---|---|---|---|---|
-| Database file | `--db` | `REAPER_DB` | `reaper.db` | a path to the SQLite file the application writes runs into; it must exist (an empty file is initialised) | sweep, watch, prune, status |
+| Database file | `--db` | `REAPER_DB` | `reaper.db` | a path to the SQLite file the application writes runs into; it must exist (an empty file is initialised); or a PostgreSQL URL as below | sweep, watch, prune, status |
+| PostgreSQL database | `--database-url` (or `--db postgres://…`) | `REAPER_DATABASE_URL`; password `REAPER_DATABASE_PASSWORD` | none | `postgres://USER@HOST:PORT/DATABASE`; tables in schema `reaper` (created or migrated in place); a host other than this machine only over TLS | sweep, watch, prune, status |
 | Sandbox providers | `--provider` (repeatable) | `REAPER_PROVIDERS` (comma-separated) | `local` | `local`, `docker`, or both: each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched | sweep, watch, prune |
 | Sandbox root | `--sandboxes` | `REAPER_SANDBOXES` | `sandboxes` | an existing directory holding one directory per local sandbox (provider `local`) | sweep, watch, prune |
 | Docker socket | `--docker-socket` | `DOCKER_HOST` | `unix:///var/run/docker.sock` | the Docker daemon's Unix socket, `unix:///path` or `/path` (provider `docker`) | sweep, watch, prune |
@@ -91,14 +92,25 @@ pub struct Output {
 
 #[derive(Debug, Args)]
 pub struct Db {
-    /// The SQLite database the application writes runs into.
+    /// The database the application writes runs into: an SQLite file, or a PostgreSQL URL
+    /// (postgres://USER@HOST:PORT/DATABASE).
     #[arg(
         long,
         env = "REAPER_DB",
         default_value = "reaper.db",
-        value_name = "PATH"
+        value_name = "PATH|URL"
     )]
     pub db: PathBuf,
+    /// A PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE?sslmode=require), instead of --db.
+    /// The password may come from REAPER_DATABASE_PASSWORD instead of the URL.
+    #[arg(
+        long = "database-url",
+        env = "REAPER_DATABASE_URL",
+        value_name = "URL",
+        conflicts_with = "db",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -355,8 +355,9 @@ async fn stage_sweep_and_explain(
     let setup_took = started.elapsed();
 
     let providers = Providers::local_only(provider.clone());
+    let any_store = &wiring::Store::Sqlite(store.clone());
     let sweeper = Sweeper::new(
-        store,
+        any_store,
         &providers,
         None,
         Progress::new(None),
@@ -372,7 +373,7 @@ async fn stage_sweep_and_explain(
         event_retention_ms: reaper_sqlite::DEFAULT_EVENT_RETENTION_MS,
     };
     let pruned = prune_all(
-        store,
+        any_store,
         &providers,
         None,
         &prune_settings,

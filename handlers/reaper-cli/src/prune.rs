@@ -9,13 +9,12 @@ use reaper_core::SandboxProvider;
 use reaper_core::{Clock, EpochMs};
 use reaper_docker::DockerProvider;
 use reaper_local::{validate_sandbox_id, LocalSandboxProvider, SystemClock};
-use reaper_sqlite::SqliteStore;
 use serde::Serialize;
 
 use crate::config::{PruneCmd, PruneSettings, Settings};
 use crate::render::{human_ms, Table};
 use crate::sweep::journal_dir;
-use crate::wiring::Providers;
+use crate::wiring::{Providers, Store};
 use crate::{wiring, Exit, Failure};
 
 /// Events deleted per transaction, so an application writing to the same file waits at most one
@@ -157,7 +156,7 @@ fn dash(s: String) -> String {
 /// A sandbox is pruned through its own provider only, so a reaper never lists or deletes in a
 /// provider it was not configured with.
 pub async fn prune_all(
-    store: &SqliteStore,
+    store: &Store,
     providers: &Providers,
     journal_dir: Option<&str>,
     s: &PruneSettings,
@@ -181,10 +180,17 @@ pub async fn prune_all(
         options
     };
     if let Some(local) = &providers.local {
-        prune_local(store, local, journal_dir, &options, &mut all).await;
+        prune_local(&*store.ports().runs, local, journal_dir, &options, &mut all).await;
     }
     if let Some(docker) = &providers.docker {
-        prune_docker(store, docker, journal_dir, &options, &mut all).await;
+        prune_docker(
+            &*store.ports().runs,
+            docker,
+            journal_dir,
+            &options,
+            &mut all,
+        )
+        .await;
     }
     all.events = match store
         .prune_events(now, s.event_retention_ms, EVENT_BATCH)
@@ -207,7 +213,7 @@ pub async fn prune_all(
 }
 
 async fn prune_local(
-    store: &SqliteStore,
+    store: &dyn reaper_core::RunStore,
     provider: &LocalSandboxProvider,
     journal_dir: Option<&str>,
     options: &impl Fn(Option<String>) -> PruneOptions,
@@ -262,7 +268,7 @@ async fn prune_local(
 /// cannot run the prune and holds no live agent), in the configured directory or the core's
 /// default one.
 async fn prune_docker(
-    store: &SqliteStore,
+    store: &dyn reaper_core::RunStore,
     provider: &DockerProvider,
     journal_dir: Option<&str>,
     options: &impl Fn(Option<String>) -> PruneOptions,
@@ -308,7 +314,7 @@ async fn prune_docker(
 pub async fn run(a: &PruneCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let settings = PruneSettings::parse(s, &a.prune)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
-    let store = wiring::open_store(&a.db.db)?;
+    let store = wiring::open(&a.db).await?;
     let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let result = prune_all(
         &store,

@@ -1,11 +1,8 @@
 //! `reaper status`: what is detached, for how long, in which sandbox of which provider, and the
 //! reclaim ledger (pending and leaked sandboxes). Read-only.
 
-use reaper_core::{
-    Clock, EpochMs, LedgerCounts, ReclaimIntent, ReclaimLedger, RunStatus, SandboxInstanceStore,
-};
+use reaper_core::{Clock, EpochMs, LedgerCounts, ReclaimIntent, ReclaimLedger, RunStatus};
 use reaper_local::SystemClock;
-use reaper_sqlite::SqliteStore;
 use serde_json::{json, Map, Value};
 
 use crate::config::{Settings, StatusCmd};
@@ -17,20 +14,23 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         Some(v) => Some(s.detached_ttl_ms(Some(v))?),
         None => None,
     };
-    let store = wiring::open_store_read_only(&a.db.db)?;
+    let store = wiring::open_read_only(&a.db).await?;
+    let ports = store.ports();
     let now = SystemClock.now_ms();
     let failed = |e: reaper_core::StoreError| {
-        Failure::cannot_run(format!("cannot read {}: {e}", a.db.db.display()))
+        Failure::cannot_run(format!("cannot read {}: {e}", store.describe()))
     };
     let detached = store.list_detached(now).await.map_err(failed)?;
     let counts = store.count_by_status().await.map_err(failed)?;
-    let ledger = ledger(&store).await;
+    let ledger = ledger(&*ports.ledger).await;
 
     let mut rows = Vec::new();
     for d in &detached {
         let r = &d.record;
         let sandbox = match r.sandbox_key.as_deref() {
-            Some(key) => SandboxInstanceStore::get(&store, key)
+            Some(key) => ports
+                .instances
+                .get(key)
                 .await
                 .map_err(failed)?
                 .map(|i| (i.provider, i.provider_sandbox_id)),
@@ -137,7 +137,7 @@ enum Ledger {
     Unreadable(String),
 }
 
-async fn ledger(store: &SqliteStore) -> Ledger {
+async fn ledger(store: &dyn ReclaimLedger) -> Ledger {
     let counts = match store.ledger_counts().await {
         Ok(c) => c,
         Err(e) => return Ledger::Unreadable(e.to_string()),

@@ -129,7 +129,7 @@ pub fn journal_dir(value: &Option<String>) -> Result<Option<String>, Failure> {
 pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let settings = SweepSettings::parse(s, &a.sweep)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
-    let store = wiring::open_store(&a.db.db)?;
+    let store = wiring::open(&a.db).await?;
     let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let sweeper = Sweeper::new(
         &store,
@@ -207,7 +207,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let every = s.duration(EVERY, &a.every, 10, MAX_TIMER_MS)?;
     let prune_every = s.duration(PRUNE_EVERY, &a.prune_every, 10, MAX_TIMER_MS)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
-    let store = wiring::open_store(&a.db.db)?;
+    let store = wiring::open(&a.db).await?;
     let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let mut signals = Signals::install()?;
     let owner = wiring::owner_id();

@@ -1,4 +1,4 @@
-//! Composition: the SQLite store, the sandbox providers (local, Docker, routed by one
+//! Composition: the store (an SQLite file or a PostgreSQL schema), the sandbox providers (local, Docker, routed by one
 //! `ProviderSet`) and the core's sweep parts put together, plus the few adapters the CLI needs
 //! around them (per-sandbox journal directories, progress lines, and a record of when this
 //! process held the sweep lease).
@@ -13,6 +13,7 @@ use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{ReapDeps, SWEEP_LEASE_KEY};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
+use reaper_core::secret::Secret;
 use reaper_core::{
     BoundedCount, CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest,
     EpochBump, EpochMs, ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, LedgerCounts, NewRun,
@@ -20,13 +21,170 @@ use reaper_core::{
     ReclaimableQuery, RunExitProbe, RunPatch, RunRecord, RunStore, RunStoreCapabilities,
     SandboxInstanceStore, SandboxProvider, StoreError, TerminalWrite,
 };
+use reaper_core::{DeliveryLog, MessageStore};
 use reaper_docker::DockerProvider;
 use reaper_local::{LocalSandboxProvider, SystemClock, TokioSleeper};
-use reaper_sqlite::SqliteStore;
+use reaper_postgres::{PostgresOptions, PostgresStore};
+use reaper_sqlite::{DetachedRun, RetentionReport, SqliteStore, StatusCounts};
 use serde::Serialize;
 
-use crate::config::{ProviderKind, Sandboxes, Settings};
+use crate::config::{Db, ProviderKind, Sandboxes, Settings};
 use crate::Failure;
+
+/// The database the CLI works on: the SQLite file the application writes, or the `reaper`
+/// schema of its PostgreSQL. Cheap to clone.
+#[derive(Debug, Clone)]
+pub enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+/// Every port of a [`Store`], each as the trait object the core takes.
+#[derive(Clone)]
+pub struct Ports {
+    pub runs: Arc<dyn RunStore>,
+    pub leases: Arc<dyn LeaseStore>,
+    pub logs: Arc<dyn DeliveryLog>,
+    pub messages: Arc<dyn MessageStore>,
+    pub ledger: Arc<dyn ReclaimLedger>,
+    pub instances: Arc<dyn SandboxInstanceStore>,
+}
+
+fn ports_of<S>(store: S) -> Ports
+where
+    S: RunStore
+        + LeaseStore
+        + DeliveryLog
+        + MessageStore
+        + ReclaimLedger
+        + SandboxInstanceStore
+        + 'static,
+{
+    let s = Arc::new(store);
+    Ports {
+        runs: s.clone(),
+        leases: s.clone(),
+        logs: s.clone(),
+        messages: s.clone(),
+        ledger: s.clone(),
+        instances: s,
+    }
+}
+
+impl Store {
+    pub fn ports(&self) -> Ports {
+        match self {
+            Store::Sqlite(s) => ports_of(s.clone()),
+            Store::Postgres(p) => ports_of(p.clone()),
+        }
+    }
+
+    /// The file or the server (without credentials), for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(s) => s
+                .path()
+                .map_or_else(|| ":memory:".into(), |p| p.display().to_string()),
+            Store::Postgres(p) => format!("{} (schema {})", p.target(), p.schema()),
+        }
+    }
+
+    pub async fn prune_events(
+        &self,
+        now: EpochMs,
+        retention_ms: u64,
+        batch_limit: usize,
+    ) -> Result<RetentionReport, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.prune_events(now, retention_ms, batch_limit).await,
+            Store::Postgres(p) => p.prune_events(now, retention_ms, batch_limit).await,
+        }
+    }
+
+    pub async fn list_detached(&self, now: EpochMs) -> Result<Vec<DetachedRun>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.list_detached(now).await,
+            Store::Postgres(p) => Ok(p
+                .list_detached(now)
+                .await?
+                .into_iter()
+                .map(|d| DetachedRun {
+                    detached_for_ms: d.detached_for_ms,
+                    record: d.record,
+                })
+                .collect()),
+        }
+    }
+
+    pub async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.count_by_status().await,
+            Store::Postgres(p) => {
+                let c = p.count_by_status().await?;
+                Ok(StatusCounts {
+                    running: c.running,
+                    interrupted: c.interrupted,
+                    completed: c.completed,
+                    failed: c.failed,
+                    aborted: c.aborted,
+                })
+            }
+        }
+    }
+}
+
+/// Where `--db` / `--database-url` point: a PostgreSQL URL, else an SQLite file.
+enum Target<'a> {
+    Sqlite(&'a Path),
+    Postgres(&'a str),
+}
+
+fn target(db: &Db) -> Target<'_> {
+    if let Some(url) = &db.database_url {
+        return Target::Postgres(url);
+    }
+    match db.db.to_str() {
+        Some(url) if reaper_postgres::is_postgres_url(url) => Target::Postgres(url),
+        _ => Target::Sqlite(&db.db),
+    }
+}
+
+/// The PostgreSQL options: the URL, and the password from `REAPER_DATABASE_PASSWORD` when the
+/// URL has none (a platform secret, kept out of a URL that ends up in logs and shell history).
+fn postgres_options(url: &str) -> PostgresOptions {
+    let password = std::env::var("REAPER_DATABASE_PASSWORD")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .map(Secret::new);
+    PostgresOptions::new(url).with_password(password)
+}
+
+fn postgres_failure(e: reaper_postgres::OpenError) -> Failure {
+    Failure::cannot_run(format!("cannot open the database: {e}"))
+}
+
+/// Opens the store read-write: an SQLite file (see [`open_store`]) or a PostgreSQL schema,
+/// created or migrated in place.
+pub async fn open(db: &Db) -> Result<Store, Failure> {
+    match target(db) {
+        Target::Sqlite(path) => open_store(path).map(Store::Sqlite),
+        Target::Postgres(url) => PostgresStore::open(postgres_options(url))
+            .await
+            .map(Store::Postgres)
+            .map_err(postgres_failure),
+    }
+}
+
+/// Opens the store without writing to it.
+pub async fn open_read_only(db: &Db) -> Result<Store, Failure> {
+    match target(db) {
+        Target::Sqlite(path) => open_store_read_only(path).map(Store::Sqlite),
+        Target::Postgres(url) => PostgresStore::open_read_only(postgres_options(url))
+            .await
+            .map(Store::Postgres)
+            .map_err(postgres_failure),
+    }
+}
 
 /// Opens the database read-write. It must exist (an empty file is initialised): a typo in `--db`
 /// must not silently sweep a fresh, empty database.
@@ -679,19 +837,19 @@ impl Default for DriveTuning {
 
 impl Sweeper {
     pub fn new(
-        store: &SqliteStore,
+        store: &Store,
         providers: &Providers,
         journal_dir: Option<String>,
         progress: Progress,
         tuning: DriveTuning,
     ) -> Self {
-        let store_arc = Arc::new(store.clone());
+        let ports = store.ports();
         let trouble = StoreTrouble::default();
         let runs: Arc<dyn RunStore> = Arc::new(WatchedRuns {
-            inner: store_arc.clone(),
+            inner: ports.runs.clone(),
             trouble: trouble.clone(),
         });
-        let instances: Arc<dyn SandboxInstanceStore> = store_arc.clone();
+        let instances: Arc<dyn SandboxInstanceStore> = ports.instances.clone();
         let sandboxes = providers.set.clone();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let sleeper = Arc::new(TokioSleeper);
@@ -702,7 +860,7 @@ impl Sweeper {
             fixed: journal_dir,
         };
         let leases = Arc::new(ObservedLeases {
-            inner: store_arc.clone(),
+            inner: ports.leases.clone(),
             granted: Mutex::new(None),
             held: Mutex::new(None),
             outstanding: Mutex::new(Vec::new()),
@@ -713,8 +871,8 @@ impl Sweeper {
                 runs: runs.clone(),
                 instances: instances.clone(),
                 provider: sandboxes.clone(),
-                logs: store_arc.clone(),
-                messages: store_arc.clone(),
+                logs: ports.logs.clone(),
+                messages: ports.messages.clone(),
                 clock: clock.clone(),
                 sleeper: sleeper.clone(),
             },
@@ -726,10 +884,10 @@ impl Sweeper {
         };
         let deps = ReapDeps {
             runs: runs.clone(),
-            logs: store_arc.clone(),
+            logs: ports.logs.clone(),
             leases: leases.clone(),
             ledger: Arc::new(WatchedLedger {
-                inner: store_arc.clone(),
+                inner: ports.ledger.clone(),
                 trouble: trouble.clone(),
             }),
             probe: Arc::new(LocalJournalProbe {

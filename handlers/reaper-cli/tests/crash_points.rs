@@ -10,6 +10,11 @@
 //! - every run the crash-free sweep finalized has exactly its transcript, and no other run has one;
 //! - every run ends in the status the crash-free sweep gave it.
 //!
+//! The same scene runs on a PostgreSQL database too (each crash point on a copy made with
+//! `CREATE DATABASE … TEMPLATE`), where every committed statement or transaction of
+//! reaper-postgres is a crash point; it needs `REAPER_TEST_POSTGRES_URL` and says it skipped
+//! without it.
+//!
 //! The `reaper` binary these tests run has the crash points because reaper-cli's dev-dependency
 //! on `reaper-cli-hooks` enables them for test builds only.
 
@@ -45,9 +50,96 @@ struct SceneRun {
 struct Template {
     site: Site,
     runs: Vec<SceneRun>,
+    /// The PostgreSQL database holding the same rows, when the scene runs on PostgreSQL.
+    postgres: Option<PgTemplate>,
 }
 
-async fn build_template() -> Template {
+/// The test server and the template database every scene copies.
+struct PgTemplate {
+    server: String,
+    name: String,
+}
+
+/// Where the scenes' databases live.
+#[derive(Debug, Clone)]
+enum Backend {
+    Sqlite,
+    /// The test server's URL.
+    Postgres(String),
+}
+
+fn postgres_url() -> Option<String> {
+    std::env::var("REAPER_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+/// The server's URL with another database name.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].rfind('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    format!("{base}/{db}{query}")
+}
+
+async fn pg(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test server");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// The template's rows (runs and instance records: nothing else exists before the sweep) in a
+/// new PostgreSQL database, written through the store as an application would.
+async fn postgres_template(site: &Site, server: &str) -> PgTemplate {
+    let name = format!(
+        "crash_tmpl_{}_{}",
+        std::process::id(),
+        now().rem_euclid(1_000_000_000)
+    );
+    pg(server)
+        .await
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let store = reaper_postgres::PostgresStore::connect(&with_database(server, &name))
+        .await
+        .unwrap();
+    for run in site.store.all_runs().await.unwrap() {
+        store.put_run(run).await.unwrap();
+    }
+    let keys: Vec<String> = Connection::open(&site.db)
+        .unwrap()
+        .prepare("SELECT key FROM sandbox_instances")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for key in keys {
+        let record = SandboxInstanceStore::get(&site.store, &key)
+            .await
+            .unwrap()
+            .unwrap();
+        SandboxInstanceStore::upsert(&store, record).await.unwrap();
+    }
+    drop(store);
+    PgTemplate {
+        server: server.to_string(),
+        name,
+    }
+}
+
+async fn build_template(backend: &Backend) -> Template {
     let site = Site::new();
     let mut runs = Vec::new();
     let mut add = |run_id: &'static str, sandbox: &reaper_local::LocalSandbox| {
@@ -91,7 +183,15 @@ async fn build_template() -> Template {
         .unwrap()
         .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
         .unwrap();
-    Template { site, runs }
+    let postgres = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres(server) => Some(postgres_template(&site, server).await),
+    };
+    Template {
+        site,
+        runs,
+        postgres,
+    }
 }
 
 fn write_journal(sandbox: &reaper_local::LocalSandbox, run_id: &str, text: &str) {
@@ -151,12 +251,45 @@ async fn shared_thread(site: &Site) -> reaper_local::LocalSandbox {
     sandbox
 }
 
-/// A fresh copy of the template's database and sandboxes under `dest`. Sandboxes record their
-/// journal directory as an absolute path, so each copy's records are pointed at the copy.
-fn copy_scene(template: &Template, dest: &Path) {
+/// A fresh copy of the template's database and sandboxes under `dest` (and, on PostgreSQL, in
+/// a database of its own). Sandboxes record their journal directory as an absolute path, so
+/// each copy's records are pointed at the copy.
+async fn copy_scene(template: &Template, dest: &Path) -> Scene {
     let from = template.site.tmp.path();
     std::fs::create_dir_all(dest).unwrap();
-    std::fs::copy(&template.site.db, dest.join("reaper.db")).unwrap();
+    let db = match &template.postgres {
+        None => {
+            std::fs::copy(&template.site.db, dest.join("reaper.db")).unwrap();
+            SceneDb::File(dest.join("reaper.db"))
+        }
+        Some(t) => {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let name = format!(
+                "{}_{}",
+                t.name,
+                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let server = pg(&t.server).await;
+            // A template must have no other sessions: end any the store left closing.
+            server
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[&t.name],
+                )
+                .await
+                .unwrap();
+            server
+                .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {}", t.name))
+                .await
+                .unwrap();
+            SceneDb::Postgres {
+                url: with_database(&t.server, &name),
+                server: t.server.clone(),
+                name,
+            }
+        }
+    };
     copy_dir(&template.site.root, &dest.join("sandboxes"));
     for entry in std::fs::read_dir(dest.join("sandboxes")).unwrap().flatten() {
         let meta = entry.path().join("sandbox.json");
@@ -166,6 +299,10 @@ fn copy_scene(template: &Template, dest: &Path) {
             &format!("{}/", dest.display()),
         );
         std::fs::write(&meta, moved).unwrap();
+    }
+    Scene {
+        dir: dest.to_path_buf(),
+        db,
     }
 }
 
@@ -181,20 +318,33 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+enum SceneDb {
+    File(PathBuf),
+    Postgres {
+        url: String,
+        server: String,
+        name: String,
+    },
+}
+
 struct Scene {
     dir: PathBuf,
+    db: SceneDb,
 }
 
 impl Scene {
-    fn db(&self) -> PathBuf {
-        self.dir.join("reaper.db")
+    fn db_arg(&self) -> std::ffi::OsString {
+        match &self.db {
+            SceneDb::File(path) => path.clone().into(),
+            SceneDb::Postgres { url, .. } => url.into(),
+        }
     }
 
     fn reaper(&self, command: &str) -> Command {
         let mut cmd = common::reaper();
         cmd.arg(command)
             .arg("--db")
-            .arg(self.db())
+            .arg(self.db_arg())
             .arg("--sandboxes")
             .arg(self.dir.join("sandboxes"))
             .args(["--log", "off"]);
@@ -213,11 +363,32 @@ impl Scene {
     }
 
     /// The crashed sweep's leases are dead with it; expire them as their TTL would.
-    fn expire_leases(&self) {
-        Connection::open(self.db())
-            .unwrap()
-            .execute("UPDATE leases SET expires_at = 0", [])
-            .unwrap();
+    async fn expire_leases(&self) {
+        match &self.db {
+            SceneDb::File(path) => {
+                Connection::open(path)
+                    .unwrap()
+                    .execute("UPDATE leases SET expires_at = 0", [])
+                    .unwrap();
+            }
+            SceneDb::Postgres { url, .. } => {
+                pg(url)
+                    .await
+                    .execute("UPDATE reaper.leases SET expires_at = 0", &[])
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Drops the scene's database (PostgreSQL) once it passed.
+    async fn drop_database(&self) {
+        if let SceneDb::Postgres { server, name, .. } = &self.db {
+            let _ = pg(server)
+                .await
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await;
+        }
     }
 
     /// After the sweep under test (crashed or not): two clean sweeps (the second retries what the
@@ -233,8 +404,12 @@ impl Scene {
         }
     }
 
-    fn state(&self) -> State {
-        let conn = Connection::open(self.db()).unwrap();
+    async fn state(&self) -> State {
+        let path = match &self.db {
+            SceneDb::File(path) => path,
+            SceneDb::Postgres { url, .. } => return postgres_state(url).await,
+        };
+        let conn = Connection::open(path).unwrap();
         let pairs = |sql: &str| -> BTreeMap<String, String> {
             let mut stmt = conn.prepare(sql).unwrap();
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -279,6 +454,36 @@ impl Scene {
     }
 }
 
+/// [`Scene::state`] of a PostgreSQL scene, by the same queries.
+async fn postgres_state(url: &str) -> State {
+    let c = pg(url).await;
+    let pairs = |rows: Vec<tokio_postgres::Row>| -> BTreeMap<String, String> {
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+    let q = |sql: &'static str| {
+        let c = &c;
+        async move { c.query(sql, &[]).await.unwrap() }
+    };
+    State {
+        statuses: pairs(q("SELECT run_id, status FROM reaper.runs").await),
+        transcripts: pairs(q("SELECT run_id, body::text FROM reaper.transcripts").await),
+        ledger: q("SELECT run_id FROM reaper.reclaim_intents")
+            .await
+            .iter()
+            .map(|r| r.get(0))
+            .collect(),
+        duplicates: q(
+            "SELECT run_id || ' journalEnd ' || (chunk->>'journalEnd') || ' x' || \
+                 COUNT(*) FROM reaper.log_entries WHERE chunk->>'journalEnd' IS NOT NULL \
+                 GROUP BY run_id, chunk->>'journalEnd' HAVING COUNT(*) > 1",
+        )
+        .await
+        .iter()
+        .map(|r| r.get(0))
+        .collect(),
+    }
+}
+
 /// What the invariants are checked on.
 #[derive(Debug, Clone, PartialEq)]
 struct State {
@@ -291,13 +496,13 @@ struct State {
 const LIVE: [&str; 2] = ["running", "interrupted"];
 
 /// Every invariant on one scene after recovery, against the crash-free outcome.
-fn check(
+async fn check(
     scene: &Scene,
     runs: &[SceneRun],
     expected: Option<&State>,
     label: &str,
 ) -> (State, Vec<String>) {
-    let state = scene.state();
+    let state = scene.state().await;
     let mut v = Vec::new();
     let status = |run_id: &str| state.statuses.get(run_id).map(String::as_str);
     for run in runs {
@@ -350,16 +555,29 @@ fn check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_killed_at_every_commit_recovers_to_the_crash_free_outcome() {
+    every_commit(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_on_postgres_killed_at_every_commit_recovers_to_the_crash_free_outcome() {
+    let Some(server) = postgres_url() else {
+        eprintln!(
+            "skipped: REAPER_TEST_POSTGRES_URL is not set; start a server with \
+             `eval \"$(shared/reaper-postgres/server/start.sh /tmp/reaper-pg)\"`"
+        );
+        return;
+    };
+    every_commit(Backend::Postgres(server)).await;
+}
+
+async fn every_commit(backend: Backend) {
     let started = Instant::now();
-    let template = build_template().await;
+    let template = build_template(&backend).await;
     let work = tempfile::tempdir().unwrap();
     let mut violations = Vec::new();
 
     // The crash-free sweep: how many commit points it has, and where it ends.
-    let clean = Scene {
-        dir: work.path().join("clean"),
-    };
-    copy_scene(&template, &clean.dir);
+    let clean = copy_scene(&template, &work.path().join("clean")).await;
     let count_file = work.path().join("commits");
     let (code, stdout, stderr) = common::run(
         clean
@@ -397,7 +615,7 @@ async fn a_sweep_killed_at_every_commit_recovers_to_the_crash_free_outcome() {
         .unwrap();
     assert!(n > 10, "a sweep of seven runs commits more than {n} times");
     clean.recover(&mut violations, "crash-free");
-    let (expected, found) = check(&clean, &template.runs, None, "crash-free");
+    let (expected, found) = check(&clean, &template.runs, None, "crash-free").await;
     violations.extend(found);
     assert_eq!(
         expected.ledger,
@@ -407,10 +625,7 @@ async fn a_sweep_killed_at_every_commit_recovers_to_the_crash_free_outcome() {
 
     let (mut crashed, mut not_reached) = (0, 0);
     for k in 1..=n {
-        let scene = Scene {
-            dir: work.path().join(format!("crash-{k}")),
-        };
-        copy_scene(&template, &scene.dir);
+        let scene = copy_scene(&template, &work.path().join(format!("crash-{k}"))).await;
         let out = scene
             .reaper("sweep")
             .env("REAPER_CRASH_AT", k.to_string())
@@ -430,17 +645,29 @@ async fn a_sweep_killed_at_every_commit_recovers_to_the_crash_free_outcome() {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        scene.expire_leases();
+        scene.expire_leases().await;
         let label = format!("crash point {k}");
         scene.recover(&mut violations, &label);
-        violations.extend(check(&scene, &template.runs, Some(&expected), &label).1);
+        violations.extend(
+            check(&scene, &template.runs, Some(&expected), &label)
+                .await
+                .1,
+        );
         if violations.is_empty() {
             std::fs::remove_dir_all(&scene.dir).unwrap();
+            scene.drop_database().await;
         }
     }
 
+    clean.drop_database().await;
+    if let Some(t) = &template.postgres {
+        let _ = pg(&t.server)
+            .await
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", t.name))
+            .await;
+    }
     println!(
-        "crash points: {n}, violations: {} ({crashed} crashed, {not_reached} finished before \
+        "{backend:?} crash points: {n}, violations: {} ({crashed} crashed, {not_reached} finished before \
          reaching theirs, {:.1}s)",
         violations.len(),
         started.elapsed().as_secs_f64()
