@@ -1532,6 +1532,8 @@ async fn drive_claimed(
             run_id,
             thread_id: &record.thread_id,
             signal: &signal,
+            // Only the probe proves a run finished: an expired run's drive is cut by the budget.
+            proven_finished: !expired,
         },
     );
     let budget = deps.sleeper.sleep(options.run_budget_ms).fuse();
