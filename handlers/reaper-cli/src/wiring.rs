@@ -550,6 +550,15 @@ impl RunStore for WatchedRuns {
             .watch(self.inner.list_by_thread(thread_id).await)
     }
 
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.trouble
+            .watch(self.inner.live_runs_for_sandbox(sandbox_key, limit).await)
+    }
+
     async fn list_reclaimable(
         &self,
         now: EpochMs,

@@ -133,6 +133,15 @@ pub const FIND_ACTIVE: &str = concat!(
      ORDER BY started_at DESC, rowid DESC LIMIT 1"
 );
 
+/// Up to `?2` runs of any thread that are not terminal and name the sandbox key `?1`: the
+/// reclaim keeps a sandbox any of them may use. A scan of `runs` (no index covers the key): one
+/// per reclaim, against a destroy that would kill a live agent.
+pub const LIVE_BY_SANDBOX_KEY: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE sandbox_key = ?1 AND status IN ('running', 'interrupted') LIMIT ?2"
+);
+
 /// A thread's runs, oldest first: `?1` the thread id.
 pub const LIST_BY_THREAD: &str = concat!(
     "SELECT ",

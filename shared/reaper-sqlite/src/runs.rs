@@ -429,6 +429,17 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let key = sandbox_key.to_string();
+        let limit = to_i64(limit as u64);
+        self.call(move |c| query_runs(c, sql::LIVE_BY_SANDBOX_KEY, params![key, limit]))
+            .await
+    }
+
     async fn list_reclaimable(
         &self,
         now: EpochMs,
