@@ -264,6 +264,10 @@ async fn a_replay_longer_than_its_budget_lands_every_chunk_exactly_once_across_s
     let case = Case::new(bytes, 100, 32 * 1024).await;
 
     let sweeps = case.sweep_until_finalized(40).await;
+    println!(
+        "200,001 chunks ({total} journal bytes) landed once each over {sweeps} sweeps of a {BUDGET_MS} ms budget, {} execs",
+        case.sandbox.execs.load(Ordering::SeqCst)
+    );
     assert!(
         sweeps >= 3,
         "the output fit in {sweeps} sweeps: no resume was exercised"
