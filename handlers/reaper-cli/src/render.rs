@@ -98,8 +98,16 @@ pub fn outcome_totals(o: &OutcomeCounts) -> String {
 /// The note for one entry: why it ended as it did, when the outcome alone does not say.
 pub fn entry_note(e: &ReapRunEntry) -> String {
     let mut notes = Vec::new();
-    if e.terminalized_anyway.is_some() {
-        notes.push("the run budget ran out; terminalized anyway".to_string());
+    match e.terminalized_anyway {
+        Some(true) => notes.push("the run budget ran out; terminalized anyway".to_string()),
+        Some(false) => notes.push(
+            "the run budget ran out; what landed stays and the next sweep resumes the replay"
+                .to_string(),
+        ),
+        None => {}
+    }
+    if let Some(why) = &e.kept_because {
+        notes.push(format!("sandbox kept: {why}"));
     }
     if let Some(err) = &e.error {
         notes.push(err.to_string());

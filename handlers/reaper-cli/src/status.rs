@@ -20,9 +20,28 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let failed = |e: reaper_core::StoreError| {
         Failure::cannot_run(format!("cannot read {}: {e}", store.describe()))
     };
-    let detached = store.list_detached(now).await.map_err(failed)?;
-    let counts = store.count_by_status().await.map_err(failed)?;
+    // A malformed row is reported and the rest still listed, the ledger above all (its leaks
+    // are what an operator runs `status` for); only a failing query is exit 3.
+    let listing = store.list_detached(now).await.map_err(failed)?;
+    let detached = listing.runs;
+    let mut corrupt: Vec<(String, String)> = listing.corrupt.iter().map(corrupt_row).collect();
+    let counts = match store.count_by_status().await {
+        Ok(counts) => Some(counts),
+        Err(e @ reaper_core::StoreError::Corrupt { .. }) => {
+            let row = corrupt_row(&e);
+            if !corrupt.iter().any(|(key, _)| *key == row.0) {
+                corrupt.push(row);
+            }
+            None
+        }
+        Err(e) => return Err(failed(e)),
+    };
     let ledger = ledger(&*ports.ledger).await;
+    let exit = if corrupt.is_empty() {
+        ledger.exit()
+    } else {
+        Exit::Failures
+    };
 
     let mut rows = Vec::new();
     for d in &detached {
@@ -57,9 +76,15 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
                 })
             })
             .collect();
-        let by_status: Map<String, Value> = RunStatus::ALL
+        let by_status: Option<Map<String, Value>> = counts.as_ref().map(|counts| {
+            RunStatus::ALL
+                .iter()
+                .map(|st| (st.as_str().to_string(), json!(counts.get(*st))))
+                .collect()
+        });
+        let corrupt: Vec<Value> = corrupt
             .iter()
-            .map(|st| (st.as_str().to_string(), json!(counts.get(*st))))
+            .map(|(key, error)| json!({ "key": key, "error": error }))
             .collect();
         println!(
             "{}",
@@ -67,11 +92,12 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
                 "now": now,
                 "detachedTtlMs": ttl,
                 "detached": runs,
+                "corrupt": corrupt,
                 "runsByStatus": by_status,
                 "reclaimLedger": ledger.json(),
             })
         );
-        return Ok(ledger.exit());
+        return Ok(exit);
     }
 
     if rows.is_empty() {
@@ -115,13 +141,38 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         }
         print!("{}", table.render());
     }
-    let totals: Vec<String> = RunStatus::ALL
-        .iter()
-        .map(|st| format!("{st} {}", counts.get(*st)))
-        .collect();
-    println!("\nruns by status: {}", totals.join(" · "));
+    if !corrupt.is_empty() {
+        println!(
+            "\n{} CORRUPT row{} (detached, but unreadable: not swept until repaired):\n",
+            corrupt.len(),
+            if corrupt.len() == 1 { "" } else { "s" }
+        );
+        let mut table = Table::new(&["ROW", "PROBLEM"]);
+        for (key, error) in &corrupt {
+            table.row(vec![key.clone(), error.clone()]);
+        }
+        print!("{}", table.render());
+    }
+    match &counts {
+        Some(counts) => {
+            let totals: Vec<String> = RunStatus::ALL
+                .iter()
+                .map(|st| format!("{st} {}", counts.get(*st)))
+                .collect();
+            println!("\nruns by status: {}", totals.join(" · "));
+        }
+        None => println!("\nruns by status: not counted (a row's status is no run status)"),
+    }
     print!("\n{}", ledger.render(now));
-    Ok(ledger.exit())
+    Ok(exit)
+}
+
+/// A corrupt row as `status` shows it: the row (its run id, or rowid) and what is wrong.
+fn corrupt_row(e: &reaper_core::StoreError) -> (String, String) {
+    match e {
+        reaper_core::StoreError::Corrupt { key, reason } => (key.clone(), reason.clone()),
+        other => ("-".into(), other.to_string()),
+    }
 }
 
 /// The most leaked entries `status` lists; the counts always cover all of them.

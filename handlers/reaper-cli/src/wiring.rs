@@ -25,7 +25,7 @@ use reaper_core::{DeliveryLog, MessageStore};
 use reaper_docker::DockerProvider;
 use reaper_local::{LocalSandboxProvider, SystemClock, TokioSleeper};
 use reaper_postgres::{PostgresOptions, PostgresStore};
-use reaper_sqlite::{DetachedRun, RetentionReport, SqliteStore, StatusCounts};
+use reaper_sqlite::{DetachedListing, DetachedRun, RetentionReport, SqliteStore, StatusCounts};
 use serde::Serialize;
 
 use crate::config::{Db, ProviderKind, Sandboxes, Settings};
@@ -101,18 +101,23 @@ impl Store {
         }
     }
 
-    pub async fn list_detached(&self, now: EpochMs) -> Result<Vec<DetachedRun>, StoreError> {
+    pub async fn list_detached(&self, now: EpochMs) -> Result<DetachedListing, StoreError> {
         match self {
             Store::Sqlite(s) => s.list_detached(now).await,
-            Store::Postgres(p) => Ok(p
-                .list_detached(now)
-                .await?
-                .into_iter()
-                .map(|d| DetachedRun {
-                    detached_for_ms: d.detached_for_ms,
-                    record: d.record,
-                })
-                .collect()),
+            // PostgreSQL's typed columns and status CHECK keep the malformed rows SQLite can hold
+            // out of its table; a row that still fails to decode fails the listing (exit 3).
+            Store::Postgres(p) => Ok(DetachedListing {
+                runs: p
+                    .list_detached(now)
+                    .await?
+                    .into_iter()
+                    .map(|d| DetachedRun {
+                        detached_for_ms: d.detached_for_ms,
+                        record: d.record,
+                    })
+                    .collect(),
+                corrupt: Vec::new(),
+            }),
         }
     }
 
@@ -706,6 +711,15 @@ impl RunStore for WatchedRuns {
     async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         self.trouble
             .watch(self.inner.list_by_thread(thread_id).await)
+    }
+
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.trouble
+            .watch(self.inner.live_runs_for_sandbox(sandbox_key, limit).await)
     }
 
     async fn list_reclaimable(

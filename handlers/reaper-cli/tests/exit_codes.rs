@@ -213,3 +213,70 @@ async fn a_runs_table_of_the_wrong_shape_is_exit_3_with_damaged() {
     );
     assert!(!stdout.contains("swept"), "{stdout}");
 }
+
+/// Issue 24, item 6: `status` reports the rows it cannot read and still lists the ledger (exit
+/// 2, as the sweep, not 3), and the sweep reports the rows no listing reaches (a status
+/// `'RUNNING'`, a `detached_since` past 2^53) as corrupt by the same rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_corrupt_rows_beside_the_ledger_and_the_sweep_reports_the_same_rows() {
+    let site = Site::new();
+    let sandbox = site
+        .detached_run("run-leak", Some(HELLO), true, MINUTE)
+        .await;
+    std::fs::write(sandbox.dir().join(reaper_local::DESTROY_FAILS_FLAG), "").unwrap();
+    let (code, ..) = sweep(&site, &[]);
+    assert_eq!(code, 2, "the leak");
+    site.detached_run("run-live", None, false, MINUTE).await;
+    sql(
+        &site,
+        "PRAGMA ignore_check_constraints = ON; \
+         INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) \
+           VALUES ('run-shouting', 't-1', 'RUNNING', 1, 1); \
+         INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) \
+           VALUES ('run-far', 't-2', 'running', 1, 9007199254740993); \
+         INSERT INTO runs (run_id, thread_id, status, started_at, detached_since, usage) \
+           VALUES ('run-spoilt', 't-3', 'running', 1, 1, 'not json');",
+    );
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut keys: Vec<String> = v
+            .as_array()
+            .expect("a corrupt list")
+            .iter()
+            .map(|c| c["key"].as_str().unwrap().to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    let expected = vec!["run-far", "run-shouting", "run-spoilt"];
+
+    let (code, stdout, stderr) = run(site.reaper_status().arg("--json"));
+    assert_eq!(code, 2, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let status = json(&stdout);
+    assert_eq!(keys(&status["corrupt"]), expected, "{status}");
+    assert_eq!(
+        status["reclaimLedger"]["leaked"], 1,
+        "the ledger is still listed"
+    );
+    assert_eq!(status["reclaimLedger"]["leaks"][0]["runId"], "run-leak");
+    assert!(
+        status["detached"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["runId"] == "run-live"),
+        "the readable runs are still listed: {status}"
+    );
+
+    let (code, stdout, _) = run(&mut site.reaper_status());
+    assert_eq!(code, 2);
+    assert!(stdout.contains("3 CORRUPT rows"), "{stdout}");
+    assert!(
+        stdout.contains("reclaim ledger: pending 1, leaked 1"),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = sweep(&site, &["--json"]);
+    assert_eq!(code, 2, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let report = json(&stdout);
+    assert_eq!(keys(&report["corrupt"]), expected, "{report}");
+}

@@ -196,6 +196,21 @@ impl RunStore for MemoryStore {
         Ok(rows)
     }
 
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let s = self.lock();
+        Ok(s.order
+            .iter()
+            .filter_map(|id| s.runs.get(id))
+            .filter(|r| !r.status.is_terminal() && r.sandbox_key.as_deref() == Some(sandbox_key))
+            .take(limit)
+            .map(|r| RunRecord::clone(r))
+            .collect())
+    }
+
     async fn list_reclaimable(
         &self,
         now: EpochMs,

@@ -40,6 +40,11 @@ pub struct PipeContext<'a> {
     pub run_id: &'a str,
     pub thread_id: &'a str,
     pub signal: &'a CancellationToken,
+    /// The probe proved the agent finished: its whole output is in the journal, so a stop (the
+    /// budget, a lost claim) must not cut it. The pipe then lands the chunk the drive is
+    /// producing, writes no terminal status and leaves the log open; the run stays `running`
+    /// and the next sweep resumes the replay from what landed.
+    pub proven_finished: bool,
 }
 
 impl std::fmt::Debug for PipeContext<'_> {
@@ -55,6 +60,8 @@ impl std::fmt::Debug for PipeContext<'_> {
 enum Ending {
     Status(TerminalStatus, Option<RunError>),
     Threw(RunError),
+    /// A proven-finished run stopped before its output ended: no terminal write.
+    Suspended,
 }
 
 /// Pipes `stream` into the run's log and returns the final record. Never fails:
@@ -67,6 +74,9 @@ enum Ending {
 /// - a stream error, a failed `create_or_resume` or a failed append appends a synthetic
 ///   `RUN_ERROR` (best effort) and records `failed`;
 /// - after the loop, a fired signal means `aborted`, otherwise `completed`;
+/// - with [`PipeContext::proven_finished`], a fired signal never means `aborted`: the chunks
+///   the drive still yields at once (up to one batch) are appended, and the pipe returns the
+///   stored record, still `running`, without a terminal write or a close;
 /// - the terminal write goes through the writer (suppressed if the claim was lost); when it
 ///   landed, `close` is called exactly once (fenced like it), and the record is re-read.
 pub async fn pipe_to_run_log(stream: ChunkStream, cx: PipeContext<'_>) -> RunRecord {
@@ -90,6 +100,7 @@ pub async fn pipe_and_confirm(stream: ChunkStream, cx: PipeContext<'_>) -> Piped
         Err(err) => Ending::Threw(err),
     };
     let (status, error) = match ending {
+        Ending::Suspended => return suspended(&cx, started_at).await,
         Ending::Status(status, error) => (status, error),
         Ending::Threw(mut err) => {
             tracing::error!(target: "reaper", run_id = cx.run_id, error = %err.message, "the run failed before completing");
@@ -149,7 +160,7 @@ async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, 
         .await
         .map_err(|e| RunError::new(e.to_string()))?;
     if cx.signal.is_cancelled() {
-        return Ok(Ending::Status(TerminalStatus::Aborted, None));
+        return Ok(stopped(cx));
     }
     let mut batch: Vec<Chunk> = Vec::new();
     loop {
@@ -170,7 +181,8 @@ async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, 
                     return Err(RunError::normalise(&e.message, e.code, e.is_abort));
                 }
                 Some(Ok(chunk)) => {
-                    if cx.signal.is_cancelled() {
+                    // A finished run's chunk is its output, whole: it lands even after a stop.
+                    if cx.signal.is_cancelled() && !cx.proven_finished {
                         aborted = true;
                         break;
                     }
@@ -200,6 +212,10 @@ async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, 
         if aborted {
             return Ok(Ending::Status(TerminalStatus::Aborted, None));
         }
+        if cx.proven_finished && cx.signal.is_cancelled() {
+            // What landed stays; the rest is in the journal for the next sweep.
+            return Ok(Ending::Suspended);
+        }
         if ended {
             break;
         }
@@ -209,9 +225,34 @@ async fn drain(mut stream: ChunkStream, cx: &PipeContext<'_>) -> Result<Ending, 
     // The post-loop re-check: a producer that notices the abort and ends its stream normally
     // was still aborted.
     if cx.signal.is_cancelled() {
-        Ok(Ending::Status(TerminalStatus::Aborted, None))
+        Ok(stopped(cx))
     } else {
         Ok(Ending::Status(TerminalStatus::Completed, None))
+    }
+}
+
+/// How a stopped pipe ends: `aborted`, or suspended for a run whose output must not be cut.
+fn stopped(cx: &PipeContext<'_>) -> Ending {
+    if cx.proven_finished {
+        Ending::Suspended
+    } else {
+        Ending::Status(TerminalStatus::Aborted, None)
+    }
+}
+
+/// The end of a suspended pipe: no terminal write and no close (the next sweep's replay appends
+/// the rest), only the re-read, so the sweep sees the run still `running` in the store.
+async fn suspended(cx: &PipeContext<'_>, started_at: i64) -> Piped {
+    tracing::info!(target: "reaper", run_id = cx.run_id, "stopped before the finished run's output was all delivered; what landed stays and the next sweep resumes from it");
+    match cx.writer.runs.get(cx.run_id).await {
+        Ok(Some(record)) => Piped {
+            record,
+            from_store: true,
+        },
+        Ok(None) | Err(_) => Piped {
+            record: RunRecord::new(cx.run_id, cx.thread_id, started_at),
+            from_store: false,
+        },
     }
 }
 

@@ -225,6 +225,18 @@ pub trait RunStore: MaybeSend + MaybeSync {
         Err(StoreError::Unsupported("list_by_thread"))
     }
 
+    /// Up to `limit` non-terminal runs (`running`, `interrupted`) of any thread whose
+    /// `sandboxKey` is `sandbox_key`: the reclaim keeps a sandbox any of them may use. Optional
+    /// (`Unsupported` by default); a wrapper store must forward it, or the reclaim falls back to
+    /// the thread's runs alone.
+    async fn live_runs_for_sandbox(
+        &self,
+        _sandbox_key: &str,
+        _limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        Err(StoreError::Unsupported("live_runs_for_sandbox"))
+    }
+
     /// Every `running` row with `detachedSince <= now - ttl_ms` (inclusive). Order is not part of
     /// the contract. Provided: it walks [`RunStore::list_reclaimable_page`] to the end of the
     /// range (unbounded: the sweep itself reads only the pages it uses).

@@ -162,6 +162,9 @@ pub struct ReapRunEntry {
     /// What became of the sandbox of a run that is terminal now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxFate>,
+    /// Why a `kept` sandbox was kept (a live run that may use it, a turn being set up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_because: Option<String>,
 }
 
 /// What became of a terminal run's sandbox.
@@ -190,6 +193,7 @@ impl ReapRunEntry {
             terminalized_anyway: None,
             error: None,
             sandbox: None,
+            kept_because: None,
         }
     }
 
@@ -1150,9 +1154,13 @@ async fn reap_claimed(
 
     let mut error = None;
     let mut sandbox = None;
+    let mut kept_because = None;
     if terminal {
         match settle(deps, options, &stored, driven.intent).await {
-            Ok(fate) => sandbox = Some(fate),
+            Ok((fate, why)) => {
+                sandbox = Some(fate);
+                kept_because = why;
+            }
             Err(e) => {
                 tracing::error!(target: "reaper", run_id, status = %status, error = %e, retried_by = "the reclaim ledger", "reclaiming the run's sandbox failed");
                 outcome = ReapOutcome::ReclaimFailed;
@@ -1170,6 +1178,7 @@ async fn reap_claimed(
         terminalized_anyway: budget_anomaly.then_some(terminal),
         error: error.map(Box::new),
         sandbox,
+        kept_because,
     }
 }
 
@@ -1210,11 +1219,11 @@ async fn settle(
     options: &ReapOptions,
     record: &RunRecord,
     mut intent: ReclaimIntent,
-) -> Result<SandboxFate, ReapError> {
+) -> Result<(SandboxFate, Option<String>), ReapError> {
     let run_id = record.run_id.as_str();
     let Some(reclaim) = &deps.reclaim else {
         resolve(deps, run_id).await;
-        return Ok(SandboxFate::NotReclaimed);
+        return Ok((SandboxFate::NotReclaimed, None));
     };
     let attempt = within(
         deps.sleeper.as_ref(),
@@ -1233,11 +1242,11 @@ async fn settle(
         Ok(done) => {
             resolve(deps, run_id).await;
             return Ok(match done {
-                Reclaimed::Destroyed => SandboxFate::Destroyed,
-                Reclaimed::Nothing => SandboxFate::NoSandbox,
+                Reclaimed::Destroyed => (SandboxFate::Destroyed, None),
+                Reclaimed::Nothing => (SandboxFate::NoSandbox, None),
                 Reclaimed::Kept(reason) => {
                     tracing::info!(target: "reaper", run_id, %reason, "the run's sandbox is kept");
-                    SandboxFate::Kept
+                    (SandboxFate::Kept, Some(reason))
                 }
             });
         }
@@ -1532,6 +1541,8 @@ async fn drive_claimed(
             run_id,
             thread_id: &record.thread_id,
             signal: &signal,
+            // Only the probe proves a run finished: an expired run's drive is cut by the budget.
+            proven_finished: !expired,
         },
     );
     let budget = deps.sleeper.sleep(options.run_budget_ms).fuse();

@@ -28,6 +28,9 @@ pub enum ReclaimOutcome {
     ProviderMismatch,
     /// A non-terminal run still uses the sandbox (a newer turn of the thread): kept.
     InUse { run_id: String },
+    /// The instance's latest run has no record yet (the application is setting up a new turn in
+    /// the sandbox): kept, since nothing proves that turn is over.
+    LatestRunUnknown { run_id: String },
 }
 
 impl ReclaimOutcome {
@@ -39,6 +42,7 @@ impl ReclaimOutcome {
             ReclaimOutcome::NotFound => "not-found",
             ReclaimOutcome::ProviderMismatch => "provider-mismatch",
             ReclaimOutcome::InUse { .. } => "in-use",
+            ReclaimOutcome::LatestRunUnknown { .. } => "latest-run-unknown",
         }
     }
 }
@@ -47,9 +51,11 @@ impl ReclaimOutcome {
 ///
 /// 1. the provider check, before any destroy or delete (a mismatch would hand one provider's id
 ///    to another and could destroy a stranger's workload);
-/// 2. the in-use check: the instance's latest run, and every run of the thread that names the
-///    same key, must be terminal (two turns of a thread share a sandbox; finalizing the older one
-///    must not kill the newer);
+/// 2. the in-use check: the instance's latest run must have a record and be terminal (a
+///    latest run with no record yet is a turn being set up), every run of any thread that names
+///    the same key must be terminal (the store's [`RunStore::live_runs_for_sandbox`]), and so
+///    must every run of the thread with no key yet (an attached turn gets its key only when it
+///    detaches, while the instance may still name the older run);
 /// 3. destroy; the instance record is deleted only once the destroy succeeded.
 ///
 /// `intent` carries the sandbox an earlier attempt saw: when the instance record has since gone,
@@ -100,6 +106,17 @@ pub async fn reclaim_sandbox(
         }
     }
     if let Some(user) = live_user(record, key, &instance, runs).await? {
+        if let LiveUser::Unrecorded(run_id) = user {
+            tracing::info!(
+                target: "reaper",
+                run_id = %record.run_id,
+                sandbox_key = key,
+                latest_run_id = %run_id,
+                "the sandbox's latest run has no record yet (a turn being set up); keeping it"
+            );
+            return Ok(ReclaimOutcome::LatestRunUnknown { run_id });
+        }
+        let user = user.run_id();
         tracing::info!(
             target: "reaper",
             run_id = %record.run_id,
@@ -150,22 +167,55 @@ async fn destroy(
     }
 }
 
-/// A non-terminal run other than `record` that uses the sandbox, if any: the instance's latest
-/// run first (the application's own word on who uses it), then the thread's runs naming the key.
+/// Who may still use a sandbox.
+enum LiveUser {
+    /// A non-terminal run.
+    Running(String),
+    /// The instance's latest run, which has no record yet.
+    Unrecorded(String),
+}
+
+impl LiveUser {
+    fn run_id(self) -> String {
+        match self {
+            LiveUser::Running(id) | LiveUser::Unrecorded(id) => id,
+        }
+    }
+}
+
+/// Runs asked for at most when looking for a live run naming the key: one is enough to keep
+/// the sandbox, a few let the log name them.
+const LIVE_RUNS_ASKED: usize = 8;
+
+/// A run other than `record` that may use the sandbox, if any: the instance's latest run first
+/// (the application's own word on who uses it; one with no record yet is a turn being set up),
+/// then any thread's live run naming the key, then the threads' live runs with no key yet.
 async fn live_user(
     record: &RunRecord,
     key: &str,
     instance: &SandboxInstanceRecord,
     runs: &dyn RunStore,
-) -> Result<Option<String>, StoreError> {
+) -> Result<Option<LiveUser>, StoreError> {
     if let Some(latest) = instance.latest_run_id.as_deref() {
         if latest != record.run_id {
-            if let Some(run) = runs.get(latest).await? {
-                if !run.status.is_terminal() {
-                    return Ok(Some(run.run_id));
+            match runs.get(latest).await? {
+                Some(run) if !run.status.is_terminal() => {
+                    return Ok(Some(LiveUser::Running(run.run_id)))
                 }
+                Some(_) => {}
+                None => return Ok(Some(LiveUser::Unrecorded(latest.to_string()))),
             }
         }
+    }
+    match runs.live_runs_for_sandbox(key, LIVE_RUNS_ASKED).await {
+        Ok(live) => {
+            if let Some(run) = live.into_iter().find(|r| r.run_id != record.run_id) {
+                return Ok(Some(LiveUser::Running(run.run_id)));
+            }
+        }
+        // A store without the query still gets the thread check below.
+        Err(StoreError::Unsupported(_)) => {}
+        Err(error) => return Err(error),
     }
     if !runs.capabilities().list_by_thread {
         return Ok(None);
@@ -176,11 +226,13 @@ async fn live_user(
     }
     for thread in threads {
         for run in runs.list_by_thread(thread).await? {
+            // A live turn with no key yet may be the one in this sandbox: an attached turn gets
+            // its key stamped only when it detaches.
             if run.run_id != record.run_id
                 && !run.status.is_terminal()
-                && run.sandbox_key.as_deref() == Some(key)
+                && run.sandbox_key.as_deref().is_none_or(|k| k == key)
             {
-                return Ok(Some(run.run_id));
+                return Ok(Some(LiveUser::Running(run.run_id)));
             }
         }
     }
@@ -230,12 +282,45 @@ impl Reclaim for SandboxReclaimer {
         match outcome {
             ReclaimOutcome::Destroyed => Ok(Reclaimed::Destroyed),
             ReclaimOutcome::NoSandboxKey | ReclaimOutcome::NotFound => Ok(Reclaimed::Nothing),
-            ReclaimOutcome::ProviderMismatch => Ok(Reclaimed::Kept(format!(
-                "the instance record belongs to another provider than {}",
-                self.provider.name()
-            ))),
+            // Not ours to destroy, and not settled either: the entry stays in the ledger as a
+            // leak (every report and `reaper status` show it) until a reaper that serves the
+            // provider destroys it.
+            ReclaimOutcome::ProviderMismatch => {
+                let instance = match record
+                    .sandbox_key
+                    .as_deref()
+                    .or(intent.sandbox_key.as_deref())
+                {
+                    Some(key) => self.instances.get(key).await?,
+                    None => None,
+                };
+                let (provider, provider_sandbox_id) = match instance {
+                    Some(i) => (Some(i.provider), Some(i.provider_sandbox_id)),
+                    None => (intent.provider.clone(), intent.provider_sandbox_id.clone()),
+                };
+                Err(SandboxReclaimFailedError {
+                    run_id: record.run_id.clone(),
+                    sandbox_key: record
+                        .sandbox_key
+                        .clone()
+                        .or_else(|| intent.sandbox_key.clone()),
+                    reason: format!(
+                        "the sandbox belongs to provider {}, which this reaper does not serve \
+                         (it serves {}); it stays in the ledger as a leak until a reaper \
+                         configured with that provider destroys it",
+                        provider.as_deref().unwrap_or("?"),
+                        self.provider.name()
+                    ),
+                    provider,
+                    provider_sandbox_id,
+                }
+                .into())
+            }
             ReclaimOutcome::InUse { run_id } => Ok(Reclaimed::Kept(format!(
                 "run {run_id} is not terminal and uses the same sandbox"
+            ))),
+            ReclaimOutcome::LatestRunUnknown { run_id } => Ok(Reclaimed::Kept(format!(
+                "the sandbox's latest run {run_id} has no record yet (a turn being set up)"
             ))),
             ReclaimOutcome::DestroyFailed {
                 provider,

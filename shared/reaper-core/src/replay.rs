@@ -182,6 +182,7 @@ impl Drive for JournalReplayDrive {
             phase: Phase::Start,
             queue: VecDeque::new(),
             assistant: String::new(),
+            finish_lines: false,
         };
         Ok(Box::pin(futures::stream::unfold(
             replay,
@@ -307,12 +308,22 @@ struct Replay {
     queue: VecDeque<Chunk>,
     /// Every text delta of the run so far, earlier log entries included.
     assistant: String,
+    /// A stop lets the line in hand finish (see [`Replay::finishing_line`]): set for a run with
+    /// no cancel recorded, whose journal is a finished agent's, so the line has an end.
+    finish_lines: bool,
 }
 
 impl Replay {
     async fn next(&mut self) -> Option<Result<Chunk, DriveError>> {
         loop {
-            if self.signal.is_cancelled() {
+            if self.signal.is_cancelled() && !self.finishing_line() {
+                if self.finish_lines {
+                    // Whole lines only: what is queued may still land (the pipe takes what it
+                    // can at once); nothing more is read.
+                    if let Some(chunk) = self.queue.pop_front() {
+                        return Some(Ok(chunk));
+                    }
+                }
                 self.phase = Phase::Done;
                 self.queue.clear();
                 return None;
@@ -364,6 +375,16 @@ impl Replay {
         &self.request.run_id
     }
 
+    /// Whether a stop must wait for the line being read: a run that is not cancelled (the probe
+    /// proved it finished) with part of a line in hand and nothing queued. Finishing it costs
+    /// the rest of that line, which is in the journal already; cutting it would cost the whole
+    /// line again on every sweep, so a line longer than one budget's reading would never land.
+    fn finishing_line(&self) -> bool {
+        self.finish_lines
+            && self.queue.is_empty()
+            && matches!(&self.phase, Phase::Reading(reader) if !reader.lines.pending().is_empty())
+    }
+
     /// Reads what the log already holds: when it holds the run's ending (a drive resumed after
     /// the `RUN_ERROR` was appended), finishes from it without touching the sandbox; otherwise
     /// finds the sandbox and reads the journal from the resume position.
@@ -392,6 +413,9 @@ impl Replay {
             .await
             .map_err(|e| store("reading the run record", e))?
             .ok_or_else(|| setup(format!("cannot replay run {run_id}: no such run")))?;
+        // An expired run's cancel is recorded before its drive: its agent may still be writing,
+        // so its line in hand may have no end, and its stop is immediate.
+        self.finish_lines = record.cancel_requested != Some(true);
         let key = record.sandbox_key.ok_or_else(|| {
             setup(format!(
                 "cannot replay run {run_id}: the run has no sandboxKey, so its sandbox is unknown"
@@ -515,7 +539,11 @@ impl Replay {
                 timeout_ms: self.options.exec_timeout_ms,
             },
         );
-        let output = {
+        let output = if self.finish_lines {
+            // Not cut by a stop: this page may be the rest of the line in hand (an exec is
+            // bounded by its own timeout).
+            exec.await
+        } else {
             let cancelled = self.signal.cancelled();
             futures::pin_mut!(cancelled);
             match select(exec, cancelled).await {

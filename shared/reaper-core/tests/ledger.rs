@@ -551,3 +551,87 @@ fn the_reserve_is_the_worst_case_the_sweeps_own_bounds_allow() {
     o2.fence_quiet_ms = 0;
     assert_eq!(o2.reserve_ms(), 5_000 + 10_000 + 5_000 + 2_000);
 }
+
+/// Issue 24, item 5: a record naming a provider this reaper does not serve is no silent leak.
+/// The sweep reports the sandbox `leaked` and the ledger keeps the entry as a leak, sweep after
+/// sweep, until a reaper that serves the provider destroys it and settles the entry.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_of_an_unserved_provider_stays_a_leak_until_a_reaper_that_serves_it_settles_it() {
+    use reaper_core::domain::SandboxInstanceRecord;
+    use reaper_core::ports::SandboxInstanceStore;
+    use reaper_core::reap::SandboxFate;
+    use reaper_core::reclaim::SandboxReclaimer;
+    use reaper_testkit::fakes::FakeProvider;
+
+    let h = Harness::new();
+    h.seed("foreign", Some(FRESH), Some("k-foreign"));
+    h.probe.finished("foreign", 0);
+    h.memory
+        .upsert(SandboxInstanceRecord {
+            key: "k-foreign".into(),
+            provider: "daytona".into(),
+            provider_sandbox_id: "sbx-d".into(),
+            latest_snapshot_id: None,
+            thread_id: "thread-foreign".into(),
+            latest_run_id: Some("foreign".into()),
+            updated_at: NOW,
+        })
+        .await
+        .unwrap();
+    let reclaimer = |provider: &FakeProvider| -> Arc<dyn Reclaim> {
+        Arc::new(SandboxReclaimer {
+            provider: Arc::new(provider.clone()),
+            instances: Arc::new(h.memory.clone()),
+            runs: Arc::new(h.memory.clone()),
+        })
+    };
+    let docker = FakeProvider::new("docker");
+    let mut deps = h.deps();
+    deps.reclaim = Some(reclaimer(&docker));
+
+    let report = reaper_core::reap::reap_detached_runs(&deps, &h.options)
+        .await
+        .unwrap();
+    let e = entry(&report, "foreign");
+    assert_eq!(e.outcome, ReapOutcome::ReclaimFailed);
+    assert_eq!(e.status, Some(RunStatus::Completed));
+    assert_eq!(e.sandbox, Some(SandboxFate::Leaked));
+    assert!(
+        e.error.as_ref().unwrap().to_string().contains("daytona"),
+        "{e:?}"
+    );
+    assert_eq!(report.reclaims.leaked(), Some(1));
+    let leak = h.memory.get_intent("foreign").await.unwrap().expect("kept");
+    assert!(leak.is_leak());
+    assert_eq!(leak.provider.as_deref(), Some("daytona"));
+    assert_eq!(leak.provider_sandbox_id.as_deref(), Some("sbx-d"));
+
+    // Due again: this reaper's retry cannot settle it either, and says so.
+    tokio::time::advance(std::time::Duration::from_millis(RECLAIM_RETRY_BASE_MS + 1)).await;
+    let mut options = h.options.clone();
+    options.now = Some(NOW + RECLAIM_RETRY_BASE_MS as i64 + 1);
+    let again = reaper_core::reap::reap_detached_runs(&deps, &options)
+        .await
+        .unwrap();
+    assert_eq!((again.reclaims.retried, again.reclaims.failed), (1, 1));
+    assert_eq!(again.reclaims.leaked(), Some(1));
+    assert!(docker.destroy_calls().is_empty());
+
+    // A reaper that serves daytona settles it.
+    tokio::time::advance(std::time::Duration::from_millis(
+        2 * RECLAIM_RETRY_BASE_MS + 1,
+    ))
+    .await;
+    let daytona = FakeProvider::new("daytona");
+    deps.reclaim = Some(reclaimer(&daytona));
+    let settled = reaper_core::reap::reap_detached_runs(&deps, &options)
+        .await
+        .unwrap();
+    assert_eq!(settled.reclaims.settled, 1);
+    assert_eq!(settled.reclaims.leaked(), Some(0));
+    assert_eq!(daytona.destroy_calls(), vec!["sbx-d"]);
+    assert!(SandboxInstanceStore::get(&h.memory, "k-foreign")
+        .await
+        .unwrap()
+        .is_none());
+}

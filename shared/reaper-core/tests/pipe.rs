@@ -52,6 +52,7 @@ impl Fixture {
                 run_id: "r1",
                 thread_id: "t1",
                 signal: &self.signal,
+                proven_finished: false,
             },
         )
         .await

@@ -226,14 +226,101 @@ async fn reclaimer_resolves_when_there_is_nothing_to_tear_down() {
         reclaim_with(&r, &record(Some("missing"))).await.unwrap(),
         Reclaimed::Nothing
     );
+    assert!(provider.destroy_calls().is_empty());
+}
+
+/// Issue 24, item 5: a record of a provider this reaper does not serve is not settled as
+/// `kept` (which resolved its ledger entry and hid it for ever) but failed as a leak naming the
+/// provider and the sandbox, so the ledger keeps it until a reaper that serves it destroys it.
+#[tokio::test]
+async fn a_sandbox_of_a_provider_this_reaper_lacks_is_a_leak_not_kept() {
+    let provider = FakeProvider::new("docker");
     let other = reclaimer(
         &provider,
         Arc::new(instances_with("k1", "sbx-1", "daytona").await),
     );
-    assert!(matches!(
-        reclaim_with(&other, &record(Some("k1"))).await.unwrap(),
-        Reclaimed::Kept(_)
-    ));
+    let err = reclaim_with(&other, &record(Some("k1"))).await.unwrap_err();
+    match &err {
+        ReclaimError::Failed(e) => {
+            assert_eq!(e.provider.as_deref(), Some("daytona"));
+            assert_eq!(e.provider_sandbox_id.as_deref(), Some("sbx-1"));
+            assert!(e.reason.contains("does not serve"), "{}", e.reason);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(provider.destroy_calls().is_empty());
+}
+
+/// Issue 24, item 4: the application records a new turn's run id on the instance before the
+/// run row exists; nothing proves that turn over, so its sandbox stays.
+#[tokio::test]
+async fn a_sandbox_whose_latest_run_has_no_record_yet_is_kept() {
+    let store = instances_with("k1", "sbx-1", "fake").await;
+    let mut inst = store.get("k1").await.unwrap().unwrap();
+    inst.latest_run_id = Some("r-next".into());
+    store.upsert(inst).await.unwrap();
+    let r1 = record(Some("k1"));
+    store.put_run(r1.clone());
+    let provider = FakeProvider::new("fake");
+    let outcome = reclaim(&r1, &provider, &store).await.unwrap();
+    assert_eq!(
+        outcome,
+        ReclaimOutcome::LatestRunUnknown {
+            run_id: "r-next".into()
+        }
+    );
+    assert!(provider.destroy_calls().is_empty());
+    let kept = SandboxReclaimer {
+        provider: Arc::new(provider.clone()),
+        instances: Arc::new(store.clone()),
+        runs: Arc::new(store.clone()),
+    }
+    .reclaim(&r1, &intent(&r1))
+    .await
+    .unwrap();
+    assert!(
+        matches!(&kept, Reclaimed::Kept(why) if why.contains("r-next") && why.contains("no record")),
+        "the report says why: {kept:?}"
+    );
+}
+
+/// Issue 24, item 4: a live run of another thread naming the same key keeps the sandbox (the
+/// store's `live_runs_for_sandbox`, not only the thread's runs).
+#[tokio::test]
+async fn a_sandbox_named_by_a_live_run_of_another_thread_is_kept() {
+    let store = instances_with("k1", "sbx-1", "fake").await;
+    let r1 = record(Some("k1"));
+    store.put_run(r1.clone());
+    let mut other = RunRecord::new("r-other", "t-other", 5);
+    other.sandbox_key = Some("k1".into());
+    store.put_run(other);
+    let provider = FakeProvider::new("fake");
+    let outcome = reclaim(&r1, &provider, &store).await.unwrap();
+    assert_eq!(
+        outcome,
+        ReclaimOutcome::InUse {
+            run_id: "r-other".into()
+        }
+    );
+    assert!(provider.destroy_calls().is_empty());
+}
+
+/// Issue 24, item 4: an attached turn gets its key only when it detaches, and the instance may
+/// still name the finished run as its latest: the thread's live run with no key keeps it.
+#[tokio::test]
+async fn an_attached_turn_with_no_key_yet_keeps_the_sandbox_of_a_stale_latest_run() {
+    let store = instances_with("k1", "sbx-1", "fake").await;
+    let r1 = record(Some("k1"));
+    store.put_run(r1.clone());
+    store.put_run(RunRecord::new("r2", "t1", 5));
+    let provider = FakeProvider::new("fake");
+    let outcome = reclaim(&r1, &provider, &store).await.unwrap();
+    assert_eq!(
+        outcome,
+        ReclaimOutcome::InUse {
+            run_id: "r2".into()
+        }
+    );
     assert!(provider.destroy_calls().is_empty());
 }
 

@@ -850,6 +850,7 @@ async fn run_pipe(case: &Case, crash: Option<Crash>) -> Option<RunRecord> {
             run_id: RUN,
             thread_id: THREAD,
             signal: &signal,
+            proven_finished: false,
         },
     );
     let crashed = store.crashed.cancelled();

@@ -254,6 +254,21 @@ impl RunStore for D1Store {
         decode_all(&rows)
     }
 
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .one(Statement::new(
+                sql::LIVE_BY_SANDBOX_KEY,
+                vec![sandbox_key.into(), limit.into()],
+            ))
+            .await?;
+        decode_all(&rows)
+    }
+
     async fn list_reclaimable(
         &self,
         now: EpochMs,

@@ -171,6 +171,16 @@ impl RunStore for Chaos {
         self.after("list_by_thread", thread_id, r).await
     }
 
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.before("live_runs_for_sandbox", sandbox_key).await?;
+        let r = self.store.live_runs_for_sandbox(sandbox_key, limit).await;
+        self.after("live_runs_for_sandbox", sandbox_key, r).await
+    }
+
     async fn list_reclaimable(
         &self,
         now: EpochMs,

@@ -125,12 +125,46 @@ pub fn row_key(rowid: Option<i64>) -> String {
     )
 }
 
+/// Up to `?1` rows that look detached (`detached_since` is set) but that the reclaimable
+/// listing cannot take, and that nothing would otherwise report: a status that is no run status
+/// (`'RUNNING'`, a typo, NULL), which the listing's `status = 'running'` never matches, or a
+/// `running` row whose `detached_since` is no instant a listing range reaches (a text or blob
+/// value, or a number past [`MAX_SAFE_INTEGER`]). The sweep and `reaper status` report them as
+/// corrupt by the same rule. A scan of `runs` (no index covers a malformed row), once per
+/// sweep. Selects `run_id`, `rowid`, `status`, `detached_since` as text, and its type.
+pub const LIST_UNLISTABLE: &str = "SELECT run_id, rowid, status, CAST(detached_since AS TEXT), typeof(detached_since) FROM runs WHERE detached_since IS NOT NULL AND (status IS NULL OR status NOT IN ('running', 'interrupted', 'completed', 'failed', 'aborted') OR (status = 'running' AND (typeof(detached_since) NOT IN ('integer', 'real') OR detached_since > 9007199254740991))) ORDER BY rowid LIMIT ?1";
+
+/// Why a row [`LIST_UNLISTABLE`] selected is corrupt.
+pub fn unlistable(status: Option<&str>, detached_since: &str, kind: &str) -> String {
+    match status {
+        Some("running") => format!(
+            "the detached run's detached_since is {kind} {detached_since:?}, which is no time in milliseconds since the Unix epoch (expected 0 to {MAX_SAFE_INTEGER}); no listing reaches it"
+        ),
+        Some(raw) => format!(
+            "{}; the run is detached (detached_since {detached_since}) but no listing reaches it",
+            unknown_status(raw)
+        ),
+        None => format!(
+            "status is NULL; the run is detached (detached_since {detached_since}) but no listing reaches it"
+        ),
+    }
+}
+
 /// A thread's latest running run: `?1` the thread id.
 pub const FIND_ACTIVE: &str = concat!(
     "SELECT ",
     run_columns!(),
     " FROM runs WHERE thread_id = ?1 AND status = 'running' \
      ORDER BY started_at DESC, rowid DESC LIMIT 1"
+);
+
+/// Up to `?2` runs of any thread that are not terminal and name the sandbox key `?1`: the
+/// reclaim keeps a sandbox any of them may use. A scan of `runs` (no index covers the key): one
+/// per reclaim, against a destroy that would kill a live agent.
+pub const LIVE_BY_SANDBOX_KEY: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE sandbox_key = ?1 AND status IN ('running', 'interrupted') LIMIT ?2"
 );
 
 /// A thread's runs, oldest first: `?1` the thread id.

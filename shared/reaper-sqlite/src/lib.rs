@@ -37,7 +37,7 @@ use rusqlite::{Connection, OpenFlags};
 
 pub use error::{is_damaged, OpenError, DAMAGED_KEY};
 pub use log::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
-pub use runs::{DetachedRun, StatusCounts};
+pub use runs::{DetachedListing, DetachedRun, StatusCounts};
 pub use schema::SCHEMA_VERSION;
 
 use error::{name_the_file, store_err};

@@ -144,8 +144,54 @@ fn list_reclaimable_page_rows(
     if read < q.limit {
         page.next = None;
     }
+    // The rows no page can reach are reported with the sweep's first page (the range past the
+    // TTL, from its start), so every sweep reports them once, as `reaper status` does.
+    if q.after.is_none() && q.detached_after.is_none() {
+        page.corrupt
+            .extend(unlistable_rows(conn, MAX_UNLISTABLE_REPORTED)?);
+    }
     Ok(page)
 }
+
+/// Rows that look detached but that no listing reaches ([`sql::LIST_UNLISTABLE`]), each as
+/// [`StoreError::Corrupt`] naming the run (or its rowid): at most `limit` of them.
+pub(crate) fn unlistable_rows(
+    conn: &Connection,
+    limit: usize,
+) -> Result<Vec<StoreError>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(sql::LIST_UNLISTABLE)
+        .map_err(store_err)?;
+    let mut rows = stmt.query([to_i64(limit as u64)]).map_err(store_err)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(store_err)? {
+        let rowid: Option<i64> = row.get(1).ok();
+        let key = match row.get_ref(0).map_err(store_err)? {
+            rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+            _ => sql::row_key(rowid),
+        };
+        let status = match row.get_ref(2).map_err(store_err)? {
+            rusqlite::types::ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+            rusqlite::types::ValueRef::Null => None,
+            other => Some(format!("{other:?}")),
+        };
+        let detached: String = row
+            .get::<_, Option<String>>(3)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let kind: String = row.get(4).unwrap_or_default();
+        out.push(corrupt(
+            key,
+            sql::unlistable(status.as_deref(), &detached, &kind),
+        ));
+    }
+    Ok(out)
+}
+
+/// Most unlistable rows one sweep (or `reaper status`) reports: enough to see the problem, a
+/// bounded read whatever the damage.
+pub const MAX_UNLISTABLE_REPORTED: usize = 100;
 
 /// How many columns [`COLUMNS`] names: the listing's `rowid` comes right after them.
 const COLUMN_COUNT: usize = 12;
@@ -244,6 +290,22 @@ impl StatusCounts {
     }
 }
 
+/// What `reaper status` lists: the detached runs, and the rows that look detached but do not
+/// read (the same rule as the sweep's `corrupt`).
+#[derive(Debug, Default)]
+pub struct DetachedListing {
+    pub runs: Vec<DetachedRun>,
+    pub corrupt: Vec<StoreError>,
+}
+
+fn listing_has(corrupt: &[StoreError], e: &StoreError) -> bool {
+    let key = |e: &StoreError| match e {
+        StoreError::Corrupt { key, .. } => Some(key.clone()),
+        _ => None,
+    };
+    corrupt.iter().any(|c| key(c).is_some() && key(c) == key(e))
+}
+
 /// A running run that nobody is attached to, as `reaper status` lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DetachedRun {
@@ -259,20 +321,42 @@ impl SqliteStore {
             .await
     }
 
-    /// Every `running` run with a `detached_since`, longest detached first.
-    pub async fn list_detached(&self, now: EpochMs) -> Result<Vec<DetachedRun>, StoreError> {
+    /// Every `running` run with a `detached_since`, longest detached first, row by row: a row
+    /// that does not decode is in `corrupt` (by run id, or rowid), beside the rows that look
+    /// detached but that no listing reaches ([`sql::LIST_UNLISTABLE`], the sweep's rule), and
+    /// every other row is still listed. Only a failure of the query itself fails it.
+    pub async fn list_detached(&self, now: EpochMs) -> Result<DetachedListing, StoreError> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
-             ORDER BY detached_since, rowid"
+            "SELECT {COLUMNS}, rowid AS rowid FROM runs WHERE status = 'running' \
+             AND detached_since IS NOT NULL ORDER BY detached_since, rowid"
         );
-        let rows = self.call(move |c| query_runs(c, &sql, [])).await?;
-        Ok(rows
-            .into_iter()
-            .map(|record| DetachedRun {
-                detached_for_ms: now.saturating_sub(record.detached_since.unwrap_or(now)),
-                record,
-            })
-            .collect())
+        self.call(move |c| {
+            let mut stmt = c.prepare_cached(&sql).map_err(store_err)?;
+            let mut rows = stmt.query([]).map_err(store_err)?;
+            let mut listing = DetachedListing::default();
+            while let Some(row) = rows.next().map_err(store_err)? {
+                let rowid = match row.get_ref(COLUMN_COUNT).map_err(store_err)? {
+                    rusqlite::types::ValueRef::Integer(r) => Some(r),
+                    _ => None,
+                };
+                match decode_run(row, &sql::row_key(rowid)) {
+                    Ok(record) => listing.runs.push(DetachedRun {
+                        detached_for_ms: now.saturating_sub(record.detached_since.unwrap_or(now)),
+                        record,
+                    }),
+                    Err(e @ StoreError::Corrupt { .. }) => listing.corrupt.push(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            // The running rows among them were decoded above, and reported if they did not.
+            let hidden: Vec<StoreError> = unlistable_rows(c, MAX_UNLISTABLE_REPORTED)?
+                .into_iter()
+                .filter(|e| !listing_has(&listing.corrupt, e))
+                .collect();
+            listing.corrupt.extend(hidden);
+            Ok(listing)
+        })
+        .await
     }
 
     /// How many runs hold each status. A row with an unknown status is reported as corrupt.
@@ -426,6 +510,17 @@ impl RunStore for SqliteStore {
     async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         let thread_id = thread_id.to_string();
         self.call(move |c| query_runs(c, sql::LIST_BY_THREAD, [thread_id]))
+            .await
+    }
+
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let key = sandbox_key.to_string();
+        let limit = to_i64(limit as u64);
+        self.call(move |c| query_runs(c, sql::LIVE_BY_SANDBOX_KEY, params![key, limit]))
             .await
     }
 

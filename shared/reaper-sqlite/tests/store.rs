@@ -167,7 +167,9 @@ async fn list_detached_and_status_counts_show_what_reaper_status_needs() {
         .unwrap();
 
     let detached = store.list_detached(1_000).await.unwrap();
+    assert!(detached.corrupt.is_empty());
     let summary: Vec<(&str, i64, Option<&str>)> = detached
+        .runs
         .iter()
         .map(|d| {
             (

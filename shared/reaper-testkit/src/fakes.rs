@@ -297,6 +297,13 @@ impl RunStore for SpyStore {
         self.enter(Op::FindActive(thread_id.into()))?;
         self.inner.find_active_run(thread_id).await
     }
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.live_runs_for_sandbox(sandbox_key, limit).await
+    }
     async fn list_reclaimable(
         &self,
         now: EpochMs,
@@ -823,6 +830,14 @@ impl<S: RunStore> RunStore for CountingRuns<S> {
     async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         self.count();
         self.inner.list_by_thread(thread_id).await
+    }
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.count();
+        self.inner.live_runs_for_sandbox(sandbox_key, limit).await
     }
     async fn list_reclaimable(
         &self,

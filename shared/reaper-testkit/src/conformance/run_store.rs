@@ -37,6 +37,7 @@ macro_rules! __reaper_run_store_cases {
             find_active_run_returns_the_newest_running_run_of_the_thread,
             find_active_run_of_a_thread_without_running_runs_is_none,
             list_by_thread_is_ordered_by_started_at_when_capable,
+            live_runs_for_sandbox_are_the_non_terminal_runs_of_any_thread_naming_the_key_when_supported,
             list_reclaimable_cutoff_is_inclusive_when_capable,
             list_reclaimable_with_zero_ttl_returns_a_run_detached_at_exactly_now_when_capable,
             list_reclaimable_drops_a_run_whose_detached_since_is_cleared_when_capable,
@@ -428,6 +429,97 @@ pub async fn find_active_run_of_a_thread_without_running_runs_is_none<S: RunStor
         store.find_active_run(&ctx.id("unknown-thread")).await?,
         None,
         "active run of an unknown thread"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// The reclaim's in-use check: every non-terminal run (`running`, `interrupted`) of any thread
+/// naming the key, none of another key, none terminal. A store without the query answers
+/// `Unsupported` (reported as a skip).
+pub async fn live_runs_for_sandbox_are_the_non_terminal_runs_of_any_thread_naming_the_key_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("sandbox-key");
+    let named = |status: Option<RunStatus>, key: &str| RunPatch {
+        status,
+        sandbox_key: Patch::Set(key.to_string()),
+        ..Default::default()
+    };
+    match store.live_runs_for_sandbox(&key, 10).await {
+        Err(StoreError::Unsupported(_)) => {
+            return Ok(Verdict::Skipped(
+                "live_runs_for_sandbox is not supported: the reclaim checks the thread's runs only"
+                    .into(),
+            ))
+        }
+        other => ensure_eq!(other?, Vec::<RunRecord>::new(), "no run names a new key"),
+    }
+    seed(
+        store,
+        &ctx.id("live"),
+        &ctx.id("t1"),
+        100,
+        named(None, &key),
+    )
+    .await?;
+    seed(
+        store,
+        &ctx.id("paused"),
+        &ctx.id("t2"),
+        200,
+        named(Some(RunStatus::Interrupted), &key),
+    )
+    .await?;
+    for (i, done) in [RunStatus::Completed, RunStatus::Failed, RunStatus::Aborted]
+        .into_iter()
+        .enumerate()
+    {
+        seed(
+            store,
+            &ctx.id(&format!("done-{i}")),
+            &ctx.id("t3"),
+            300,
+            named(Some(done), &key),
+        )
+        .await?;
+    }
+    seed(
+        store,
+        &ctx.id("elsewhere"),
+        &ctx.id("t4"),
+        400,
+        named(None, &ctx.id("other-key")),
+    )
+    .await?;
+    seed(
+        store,
+        &ctx.id("keyless"),
+        &ctx.id("t5"),
+        500,
+        RunPatch::default(),
+    )
+    .await?;
+    let mut ids: Vec<String> = store
+        .live_runs_for_sandbox(&key, 10)
+        .await?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    ids.sort();
+    let mut expected = vec![ctx.id("live"), ctx.id("paused")];
+    expected.sort();
+    ensure_eq!(
+        ids,
+        expected,
+        "the live runs naming the key, of every thread"
+    );
+    ensure_eq!(
+        store.live_runs_for_sandbox(&key, 1).await?.len(),
+        1,
+        "at most the limit"
     );
     Ok(Verdict::Passed)
 }

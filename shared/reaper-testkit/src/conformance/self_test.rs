@@ -688,6 +688,13 @@ impl RunStore for WithoutListByThread {
     async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.0.find_active_run(thread_id).await
     }
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.0.live_runs_for_sandbox(sandbox_key, limit).await
+    }
     async fn list_reclaimable_page(
         &self,
         query: ReclaimableQuery,
