@@ -15,7 +15,7 @@ pub const SETTINGS_TABLE: &str = "\
 |---|---|---|---|---|---|
 | Database file | `--db` | `REAPER_DB` | `reaper.db` | a path to the SQLite file the application writes runs into; it must exist (an empty file is initialised); or a PostgreSQL URL as below | sweep, watch, prune, status |
 | PostgreSQL database | `--database-url` (or `--db postgres://…`) | `REAPER_DATABASE_URL`; password `REAPER_DATABASE_PASSWORD` | none | `postgres://USER@HOST:PORT/DATABASE`; tables in schema `reaper` (created or migrated in place); a host other than this machine only over TLS | sweep, watch, prune, status |
-| Sandbox providers | `--provider` (repeatable) | `REAPER_PROVIDERS` (comma-separated) | `local` | `local`, `docker`, or both: each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched | sweep, watch, prune |
+| Sandbox providers | `--provider` (repeatable) | `REAPER_PROVIDERS` (comma-separated) | `local` | any of `local` (also `local-process`), `docker`, `sandboxd`, `daytona`, `e2b`, `vercel` (also `vercel-sandbox`): each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched. The HTTP providers read the serverless handlers' settings from the environment (`REAPER_SANDBOXD_URL`, `REAPER_SANDBOXD_TOKEN`, `DAYTONA_API_KEY`, `E2B_API_KEY`, `VERCEL_TOKEN`, `VERCEL_PROJECT_ID`, …; see `shared/reaper-serverless/README.md`); prune walks the local and Docker sandboxes only | sweep, watch, prune |
 | Sandbox root | `--sandboxes` | `REAPER_SANDBOXES` | `sandboxes` | an existing directory holding one directory per local sandbox (provider `local`) | sweep, watch, prune |
 | Docker socket | `--docker-socket` | `DOCKER_HOST` | `unix:///var/run/docker.sock` | the Docker daemon's Unix socket, `unix:///path` or `/path` (provider `docker`) | sweep, watch, prune |
 | Docker provider name | `--docker-name` | `REAPER_DOCKER_NAME` | `docker` | the provider name instance records carry for containers, and the `io.reaper.sandbox` label value of the containers reaper may touch | sweep, watch, prune |
@@ -115,8 +115,9 @@ pub struct Db {
 
 #[derive(Debug, Args)]
 pub struct Sandboxes {
-    /// The sandbox providers to serve: local, docker, or both (repeat the flag, or set
-    /// REAPER_PROVIDERS=local,docker).
+    /// The sandbox providers to serve: local, docker, sandboxd, daytona, e2b, vercel (repeat
+    /// the flag, or set REAPER_PROVIDERS=local,docker). The HTTP ones read the serverless
+    /// handlers' settings (REAPER_SANDBOXD_URL, DAYTONA_API_KEY, E2B_API_KEY, VERCEL_TOKEN, …).
     #[arg(
         long = "provider",
         env = "REAPER_PROVIDERS",
@@ -532,30 +533,27 @@ impl Settings<'_> {
         self.duration_ms(DETACHED_TTL, value, 1, MAX_AGE_MS)
     }
 
-    /// The providers to serve, in the order given: each `local` or `docker`, once.
+    /// The providers to serve, in the order given, each once: any provider of the shared
+    /// registry (`reaper_providers`), by its name or the name the framework records.
     pub fn providers(&self, values: &[String]) -> Result<Vec<ProviderKind>, ConfigError> {
-        const ACCEPTED: &str = "local, docker, or both (repeat --provider, or separate with \
-                                commas in REAPER_PROVIDERS)";
-        let mut kinds = Vec::new();
-        for value in values {
-            let kind = match value.trim() {
-                "local" => ProviderKind::Local,
-                "docker" => ProviderKind::Docker,
-                _ => return Err(self.invalid(PROVIDERS, value, ACCEPTED)),
-            };
-            if kinds.contains(&kind) {
-                return Err(self.invalid(
-                    PROVIDERS,
-                    value,
-                    &format!("{ACCEPTED}: it is given twice"),
-                ));
-            }
-            kinds.push(kind);
-        }
-        if kinds.is_empty() {
-            return Err(self.invalid(PROVIDERS, "", ACCEPTED));
-        }
-        Ok(kinds)
+        const ACCEPTED: &str = "local, docker, sandboxd, daytona, e2b or vercel, one or more \
+                                (repeat --provider, or separate with commas in REAPER_PROVIDERS)";
+        reaper_providers::parse_names(values.iter().map(String::as_str), Host::Native).map_err(
+            |e| {
+                let shown = match &e {
+                    reaper_providers::ProvidersError::Unknown { name, .. } => name.clone(),
+                    reaper_providers::ProvidersError::Duplicate(name) => name.clone(),
+                    _ => values.join(","),
+                };
+                let why = match e {
+                    reaper_providers::ProvidersError::Duplicate(_) => {
+                        format!("{ACCEPTED}: it is given twice")
+                    }
+                    _ => ACCEPTED.to_string(),
+                };
+                self.invalid(PROVIDERS, &shown, &why)
+            },
+        )
     }
 
     /// The Docker provider's options: the socket and the recorded name.
@@ -605,14 +603,9 @@ fn show_ms(ms: u64) -> String {
     format!("{ms}ms")
 }
 
-/// A sandbox provider the CLI can serve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    /// Directories and processes on this machine (`reaper-local`).
-    Local,
-    /// Containers on a Docker daemon (`reaper-docker`).
-    Docker,
-}
+use reaper_providers::Host;
+/// A sandbox provider the CLI can serve: every one of the shared registry.
+pub use reaper_providers::ProviderKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {

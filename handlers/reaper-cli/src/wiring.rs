@@ -321,6 +321,9 @@ pub fn provider(
 pub struct Providers {
     pub local: Option<LocalSandboxProvider>,
     pub docker: Option<DockerProvider>,
+    /// The HTTP providers (sandboxd, Daytona, E2B, Vercel), built by the shared registry from
+    /// the serverless handlers' settings. Prune does not walk them.
+    pub remote: Vec<Arc<dyn SandboxProvider>>,
     pub set: Arc<dyn SandboxProvider>,
 }
 
@@ -356,29 +359,60 @@ impl Providers {
             }
             false => None,
         };
-        Self::new(local, docker)
+        let mut remote = Vec::new();
+        let mut transport: Option<Arc<dyn reaper_http_sandbox::HttpTransport>> = None;
+        for kind in kinds
+            .iter()
+            .filter(|k| !matches!(k, ProviderKind::Local | ProviderKind::Docker))
+        {
+            let transport = match &transport {
+                Some(t) => t.clone(),
+                None => {
+                    let t: Arc<dyn reaper_http_sandbox::HttpTransport> = Arc::new(
+                        reaper_http_sandbox::ReqwestTransport::new()
+                            .map_err(|e| Failure::cannot_run(e.to_string()))?,
+                    );
+                    transport.insert(t).clone()
+                }
+            };
+            let env = |name: &str| std::env::var(name).ok();
+            let built = match kind {
+                ProviderKind::Sandboxd => reaper_providers::build_sandboxd(env, transport),
+                _ => reaper_providers::build_hosted(*kind, env, transport)
+                    .map(|p| p.expect("a hosted provider")),
+            };
+            remote.push(built.map_err(|e| Failure::usage(e.to_string()))?);
+        }
+        Self::new(local, docker, remote)
     }
 
     /// Only the local provider (the demo's).
     pub fn local_only(local: LocalSandboxProvider) -> Self {
-        Self::new(Some(local), None).expect("one provider is a valid set")
+        Self::new(Some(local), None, Vec::new()).expect("one provider is a valid set")
     }
 
     fn new(
         local: Option<LocalSandboxProvider>,
         docker: Option<DockerProvider>,
+        remote: Vec<Arc<dyn SandboxProvider>>,
     ) -> Result<Self, Failure> {
         let mut members: Vec<Arc<dyn SandboxProvider>> = Vec::new();
         if let Some(p) = &local {
-            members.push(Arc::new(p.clone()));
+            // Records the framework wrote name it `local-process`.
+            members.push(reaper_providers::with_record_names(
+                ProviderKind::Local,
+                Arc::new(p.clone()),
+            ));
         }
         if let Some(p) = &docker {
             members.push(Arc::new(p.clone()));
         }
+        members.extend(remote.iter().cloned());
         let set = ProviderSet::new(members).map_err(|e| Failure::usage(e.to_string()))?;
         Ok(Providers {
             local,
             docker,
+            remote,
             set: Arc::new(set),
         })
     }
@@ -389,6 +423,7 @@ impl Providers {
             .iter()
             .map(|p| p.name().to_string())
             .chain(self.docker.iter().map(|p| p.name().to_string()))
+            .chain(self.remote.iter().map(|p| p.name().to_string()))
             .collect()
     }
 }
@@ -430,7 +465,12 @@ impl JournalDirs {
         let local = self.local.as_ref()?;
         let key = record.sandbox_key.as_deref()?;
         let instance = self.instances.get(key).await.ok()??;
-        if instance.provider != local.name() {
+        // The local provider's records: its own name, or the framework's (`local-process`).
+        if instance.provider != local.name()
+            && !ProviderKind::Local
+                .aliases()
+                .contains(&instance.provider.as_str())
+        {
             return None;
         }
         let sandbox = local.open(&instance.provider_sandbox_id).await.ok()??;

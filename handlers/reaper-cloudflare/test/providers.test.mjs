@@ -188,7 +188,7 @@ describe("one alarm over Daytona, E2B and Vercel Sandbox through fetch", () => {
     // Every sandbox id a fake heard of was one of its own records' (so no destroy, no probe,
     // went to the wrong provider), the unserved record's reached none, and each finished
     // sandbox's destroy reached its own provider.
-    const destroyOps = { daytona: "deleteSandbox", e2b: "DELETE /sandboxes/{sandboxID}", "vercel-sandbox": "stopSandbox" };
+    const destroyOps = { daytona: "deleteSandbox", e2b: "DELETE /sandboxes/{sandboxID}", vercel: "deleteSandbox" };
     for (const [provider, requests] of traffic) {
       for (const run of runs) {
         const mentioned = requests.filter((r) => r.path.includes(run.sandbox));

@@ -1,6 +1,17 @@
-//! Which sandbox providers a reaper serves, chosen by name from `REAPER_PROVIDERS`, and the
-//! hosted ones built from their own settings over the caller's HTTP transport (reqwest natively,
-//! `fetch` in a Worker). No I/O and no environment reads: the caller passes a lookup.
+//! The one registry of sandbox providers every handler uses: which providers exist, the names
+//! each answers to (its own and the name the app framework records), which handler can serve
+//! it, and how the hosted ones (and `reaper-sandboxd`'s HTTP client) are built from their
+//! settings over the caller's HTTP transport (reqwest natively, `fetch` in a Worker). No I/O and
+//! no environment reads: the caller passes a lookup.
+//!
+//! | name in `REAPER_PROVIDERS` | also answers to (records) | provider | served by |
+//! |---|---|---|---|
+//! | `local` | `local-process` | `reaper-local` | the CLI, `reaper-sandboxd` |
+//! | `docker` | | `reaper-docker` | the CLI, `reaper-sandboxd` |
+//! | `sandboxd` | | `reaper-http-sandbox` | every handler |
+//! | `daytona` | | `reaper-daytona` | every handler |
+//! | `e2b` | | `reaper-e2b` | every handler |
+//! | `vercel` | `vercel-sandbox` | `reaper-vercel-sandbox` | every handler |
 //!
 //! One sweep serves every provider listed: the core's [`reaper_core::ProviderSet`] routes each
 //! recorded sandbox to the provider its instance record names, and refuses a record naming a
@@ -17,39 +28,95 @@ pub const PROVIDERS_VAR: &str = "REAPER_PROVIDERS";
 /// the hosted providers existed.
 pub const DEFAULT_PROVIDERS: &str = "sandboxd";
 
-/// A provider a serverless reaper can serve.
+/// The settings of `reaper-sandboxd`'s HTTP client, the same in every handler.
+pub const SANDBOXD_URL_VAR: &str = "REAPER_SANDBOXD_URL";
+/// The daemon's bearer token (a secret).
+pub const SANDBOXD_TOKEN_VAR: &str = "REAPER_SANDBOXD_TOKEN";
+
+/// A sandbox provider some handler can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
-    /// `reaper-sandboxd` over HTTP (local processes or Docker containers on a host). Built by
-    /// the handler, which owns its URL and token settings.
+    /// Directories and processes on this machine (`reaper-local`): the CLI and sandboxd only.
+    Local,
+    /// Containers on a Docker daemon reached through its socket (`reaper-docker`): the CLI and
+    /// sandboxd only.
+    Docker,
+    /// `reaper-sandboxd` over HTTP (local processes or Docker containers on a host).
     Sandboxd,
     Daytona,
     E2b,
-    VercelSandbox,
+    Vercel,
+}
+
+/// Where a reaper runs, which decides the providers it can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// A process on a machine (the CLI, `reaper watch`): every provider.
+    Native,
+    /// Lambda, Vercel, a Worker: no processes, no sockets of the machine; HTTP providers only.
+    Serverless,
 }
 
 impl ProviderKind {
-    pub const ALL: [ProviderKind; 4] = [
+    pub const ALL: [ProviderKind; 6] = [
+        ProviderKind::Local,
+        ProviderKind::Docker,
         ProviderKind::Sandboxd,
         ProviderKind::Daytona,
         ProviderKind::E2b,
-        ProviderKind::VercelSandbox,
+        ProviderKind::Vercel,
     ];
 
-    /// The name in [`PROVIDERS_VAR`]; for the hosted providers, also the name their instance
-    /// records carry.
+    /// The name in [`PROVIDERS_VAR`], and the name this reaper's own instance records carry.
     pub fn as_str(self) -> &'static str {
         match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Docker => "docker",
             ProviderKind::Sandboxd => "sandboxd",
             ProviderKind::Daytona => reaper_daytona::PROVIDER_NAME,
             ProviderKind::E2b => reaper_e2b::PROVIDER_NAME,
-            ProviderKind::VercelSandbox => reaper_vercel_sandbox::PROVIDER_NAME,
+            ProviderKind::Vercel => reaper_vercel_sandbox::PROVIDER_NAME,
         }
     }
 
-    /// The variables this provider reads (all of them, optional ones too).
+    /// Other names records of this provider carry: the app framework's (TanStack AI records
+    /// `local-process` for its local provider) and this reaper's earlier ones (`vercel-sandbox`).
+    /// Accepted in [`PROVIDERS_VAR`] too.
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            ProviderKind::Local => &["local-process"],
+            ProviderKind::Vercel => &[reaper_vercel_sandbox::LEGACY_PROVIDER_NAME],
+            _ => &[],
+        }
+    }
+
+    /// Every name a record of this provider may carry: [`as_str`](Self::as_str), then the
+    /// [`aliases`](Self::aliases).
+    pub fn record_names(self) -> impl Iterator<Item = &'static str> {
+        std::iter::once(self.as_str()).chain(self.aliases().iter().copied())
+    }
+
+    /// The kind `name` (a canonical name or an alias, any case) denotes.
+    pub fn from_name(name: &str) -> Option<ProviderKind> {
+        ProviderKind::ALL.into_iter().find(|k| {
+            k.record_names()
+                .any(|n| n.eq_ignore_ascii_case(name.trim()))
+        })
+    }
+
+    /// Whether a reaper on `host` can serve this provider.
+    pub fn available_on(self, host: Host) -> bool {
+        match self {
+            ProviderKind::Local | ProviderKind::Docker => host == Host::Native,
+            _ => true,
+        }
+    }
+
+    /// The variables this provider reads (all of them, optional ones too). The local and Docker
+    /// providers take the CLI's flags instead.
     pub fn variables(self) -> &'static [&'static str] {
         match self {
+            ProviderKind::Local | ProviderKind::Docker => &[],
             ProviderKind::Sandboxd => &[],
             ProviderKind::Daytona => &[reaper_daytona::API_KEY_VAR, reaper_daytona::API_URL_VAR],
             ProviderKind::E2b => &[
@@ -58,11 +125,13 @@ impl ProviderKind {
                 reaper_e2b::vars::API_URL,
                 reaper_e2b::vars::ENVD_URL_TEMPLATE,
             ],
-            ProviderKind::VercelSandbox => &[
+            ProviderKind::Vercel => &[
                 reaper_vercel_sandbox::vars::TOKEN,
                 reaper_vercel_sandbox::vars::OIDC_TOKEN,
                 reaper_vercel_sandbox::vars::TEAM_ID,
+                reaper_vercel_sandbox::vars::PROJECT_ID,
                 reaper_vercel_sandbox::vars::API_URL,
+                reaper_vercel_sandbox::vars::DESTROY,
             ],
         }
     }
@@ -70,11 +139,14 @@ impl ProviderKind {
     /// The settings this provider reads, for messages and docs.
     pub fn settings(self) -> &'static str {
         match self {
+            ProviderKind::Local => "--sandboxes (REAPER_SANDBOXES)",
+            ProviderKind::Docker => "--docker-socket (DOCKER_HOST), --docker-name",
             ProviderKind::Sandboxd => "REAPER_SANDBOXD_URL, REAPER_SANDBOXD_TOKEN",
             ProviderKind::Daytona => "DAYTONA_API_KEY, DAYTONA_API_URL",
             ProviderKind::E2b => "E2B_API_KEY, E2B_DOMAIN, E2B_API_URL",
-            ProviderKind::VercelSandbox => {
-                "VERCEL_TOKEN or VERCEL_OIDC_TOKEN, VERCEL_TEAM_ID, VERCEL_SANDBOX_API_URL"
+            ProviderKind::Vercel => {
+                "VERCEL_TOKEN or VERCEL_OIDC_TOKEN, VERCEL_PROJECT_ID, VERCEL_TEAM_ID, \
+                 VERCEL_SANDBOX_API_URL, VERCEL_SANDBOX_DESTROY"
             }
         }
     }
@@ -90,12 +162,23 @@ pub enum ProvidersError {
     Unknown { name: String, known: String },
     #[error("{PROVIDERS_VAR} names {0:?} twice: list each provider once")]
     Duplicate(String),
+    #[error(
+        "{PROVIDERS_VAR} names {name:?}, which runs only where the reaper runs on the machine \
+         (the CLI, reaper-sandboxd): a serverless reaper reaches it through sandboxd; use any of \
+         {known}"
+    )]
+    NotHere { name: String, known: String },
+    #[error(
+        "the sandboxd provider is listed in {PROVIDERS_VAR} but cannot be built: {0} (set \
+         {SANDBOXD_URL_VAR} to the daemon's URL and {SANDBOXD_TOKEN_VAR} to its token)"
+    )]
+    Sandboxd(String),
     #[error("the daytona provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
     Daytona(reaper_daytona::ConfigError),
     #[error("the e2b provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
     E2b(reaper_e2b::ConfigError),
-    #[error("the vercel-sandbox provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
-    VercelSandbox(reaper_vercel_sandbox::ConfigError),
+    #[error("the vercel provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
+    Vercel(reaper_vercel_sandbox::ConfigError),
 }
 
 /// The hosted providers' variables, read once at start-up (a handler validates its settings
@@ -145,63 +228,84 @@ impl PartialEq for HostedSettings {
 
 impl Eq for HostedSettings {}
 
-fn known() -> String {
-    ProviderKind::ALL.map(ProviderKind::as_str).join(", ")
+fn known(host: Host) -> String {
+    ProviderKind::ALL
+        .into_iter()
+        .filter(|k| k.available_on(host))
+        .map(ProviderKind::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-/// The providers `value` (the [`PROVIDERS_VAR`] setting) lists, in order; [`DEFAULT_PROVIDERS`]
-/// when it is unset.
+/// The providers `value` (the serverless handlers' [`PROVIDERS_VAR`] setting) lists, in order;
+/// [`DEFAULT_PROVIDERS`] when it is unset.
 pub fn parse(value: Option<&str>) -> Result<Vec<ProviderKind>, ProvidersError> {
-    let value = value.unwrap_or(DEFAULT_PROVIDERS);
+    parse_names(
+        value.unwrap_or(DEFAULT_PROVIDERS).split(','),
+        Host::Serverless,
+    )
+}
+
+/// The providers `names` list (each a canonical name or an alias, any case, once), in order,
+/// for a reaper on `host`.
+pub fn parse_names<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    host: Host,
+) -> Result<Vec<ProviderKind>, ProvidersError> {
     let mut kinds = Vec::new();
-    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let kind = ProviderKind::ALL
-            .into_iter()
-            .find(|k| k.as_str().eq_ignore_ascii_case(name))
-            .ok_or_else(|| ProvidersError::Unknown {
+    for name in names.into_iter().map(str::trim).filter(|n| !n.is_empty()) {
+        let kind = ProviderKind::from_name(name).ok_or_else(|| ProvidersError::Unknown {
+            name: name.to_string(),
+            known: known(host),
+        })?;
+        if !kind.available_on(host) {
+            return Err(ProvidersError::NotHere {
                 name: name.to_string(),
-                known: known(),
-            })?;
+                known: known(host),
+            });
+        }
         if kinds.contains(&kind) {
             return Err(ProvidersError::Duplicate(kind.as_str().to_string()));
         }
         kinds.push(kind);
     }
     if kinds.is_empty() {
-        return Err(ProvidersError::Empty { known: known() });
+        return Err(ProvidersError::Empty { known: known(host) });
     }
     Ok(kinds)
 }
 
 /// Checks a hosted provider's settings without building it (a handler validating every setting
-/// at start-up, before it has a transport). `Ok` for [`ProviderKind::Sandboxd`].
+/// at start-up, before it has a transport). `Ok` for the providers the handler builds itself
+/// ([`ProviderKind::Sandboxd`], [`ProviderKind::Local`], [`ProviderKind::Docker`]).
 pub fn check_hosted(
     kind: ProviderKind,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<(), ProvidersError> {
     match kind {
-        ProviderKind::Sandboxd => Ok(()),
+        ProviderKind::Sandboxd | ProviderKind::Local | ProviderKind::Docker => Ok(()),
         ProviderKind::Daytona => reaper_daytona::DaytonaConfig::from_lookup(lookup)
             .map(drop)
             .map_err(ProvidersError::Daytona),
         ProviderKind::E2b => reaper_e2b::E2bConfig::from_lookup(lookup)
             .map(drop)
             .map_err(ProvidersError::E2b),
-        ProviderKind::VercelSandbox => reaper_vercel_sandbox::Config::from_lookup(lookup)
+        ProviderKind::Vercel => reaper_vercel_sandbox::Config::from_lookup(lookup)
             .map(drop)
-            .map_err(ProvidersError::VercelSandbox),
+            .map_err(ProvidersError::Vercel),
     }
 }
 
 /// Builds a hosted provider from its own settings (read through `lookup`) over `transport`.
-/// `None` for [`ProviderKind::Sandboxd`], which the handler builds.
+/// `None` for the providers the handler builds itself (sandboxd, whose name a serverless handler
+/// may configure, and the local and Docker providers; see [`build_sandboxd`]).
 pub fn build_hosted(
     kind: ProviderKind,
     lookup: impl Fn(&str) -> Option<String>,
     transport: Arc<dyn HttpTransport>,
 ) -> Result<Option<Arc<dyn SandboxProvider>>, ProvidersError> {
     Ok(Some(match kind {
-        ProviderKind::Sandboxd => return Ok(None),
+        ProviderKind::Sandboxd | ProviderKind::Local | ProviderKind::Docker => return Ok(None),
         ProviderKind::Daytona => {
             let config = reaper_daytona::DaytonaConfig::from_lookup(lookup)
                 .map_err(ProvidersError::Daytona)?;
@@ -217,13 +321,120 @@ pub fn build_hosted(
                     .map_err(ProvidersError::E2b)?,
             )
         }
-        ProviderKind::VercelSandbox => {
+        ProviderKind::Vercel => {
             let config = reaper_vercel_sandbox::Config::from_lookup(lookup)
-                .map_err(ProvidersError::VercelSandbox)?;
+                .map_err(ProvidersError::Vercel)?;
             Arc::new(
                 reaper_vercel_sandbox::VercelSandboxProvider::with_transport(config, transport)
-                    .map_err(ProvidersError::VercelSandbox)?,
+                    .map_err(ProvidersError::Vercel)?,
             )
         }
     }))
+}
+
+/// `reaper-sandboxd`'s HTTP client from [`SANDBOXD_URL_VAR`] and [`SANDBOXD_TOKEN_VAR`] (read
+/// through `lookup`), recorded as `sandboxd`: what the CLI builds for `--provider sandboxd`
+/// with the serverless handlers' setting names.
+pub fn build_sandboxd(
+    lookup: impl Fn(&str) -> Option<String>,
+    transport: Arc<dyn HttpTransport>,
+) -> Result<Arc<dyn SandboxProvider>, ProvidersError> {
+    let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    let url = get(SANDBOXD_URL_VAR)
+        .ok_or_else(|| ProvidersError::Sandboxd(format!("{SANDBOXD_URL_VAR} is not set")))?;
+    let token = get(SANDBOXD_TOKEN_VAR)
+        .ok_or_else(|| ProvidersError::Sandboxd(format!("{SANDBOXD_TOKEN_VAR} is not set")))?;
+    let config = reaper_http_sandbox::HttpProviderConfig::new(url.trim(), token.trim());
+    let provider = reaper_http_sandbox::HttpSandboxProvider::with_transport(config, transport)
+        .map_err(|e| ProvidersError::Sandboxd(e.to_string()))?;
+    Ok(Arc::new(provider))
+}
+
+/// `provider` answering also to the other names records of `kind` carry
+/// ([`ProviderKind::aliases`]), unless it already does: what makes a record the framework wrote
+/// (`local-process`) reach this reaper's provider of that kind.
+pub fn with_record_names(
+    kind: ProviderKind,
+    provider: Arc<dyn SandboxProvider>,
+) -> Arc<dyn SandboxProvider> {
+    let missing: Vec<&'static str> = kind
+        .aliases()
+        .iter()
+        .copied()
+        .filter(|a| !provider.serves(a))
+        .collect();
+    if missing.is_empty() {
+        return provider;
+    }
+    Arc::new(Aliased {
+        inner: provider,
+        aliases: missing,
+    })
+}
+
+/// A provider that also serves records under other names. The id is handed on unchanged:
+/// an alias names the same provider, so its ids are this provider's ids.
+struct Aliased {
+    inner: Arc<dyn SandboxProvider>,
+    aliases: Vec<&'static str>,
+}
+
+impl std::fmt::Debug for Aliased {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aliased")
+            .field("name", &self.inner.name())
+            .field("aliases", &self.aliases)
+            .finish()
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl SandboxProvider for Aliased {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn serves(&self, name: &str) -> bool {
+        self.inner.serves(name) || self.aliases.contains(&name)
+    }
+
+    async fn resume(
+        &self,
+        id: &str,
+    ) -> Result<Option<Arc<dyn reaper_core::SandboxHandle>>, reaper_core::SandboxError> {
+        self.inner.resume(id).await
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), reaper_core::SandboxError> {
+        self.inner.destroy(id).await
+    }
+
+    async fn resume_recorded(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<Option<Arc<dyn reaper_core::SandboxHandle>>, reaper_core::SandboxError> {
+        if self.inner.serves(name) {
+            return self.inner.resume_recorded(name, id).await;
+        }
+        if !self.aliases.contains(&name) {
+            return Err(reaper_core::ports::not_served(self.name(), name));
+        }
+        self.inner.resume(id).await
+    }
+
+    async fn destroy_recorded(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<(), reaper_core::SandboxError> {
+        if self.inner.serves(name) {
+            return self.inner.destroy_recorded(name, id).await;
+        }
+        if !self.aliases.contains(&name) {
+            return Err(reaper_core::ports::not_served(self.name(), name));
+        }
+        self.inner.destroy(id).await
+    }
 }

@@ -33,6 +33,7 @@ const SECRETS: &[(&str, &str)] = &[
     ("E2B_API_KEY", "e2b_0123456789abcdef"),
     ("VERCEL_TOKEN", "vcp_0123456789abcdef"),
     ("VERCEL_TEAM_ID", "team_abc"),
+    ("VERCEL_PROJECT_ID", "prj_abc"),
 ];
 
 #[test]
@@ -43,11 +44,11 @@ fn an_unset_provider_list_serves_sandboxd_as_before() {
 #[test]
 fn the_list_is_read_in_order_with_spaces_and_case_forgiven() {
     assert_eq!(
-        parse(Some(" Daytona, e2b ,vercel-sandbox,sandboxd")).unwrap(),
+        parse(Some(" Daytona, e2b ,vercel,sandboxd")).unwrap(),
         [
             ProviderKind::Daytona,
             ProviderKind::E2b,
-            ProviderKind::VercelSandbox,
+            ProviderKind::Vercel,
             ProviderKind::Sandboxd
         ]
     );
@@ -59,7 +60,7 @@ fn an_unknown_empty_or_repeated_name_is_refused_with_what_to_write() {
     assert!(matches!(&unknown, ProvidersError::Unknown { name, .. } if name == "e2c"));
     let message = unknown.to_string();
     assert!(
-        message.contains("REAPER_PROVIDERS") && message.contains("vercel-sandbox"),
+        message.contains("REAPER_PROVIDERS") && message.contains("vercel"),
         "{message}"
     );
 
@@ -80,7 +81,7 @@ fn each_hosted_provider_is_built_from_its_settings_under_its_record_name() {
     for kind in [
         ProviderKind::Daytona,
         ProviderKind::E2b,
-        ProviderKind::VercelSandbox,
+        ProviderKind::Vercel,
     ] {
         let provider = build_hosted(kind, lookup(SECRETS), transport.clone())
             .unwrap()
@@ -89,7 +90,11 @@ fn each_hosted_provider_is_built_from_its_settings_under_its_record_name() {
         members.push(provider);
     }
     let set = ProviderSet::new(members).unwrap();
-    assert!(set.serves("daytona") && set.serves("e2b") && set.serves("vercel-sandbox"));
+    assert!(set.serves("daytona") && set.serves("e2b") && set.serves("vercel"));
+    assert!(
+        set.serves("vercel-sandbox"),
+        "records written under the earlier name"
+    );
     assert!(!set.serves("docker"));
 }
 
@@ -104,7 +109,7 @@ fn a_listed_provider_without_its_key_names_the_setting_to_set() {
     for (kind, var) in [
         (ProviderKind::Daytona, "DAYTONA_API_KEY"),
         (ProviderKind::E2b, "E2B_API_KEY"),
-        (ProviderKind::VercelSandbox, "VERCEL_TOKEN"),
+        (ProviderKind::Vercel, "VERCEL_TOKEN"),
     ] {
         let Err(error) = build_hosted(kind, lookup(&[]), Arc::new(NoNetwork)) else {
             panic!("{kind:?} built without its key");

@@ -12,7 +12,7 @@ use crate::credentials::{
 
 /// The DynamoDB table holding runs, logs, leases and sandbox instances.
 pub const TABLE: &str = "REAPER_TABLE";
-/// The providers one sweep serves (`sandboxd,daytona,e2b,vercel-sandbox`).
+/// The providers one sweep serves (`sandboxd,daytona,e2b,vercel`).
 pub const PROVIDERS: &str = reaper_providers::PROVIDERS_VAR;
 /// Where `reaper-sandboxd` listens.
 pub const SANDBOXD_URL: &str = "REAPER_SANDBOXD_URL";
@@ -62,7 +62,7 @@ pub const SETTINGS: &[Setting] = &[
         required: false,
         secret: false,
         default: reaper_providers::DEFAULT_PROVIDERS,
-        accepted: "the providers one sweep serves, comma-separated: sandboxd, daytona, e2b, vercel-sandbox",
+        accepted: "the providers one sweep serves, comma-separated: sandboxd, daytona, e2b, vercel",
     },
     Setting {
         name: SANDBOXD_URL,

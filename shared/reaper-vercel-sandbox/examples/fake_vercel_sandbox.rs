@@ -1,11 +1,12 @@
-//! The fake Vercel Sandbox API of this crate's tests (checked against the stored OpenAPI
-//! document plus the recorded error shapes), as a process: for tests that drive the provider
+//! The fake Vercel Sandbox API (v2) of this crate's tests (checked against the stored OpenAPI
+//! document), as a process: for tests that drive the provider
 //! from elsewhere (the Cloudflare Worker's, whose `fetch` transport reaches it on 127.0.0.1).
 //! `cargo run -p reaper-vercel-sandbox --example fake_vercel_sandbox` prints one line of JSON:
 //!
 //! ```json
-//! {"provider":"vercel-sandbox","control":"http://127.0.0.1:…",
-//!  "vars":{"VERCEL_SANDBOX_API_URL":"http://127.0.0.1:…","VERCEL_TEAM_ID":"team_…"},
+//! {"provider":"vercel","control":"http://127.0.0.1:…",
+//!  "vars":{"VERCEL_SANDBOX_API_URL":"http://127.0.0.1:…","VERCEL_TEAM_ID":"team_…",
+//!          "VERCEL_PROJECT_ID":"prj_…"},
 //!  "secrets":{"VERCEL_TOKEN":"…"}}
 //! ```
 //!
@@ -32,7 +33,11 @@ impl control::Fake for Vercel {
     }
 
     fn vars(&self) -> Value {
-        json!({ vars::API_URL: self.0.api.url(), vars::TEAM_ID: common::TEAM })
+        json!({
+            vars::API_URL: self.0.api.url(),
+            vars::TEAM_ID: common::TEAM,
+            vars::PROJECT_ID: common::PROJECT,
+        })
     }
 
     fn secrets(&self) -> Value {
@@ -44,7 +49,7 @@ impl control::Fake for Vercel {
     }
 
     async fn backing(&self, id: &str) -> Option<LocalSandbox> {
-        // A stop tears the backing sandbox down.
+        // A delete tears the backing sandbox down.
         self.0.local.open(id).await.ok().flatten()
     }
 
@@ -64,7 +69,7 @@ impl control::Fake for Vercel {
     }
 
     fn assert_clean(&self) {
-        // The recorded error shapes are part of the fake's document: every violation counts.
+        // Every violation of the stored document counts.
         self.0.api.assert_no_violations();
     }
 }

@@ -1,23 +1,42 @@
-//! The parts of Vercel's sandbox API this provider sends and reads (`openapi/` holds the
-//! document they are checked against). Unknown fields are ignored, so additions on Vercel's side
-//! break nothing.
+//! The parts of Vercel's sandbox API (v2: named sandboxes and their sessions) this provider
+//! sends and reads (`openapi/` holds the document they are checked against). Unknown fields are
+//! ignored, so additions on Vercel's side break nothing.
 
 use serde::{Deserialize, Serialize};
 
-/// `GET /v1/sandboxes/{sandboxId}` and `POST .../stop` answer `{"sandbox": {...}}`.
+/// `GET /v2/sandboxes/{name}` answers the named sandbox and its current session.
 #[derive(Debug, Clone, Deserialize)]
-pub struct SandboxEnvelope {
-    pub sandbox: SandboxInfo,
+pub struct NamedSandboxEnvelope {
+    pub sandbox: NamedSandbox,
+    pub session: Session,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct SandboxInfo {
+pub struct NamedSandbox {
+    pub name: String,
+    /// Whether a stopped sandbox keeps its filesystem (a snapshot) and can be resumed.
+    #[serde(default)]
+    pub persistent: bool,
+    #[serde(rename = "currentSessionId")]
+    pub current_session_id: String,
+}
+
+/// `GET /v2/sandboxes/sessions/{sessionId}` answers `{"session": {...}, "routes": [...]}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SessionEnvelope {
+    pub session: Session,
+}
+
+/// One running (or stopped) instance of a sandbox. A v1 sandbox id (`sbx_…`) names a session.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Session {
     pub id: String,
     /// `pending`, `running`, `stopping`, `stopped`, `failed`, `aborted`, `snapshotting`.
     pub status: String,
 }
 
-/// The sandbox states in which commands run (or will, once it has started).
+/// The session states in which commands run (`Some(true)`), the ones in which they do not
+/// (`Some(false)`), and `None` for a state this provider does not know.
 pub fn is_live_status(status: &str) -> Option<bool> {
     match status {
         "running" | "pending" => Some(true),
@@ -26,14 +45,15 @@ pub fn is_live_status(status: &str) -> Option<bool> {
     }
 }
 
-/// `POST /v1/sandboxes/{sandboxId}/cmd`: run `command` with `args`, no shell of Vercel's own.
+/// `POST /v2/sandboxes/sessions/{sessionId}/cmd`: run `command` with `args`, no shell of
+/// Vercel's own.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunCommandRequest<'a> {
     pub command: &'a str,
     pub args: Vec<String>,
 }
 
-/// `POST .../cmd`, `GET .../cmd/{cmdId}` and the kill answer `{"command": {...}}`.
+/// The run, get and kill answers of a command: `{"command": {...}}`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CommandEnvelope {
     pub command: CommandInfo,
@@ -47,7 +67,7 @@ pub struct CommandInfo {
     pub exit_code: Option<i64>,
 }
 
-/// `POST /v1/sandboxes/{sandboxId}/{cmdId}/kill`.
+/// `POST /v2/sandboxes/sessions/{sessionId}/cmd/{cmdId}/kill`.
 #[derive(Debug, Clone, Serialize)]
 pub struct KillRequest {
     pub signal: i32,
@@ -73,4 +93,26 @@ pub struct ErrorDetail {
     pub code: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+}
+
+impl ErrorBody {
+    /// Whether this error says the sandbox (or session) itself does not exist: a `not_found`
+    /// code and a message naming a sandbox or session as not found. A 404 for anything else (a
+    /// wrong base URL, an API route that does not exist, a project or team that is not there)
+    /// must never read as "the sandbox is gone", or the reaper would drop the record of a
+    /// sandbox that lives on.
+    pub fn says_sandbox_not_found(&self) -> bool {
+        let code = self.error.code.as_deref().unwrap_or_default();
+        let message = self
+            .error
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        matches!(
+            code,
+            "not_found" | "sandbox_not_found" | "session_not_found"
+        ) && message.contains("not found")
+            && (message.contains("sandbox") || message.contains("session"))
+    }
 }

@@ -5,8 +5,12 @@ use reaper_http_sandbox::redact_url;
 
 /// Vercel's public REST endpoint.
 pub const DEFAULT_BASE_URL: &str = "https://api.vercel.com";
-/// The name recorded in instance records of Vercel sandboxes.
-pub const PROVIDER_NAME: &str = "vercel-sandbox";
+/// The name recorded in instance records of Vercel sandboxes: TanStack AI's Vercel provider
+/// records `vercel`.
+pub const PROVIDER_NAME: &str = "vercel";
+/// The name this reaper recorded before it followed the framework's; records written under it
+/// are still served.
+pub const LEGACY_PROVIDER_NAME: &str = "vercel-sandbox";
 /// The timeout of every request other than an `exec`'s log stream.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// The most stdout (and, separately, stderr) one `exec` returns: a replay page (256 KiB of
@@ -25,6 +29,24 @@ pub mod vars {
     pub const TEAM_ID: &str = "VERCEL_TEAM_ID";
     /// Overrides [`super::DEFAULT_BASE_URL`] (tests, proxies).
     pub const API_URL: &str = "VERCEL_SANDBOX_API_URL";
+    /// The project owning the named sandboxes (`projectId` on the named-sandbox requests).
+    /// Required with an access token; an OIDC token names its project (`project_id`).
+    pub const PROJECT_ID: &str = "VERCEL_PROJECT_ID";
+    /// How a sandbox is destroyed: `delete` (default: the named sandbox and its snapshots are
+    /// deleted) or `stop` (only its session is stopped; a persistent sandbox keeps its snapshot
+    /// and its bill).
+    pub const DESTROY: &str = "VERCEL_SANDBOX_DESTROY";
+}
+
+/// How [`crate::VercelSandboxProvider`] destroys a named sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DestroyMode {
+    /// `DELETE /v2/sandboxes/{name}`: nothing of it is left, and nothing is billed any more.
+    #[default]
+    Delete,
+    /// `POST /v2/sandboxes/sessions/{sessionId}/stop` on its current session: a persistent
+    /// sandbox stays (resumable, its snapshots billed).
+    Stop,
 }
 
 /// Longest team id accepted (Vercel's are `team_` plus 24 characters).
@@ -33,12 +55,16 @@ const MAX_TEAM_ID_LEN: usize = 128;
 /// How a [`crate::VercelSandboxProvider`] reaches Vercel. `Debug` shows no token.
 #[derive(Clone)]
 pub struct Config {
-    /// `https://api.vercel.com`; `/v1/sandboxes/...` is appended.
+    /// `https://api.vercel.com`; `/v2/sandboxes/...` is appended.
     pub base_url: String,
     /// Sent only as `Authorization: Bearer …`; never in `Debug`, logs or errors.
     pub token: Secret,
     /// Sent as the `teamId` query parameter when set.
     pub team_id: Option<String>,
+    /// Sent as the `projectId` query parameter of the named-sandbox requests when set.
+    pub project_id: Option<String>,
+    /// What `destroy` does to a named sandbox.
+    pub destroy: DestroyMode,
     /// The timeout of each request other than an `exec`'s log stream, whose timeout is the
     /// `exec`'s own.
     pub request_timeout_ms: u64,
@@ -53,6 +79,8 @@ impl Config {
             base_url: DEFAULT_BASE_URL.into(),
             token,
             team_id: None,
+            project_id: None,
+            destroy: DestroyMode::Delete,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             output_limit: DEFAULT_OUTPUT_LIMIT,
         }
@@ -71,14 +99,27 @@ impl Config {
             (None, None) => return Err(ConfigError::MissingToken),
         };
         let mut config = Config::new(Secret::new(token));
-        config.team_id = get(vars::TEAM_ID).or_else(|| jwt_owner(config.token.expose()));
+        config.team_id =
+            get(vars::TEAM_ID).or_else(|| jwt_claim(config.token.expose(), "owner_id"));
+        config.project_id =
+            get(vars::PROJECT_ID).or_else(|| jwt_claim(config.token.expose(), "project_id"));
         if let Some(url) = get(vars::API_URL) {
             config.base_url = url;
         }
+        config.destroy = match get(vars::DESTROY).as_deref().map(str::trim) {
+            None => DestroyMode::Delete,
+            Some(v) if v.eq_ignore_ascii_case("delete") => DestroyMode::Delete,
+            Some(v) if v.eq_ignore_ascii_case("stop") => DestroyMode::Stop,
+            Some(other) => return Err(ConfigError::Destroy(other.to_string())),
+        };
         config.validate().map_err(|e| match e {
             ConfigError::Token { .. } => ConfigError::Token { variable: from },
             other => other,
         })?;
+        if config.project_id.is_none() && jwt_claim(config.token.expose(), "owner_id").is_none() {
+            // An access token names no project, and Vercel needs one to find a sandbox by name.
+            return Err(ConfigError::MissingProject);
+        }
         Ok(config)
     }
 
@@ -99,13 +140,13 @@ impl Config {
             });
         }
         if let Some(team) = &self.team_id {
-            let ok = !team.is_empty()
-                && team.len() <= MAX_TEAM_ID_LEN
-                && team
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            if !ok {
+            if !is_plain_id(team) {
                 return Err(ConfigError::TeamId(team.clone()));
+            }
+        }
+        if let Some(project) = &self.project_id {
+            if !is_plain_id(project) {
+                return Err(ConfigError::ProjectId(project.clone()));
             }
         }
         if self.request_timeout_ms == 0 {
@@ -118,9 +159,19 @@ impl Config {
     }
 }
 
-/// The `owner_id` claim of a JWT (Vercel's OIDC tokens name their team there), read without
-/// verifying the signature: it only chooses the `teamId` to ask for, and Vercel checks the token.
-fn jwt_owner(token: &str) -> Option<String> {
+/// Team and project ids go into query strings unescaped: only `[A-Za-z0-9_-]`.
+fn is_plain_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_TEAM_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A string claim of a JWT (Vercel's OIDC tokens name their team in `owner_id` and their
+/// project in `project_id`), read without verifying the signature: it only chooses the ids to
+/// ask for, and Vercel checks the token.
+fn jwt_claim(token: &str, claim: &str) -> Option<String> {
     use base64::Engine;
     let mut parts = token.split('.');
     let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
@@ -130,7 +181,7 @@ fn jwt_owner(token: &str) -> Option<String> {
     let claims: serde_json::Value =
         serde_json::from_slice(&engine.decode(payload.trim_end_matches('=')).ok()?).ok()?;
     claims
-        .get("owner_id")?
+        .get(claim)?
         .as_str()
         .filter(|s| !s.is_empty())
         .map(str::to_string)
@@ -142,6 +193,8 @@ impl std::fmt::Debug for Config {
             .field("base_url", &redact_url(&self.base_url))
             .field("token", &self.token)
             .field("team_id", &self.team_id)
+            .field("project_id", &self.project_id)
+            .field("destroy", &self.destroy)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("output_limit", &self.output_limit)
             .finish()
@@ -170,6 +223,18 @@ pub enum ConfigError {
          or https:// and have no query or fragment"
     )]
     BaseUrl(String),
+    #[error(
+        "no Vercel project: set VERCEL_PROJECT_ID to the project owning the sandboxes (prj_… or \
+         its name); an access token names none (on Vercel, VERCEL_OIDC_TOKEN does)"
+    )]
+    MissingProject,
+    #[error(
+        "invalid VERCEL_PROJECT_ID {0:?}: a project id or name is 1-128 characters of \
+         [A-Za-z0-9_-]"
+    )]
+    ProjectId(String),
+    #[error("invalid VERCEL_SANDBOX_DESTROY {0:?}: use delete (the default) or stop")]
+    Destroy(String),
     #[error("invalid request timeout: it must be at least 1 ms")]
     RequestTimeout,
     #[error("invalid output limit: it must be at least 1 byte")]

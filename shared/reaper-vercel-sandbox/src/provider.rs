@@ -11,10 +11,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::api::{
-    is_live_status, CommandEnvelope, ErrorBody, KillRequest, LogLine, RunCommandRequest,
-    SandboxEnvelope,
+    is_live_status, CommandEnvelope, ErrorBody, KillRequest, LogLine, NamedSandboxEnvelope,
+    RunCommandRequest, SessionEnvelope,
 };
-use crate::config::{Config, ConfigError, PROVIDER_NAME};
+use crate::config::{Config, ConfigError, DestroyMode, LEGACY_PROVIDER_NAME, PROVIDER_NAME};
 
 /// The largest answer read for anything but a log stream (a sandbox or command object).
 const MAX_JSON_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -36,22 +36,56 @@ pub fn log_stream_bound(limit: usize) -> usize {
 
 struct Inner {
     config: Config,
-    /// `base_url` without its trailing `/`, plus `/v1/sandboxes`.
+    /// `base_url` without its trailing `/`, plus `/v2/sandboxes`.
     api_base: String,
     /// `base_url` as it may be shown: credentials masked.
     shown_base: String,
     transport: Arc<dyn HttpTransport>,
 }
 
-/// A [`SandboxProvider`] over Vercel Sandbox (`/v1/sandboxes/...`), named `vercel-sandbox`.
+/// What a recorded id names: a named sandbox (what `@vercel/sandbox` 2.x and TanStack AI
+/// record), or one session (`sbx_…`, the id a 1.x SDK recorded for a sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target<'a> {
+    Named(&'a str),
+    Session(&'a str),
+}
+
+fn target(id: &str) -> Target<'_> {
+    if id.starts_with("sbx_") {
+        Target::Session(id)
+    } else {
+        Target::Named(id)
+    }
+}
+
+/// What Vercel says of a recorded sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Presence {
+    /// Commands run in this session now.
+    Live { session: String },
+    /// A persistent sandbox whose session stopped: its filesystem is kept in a snapshot, and
+    /// it resumes (a new session, billed) when asked.
+    Stopped { session: String },
+    /// Vercel says it does not exist, or it stopped without anything to resume.
+    Gone,
+}
+
+/// A [`SandboxProvider`] over Vercel Sandbox's v2 API, named `vercel` (and serving records
+/// written under `vercel-sandbox`).
 ///
-/// - `resume` never starts anything: a `running` (or `pending`) sandbox is a handle; a stopped,
-///   stopping, snapshotting, failed or aborted one, or an unknown id (404, 410), is `None`. A
-///   Vercel sandbox cannot be restarted once stopped, so a probe can never cost a start.
-/// - `destroy` is Vercel's stop. A sandbox already stopped, stopping or unknown is gone: `Ok`.
-/// - `exec` runs `sh -c <command>` under the output-bound wrapper ([`crate::wrapper`]), reads its
-///   log stream within the `exec`'s timeout, then its exit code. Past the timeout or the bound
-///   the command is killed.
+/// - A recorded id is a sandbox **name** (`/v2/sandboxes/{name}?projectId=…`), or a session id
+///   `sbx_…` (what the 1.x SDK recorded, reached through `/v2/sandboxes/sessions/{id}`).
+/// - `resume` never starts anything: a running (or pending) session is a handle; a
+///   non-persistent sandbox that stopped is `None`; a persistent one that stopped is an error
+///   (the probe says `unknown`), never "gone": it lives on, resumable and billed.
+/// - `destroy` deletes the named sandbox (`DELETE /v2/sandboxes/{name}`), or with
+///   [`DestroyMode::Stop`] stops its session; a session id is stopped.
+/// - A 404 is "gone" only when Vercel's error body says the sandbox (or session) was not
+///   found; any other 404 (a wrong base URL, team or project) is an error that keeps the record.
+/// - `exec` runs `sh -c <command>` in the session under the output-bound wrapper
+///   ([`crate::wrapper`]), reads its log stream within the `exec`'s timeout, then its exit code.
+///   Past the timeout or the bound the command is killed.
 /// - 401/403 are [`SandboxError::Refused`] naming `VERCEL_TOKEN`; 429 and 5xx are
 ///   [`SandboxError::Unreachable`] (429 with its `Retry-After`); no answer is `Unreachable`.
 #[derive(Clone)]
@@ -82,7 +116,7 @@ impl VercelSandboxProvider {
         transport: Arc<dyn HttpTransport>,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let api_base = format!("{}/v1/sandboxes", config.base_url.trim_end_matches('/'));
+        let api_base = format!("{}/v2/sandboxes", config.base_url.trim_end_matches('/'));
         let shown_base = redact_url(&config.base_url);
         Ok(VercelSandboxProvider {
             inner: Arc::new(Inner {
@@ -98,29 +132,84 @@ impl VercelSandboxProvider {
         &self.inner.config
     }
 
-    /// The sandbox's status as Vercel reports it (`running`, `stopped`, …); `None` when Vercel
-    /// does not know the id or reports it gone.
-    pub async fn status(&self, id: &str) -> Result<Option<String>, SandboxError> {
+    /// What Vercel says of the recorded sandbox `id`, in one request that starts nothing.
+    pub async fn presence(&self, id: &str) -> Result<Presence, SandboxError> {
         validate_id(id, "sandbox")?;
-        let response = self
-            .inner
-            .call(HttpMethod::Get, &self.inner.url(id, "", &[]), None::<&()>)
-            .await?;
-        if matches!(response.status, 404 | 410) {
-            return Ok(None);
+        let inner = &self.inner;
+        let (session, persistent) = match target(id) {
+            Target::Named(name) => {
+                let response = inner
+                    .call(HttpMethod::Get, &inner.named_url(name, &[]), None::<&()>)
+                    .await?;
+                // 410: Vercel says it is gone for good.
+                if response.status == 410 || inner.is_gone(&response) {
+                    return Ok(Presence::Gone);
+                }
+                let found: NamedSandboxEnvelope =
+                    inner.expect(response, "get named sandbox", id)?;
+                (found.session, found.sandbox.persistent)
+            }
+            Target::Session(session) => {
+                let response = inner
+                    .call(
+                        HttpMethod::Get,
+                        &inner.session_url(session, ""),
+                        None::<&()>,
+                    )
+                    .await?;
+                if response.status == 410 || inner.is_gone(&response) {
+                    return Ok(Presence::Gone);
+                }
+                let found: SessionEnvelope = inner.expect(response, "get session", id)?;
+                // A session alone cannot be resumed: only a named sandbox can.
+                (found.session, false)
+            }
+        };
+        validate_id(&session.id, "session")?;
+        match (is_live_status(&session.status), persistent) {
+            (Some(true), _) => Ok(Presence::Live {
+                session: session.id,
+            }),
+            (Some(false), true) => Ok(Presence::Stopped {
+                session: session.id,
+            }),
+            (Some(false), false) => Ok(Presence::Gone),
+            (None, _) => Err(SandboxError::Other(format!(
+                "Vercel reports sandbox {id} in state {:?}, which this provider does not know; \
+                 it cannot tell whether the sandbox is live",
+                session.status
+            ))),
         }
-        let envelope: SandboxEnvelope = self.inner.expect(response, "get sandbox", id)?;
-        Ok(Some(envelope.sandbox.status))
     }
 
-    /// A handle to sandbox `id` without asking Vercel whether it is live; a gone sandbox shows
-    /// up as [`SandboxError::NotFound`] on the first `exec`.
-    pub fn handle(&self, id: &str) -> Result<VercelSandbox, SandboxError> {
-        validate_id(id, "sandbox")?;
+    /// A handle to session `session` without asking Vercel whether it is live; a gone session
+    /// shows up as [`SandboxError::NotFound`] on the first `exec`.
+    pub fn handle(&self, session: &str) -> Result<VercelSandbox, SandboxError> {
+        validate_id(session, "session")?;
         Ok(VercelSandbox {
             inner: self.inner.clone(),
-            id: id.to_string(),
+            id: session.to_string(),
+            session: session.to_string(),
         })
+    }
+
+    /// Stops session `session`: gone, stopped or stopping already is `Ok`.
+    async fn stop_session(&self, session: &str) -> Result<(), SandboxError> {
+        let inner = &self.inner;
+        let response = inner
+            .call(
+                HttpMethod::Post,
+                &inner.session_url(session, "/stop"),
+                None::<&()>,
+            )
+            .await?;
+        match response.status {
+            200..=299 => Ok(()),
+            // 410: stopped already; 422: stopping (or snapshotting, then stopping).
+            410 | 422 => Ok(()),
+            _ if inner.is_gone(&response) => Ok(()),
+            _ => Err(inner.error(&response, "stop session", session)),
+        }
     }
 }
 
@@ -131,61 +220,83 @@ impl SandboxProvider for VercelSandboxProvider {
         PROVIDER_NAME
     }
 
-    /// `GET /v1/sandboxes/{id}`: one request. Never starts a sandbox.
+    /// `vercel` (the framework's name) and `vercel-sandbox` (this reaper's earlier one).
+    fn serves(&self, name: &str) -> bool {
+        name == PROVIDER_NAME || name == LEGACY_PROVIDER_NAME
+    }
+
+    /// One request (`GET /v2/sandboxes/{name}` or `GET /v2/sandboxes/sessions/{id}`). Never
+    /// starts a sandbox.
     async fn resume(&self, id: &str) -> Result<Option<Arc<dyn SandboxHandle>>, SandboxError> {
-        let Some(status) = self.status(id).await? else {
-            return Ok(None);
-        };
-        match is_live_status(&status) {
-            Some(true) => Ok(Some(Arc::new(self.handle(id)?))),
-            Some(false) => Ok(None),
-            None => Err(SandboxError::Other(format!(
-                "Vercel reports sandbox {id} in state {status:?}, which this provider does not \
-                 know; it cannot tell whether the sandbox is live"
+        match self.presence(id).await? {
+            Presence::Live { session } => {
+                validate_id(&session, "session")?;
+                Ok(Some(Arc::new(VercelSandbox {
+                    inner: self.inner.clone(),
+                    id: id.to_string(),
+                    session,
+                })))
+            }
+            Presence::Gone => Ok(None),
+            Presence::Stopped { .. } => Err(SandboxError::Refused(format!(
+                "Vercel sandbox {id} is stopped but persistent: it lives on (resumable, its \
+                 snapshot billed), and reading its journal would resume it, which this reaper \
+                 was not asked to do"
             ))),
         }
     }
 
-    /// `POST /v1/sandboxes/{id}/stop`: one request. Stopped, stopping or unknown to Vercel is
-    /// gone (`Ok`); any other refusal, or no answer, is an error: it may still be running.
+    /// A named sandbox: `DELETE /v2/sandboxes/{name}` (one request), or with
+    /// [`DestroyMode::Stop`] its session stopped (two). A session id: its stop (one). Gone
+    /// (Vercel says not found, stopped or stopping) is `Ok`; any other refusal, or no answer,
+    /// is an error: it may still be there.
     async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
         validate_id(id, "sandbox")?;
-        let response = self
-            .inner
-            .call(
-                HttpMethod::Post,
-                &self.inner.url(id, "/stop", &[]),
-                None::<&()>,
-            )
-            .await?;
-        match response.status {
-            200..=299 => Ok(()),
-            // 410: stopped already; 422: stopping (or snapshotting, then stopping).
-            404 | 410 | 422 => {
-                tracing::debug!(
-                    target: "reaper",
-                    sandbox = id,
-                    status = response.status,
-                    "vercel sandbox already gone or going"
-                );
-                Ok(())
+        let inner = &self.inner;
+        match (target(id), inner.config.destroy) {
+            (Target::Session(session), _) => self.stop_session(session).await,
+            (Target::Named(_), DestroyMode::Stop) => match self.presence(id).await? {
+                Presence::Gone => Ok(()),
+                Presence::Live { session } | Presence::Stopped { session } => {
+                    self.stop_session(&session).await
+                }
+            },
+            (Target::Named(name), DestroyMode::Delete) => {
+                let response = inner
+                    .call(HttpMethod::Delete, &inner.named_url(name, &[]), None::<&()>)
+                    .await?;
+                match response.status {
+                    200..=299 | 410 => Ok(()),
+                    _ if inner.is_gone(&response) => {
+                        tracing::debug!(
+                            target: "reaper",
+                            sandbox = id,
+                            "vercel sandbox already gone"
+                        );
+                        Ok(())
+                    }
+                    _ => Err(inner.error(&response, "delete sandbox", id)),
+                }
             }
-            _ => Err(self.inner.error(&response, "stop sandbox", id)),
         }
     }
 }
 
-/// A Vercel sandbox. Cheap to clone.
+/// A Vercel sandbox's running session. Cheap to clone.
 #[derive(Clone)]
 pub struct VercelSandbox {
     inner: Arc<Inner>,
+    /// The id it was recorded under (a name, or a session id).
     id: String,
+    /// The session its commands run in.
+    session: String,
 }
 
 impl std::fmt::Debug for VercelSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VercelSandbox")
             .field("id", &self.id)
+            .field("session", &self.session)
             .field("base_url", &self.inner.shown_base)
             .finish()
     }
@@ -231,7 +342,7 @@ impl SandboxHandle for VercelSandbox {
         let response = inner
             .call(
                 HttpMethod::Post,
-                &inner.url(&self.id, "/cmd", &[]),
+                &inner.session_url(&self.session, "/cmd"),
                 Some(&request),
             )
             .await?;
@@ -261,7 +372,11 @@ impl SandboxHandle for VercelSandbox {
             let response = inner
                 .call(
                     HttpMethod::Get,
-                    &inner.url(&self.id, &format!("/cmd/{cmd}"), &[("wait", "true")]),
+                    &inner.session_url_with(
+                        &self.session,
+                        &format!("/cmd/{cmd}"),
+                        &[("wait", "true")],
+                    ),
                     None::<&()>,
                 )
                 .await?;
@@ -298,7 +413,7 @@ impl VercelSandbox {
     async fn read_logs(&self, cmd: &str, timeout_ms: u64) -> Result<Output, LogsEnd> {
         let inner = &self.inner;
         let limit = inner.config.output_limit;
-        let url = inner.url(&self.id, &format!("/cmd/{cmd}/logs"), &[]);
+        let url = inner.session_url(&self.session, &format!("/cmd/{cmd}/logs"));
         let request = inner.request(
             HttpMethod::Get,
             url,
@@ -370,14 +485,14 @@ impl VercelSandbox {
         Ok(output)
     }
 
-    /// `POST /v1/sandboxes/{id}/{cmdId}/kill` with `SIGKILL`, best effort: the caller already
+    /// `POST /v2/sandboxes/sessions/{id}/cmd/{cmdId}/kill` with `SIGKILL`, best effort: the caller already
     /// has the error to report, and a command that ended meanwhile needs no kill.
     async fn kill(&self, cmd: &str) {
         let inner = &self.inner;
         let result = inner
             .call(
                 HttpMethod::Post,
-                &inner.url(&self.id, &format!("/{cmd}/kill"), &[]),
+                &inner.session_url(&self.session, &format!("/cmd/{cmd}/kill")),
                 Some(&KillRequest {
                     signal: KILL_SIGNAL,
                 }),
@@ -404,9 +519,28 @@ impl VercelSandbox {
 }
 
 impl Inner {
-    /// `{api_base}/{id}{suffix}?{query}&teamId=…`.
-    fn url(&self, id: &str, suffix: &str, query: &[(&str, &str)]) -> String {
-        let mut url = format!("{}/{id}{suffix}", self.api_base);
+    /// `{api_base}/{name}?projectId=…&teamId=…`.
+    fn named_url(&self, name: &str, query: &[(&str, &str)]) -> String {
+        let project = self.config.project_id.as_deref().map(|p| ("projectId", p));
+        let query: Vec<(&str, &str)> = query.iter().copied().chain(project).collect();
+        self.url(&format!("{}/{name}", self.api_base), &query)
+    }
+
+    /// `{api_base}/sessions/{session}{suffix}?teamId=…` (sessions take no project).
+    fn session_url(&self, session: &str, suffix: &str) -> String {
+        self.session_url_with(session, suffix, &[])
+    }
+
+    fn session_url_with(&self, session: &str, suffix: &str, query: &[(&str, &str)]) -> String {
+        self.url(
+            &format!("{}/sessions/{session}{suffix}", self.api_base),
+            query,
+        )
+    }
+
+    /// `{path}?{query}&teamId=…`.
+    fn url(&self, path: &str, query: &[(&str, &str)]) -> String {
+        let mut url = path.to_string();
         let team = self.config.team_id.as_deref().map(|t| ("teamId", t));
         for (i, (name, value)) in query.iter().copied().chain(team).enumerate() {
             url.push(if i == 0 { '?' } else { '&' });
@@ -416,6 +550,15 @@ impl Inner {
             url.push_str(value);
         }
         url
+    }
+
+    /// Whether an answer says the sandbox is gone: a 404 whose body says the sandbox (or
+    /// session) was not found. A bare 404 is not: it is also what a wrong URL, team or project
+    /// gets, and reading it as gone would drop the record of a sandbox that lives on.
+    fn is_gone(&self, response: &HttpResponse) -> bool {
+        response.status == 404
+            && serde_json::from_slice::<ErrorBody>(&response.body)
+                .is_ok_and(|body| body.says_sandbox_not_found())
     }
 
     fn request(
@@ -516,10 +659,10 @@ impl Inner {
         })
     }
 
-    /// During an `exec`, a sandbox Vercel does not know (404), has stopped (410) or is stopping
-    /// (422) is gone: [`SandboxError::NotFound`].
+    /// During an `exec`, a session Vercel says it does not know (404 with a not-found body),
+    /// has stopped (410) or is stopping (422) is gone: [`SandboxError::NotFound`].
     fn exec_error(&self, response: &HttpResponse, what: &str, id: &str) -> SandboxError {
-        if matches!(response.status, 404 | 410 | 422) {
+        if matches!(response.status, 410 | 422) || self.is_gone(response) {
             tracing::debug!(
                 target: "reaper",
                 sandbox = id,
@@ -559,6 +702,11 @@ impl Inner {
                 "Vercel failed {what} of sandbox {id} (HTTP {status}{detail}) at {}",
                 self.shown_base
             )),
+            404 => SandboxError::Refused(format!(
+                "Vercel answered {what} of sandbox {id} with 404 (HTTP 404{detail}) without \
+                 saying the sandbox was not found: check VERCEL_SANDBOX_API_URL, VERCEL_TEAM_ID \
+                 and VERCEL_PROJECT_ID; the record is kept"
+            )),
             400..=499 => SandboxError::Refused(format!(
                 "Vercel refused {what} of sandbox {id} (HTTP {status}{detail})"
             )),
@@ -593,7 +741,8 @@ fn detail(response: &HttpResponse) -> String {
     }
 }
 
-/// Ids go into URL paths: only `[A-Za-z0-9_-]`, so no `/`, `..`, `%`, `?` or `&` can reach one.
+/// Ids and names go into URL paths: only `[A-Za-z0-9_-]` (what Vercel allows in a sandbox
+/// name), so no `/`, `..`, `%`, `?` or `&` can reach one.
 pub fn validate_id(id: &str, what: &str) -> Result<(), SandboxError> {
     let ok = !id.is_empty()
         && id.len() <= MAX_ID_LEN
@@ -605,7 +754,7 @@ pub fn validate_id(id: &str, what: &str) -> Result<(), SandboxError> {
     } else {
         Err(SandboxError::Refused(format!(
             "invalid Vercel {what} id {id:?}: ids are 1-{MAX_ID_LEN} characters of [A-Za-z0-9_-] \
-             (sbx_…)"
+             (a sandbox name, or sbx_…)"
         )))
     }
 }

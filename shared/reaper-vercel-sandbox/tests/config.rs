@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use reaper_core::secret::Secret;
 use reaper_http_sandbox::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use reaper_vercel_sandbox::{vars, Config, ConfigError, VercelSandboxProvider, DEFAULT_BASE_URL};
+use reaper_vercel_sandbox::{
+    vars, Config, ConfigError, DestroyMode, VercelSandboxProvider, DEFAULT_BASE_URL,
+};
 
 const TOKEN: &str = "vercel-secret-token-5f2a9c";
 
@@ -23,28 +25,41 @@ fn from_lookup_reads_the_token_team_and_url() {
     let config = Config::from_lookup(lookup(&[
         (vars::TOKEN, TOKEN),
         (vars::TEAM_ID, "team_abc123"),
+        (vars::PROJECT_ID, "prj_abc123"),
         (vars::API_URL, "http://127.0.0.1:9/"),
     ]))
     .unwrap();
     assert_eq!(config.token.expose(), TOKEN);
     assert_eq!(config.team_id.as_deref(), Some("team_abc123"));
+    assert_eq!(config.project_id.as_deref(), Some("prj_abc123"));
     assert_eq!(config.base_url, "http://127.0.0.1:9/");
 }
 
 #[test]
 fn from_lookup_defaults_to_the_public_endpoint_and_no_team() {
-    let config = Config::from_lookup(lookup(&[(vars::TOKEN, TOKEN)])).unwrap();
+    let config =
+        Config::from_lookup(lookup(&[(vars::TOKEN, TOKEN), (vars::PROJECT_ID, "web")])).unwrap();
     assert_eq!(config.base_url, DEFAULT_BASE_URL);
     assert_eq!(config.team_id, None);
+    assert_eq!(
+        config.destroy,
+        DestroyMode::Delete,
+        "delete unless asked to stop"
+    );
 }
 
 #[test]
 fn from_lookup_falls_back_to_the_oidc_token_and_prefers_vercel_token() {
-    let oidc = Config::from_lookup(lookup(&[(vars::OIDC_TOKEN, "oidc.jwt.token")])).unwrap();
+    let oidc = Config::from_lookup(lookup(&[
+        (vars::OIDC_TOKEN, "oidc.jwt.token"),
+        (vars::PROJECT_ID, "web"),
+    ]))
+    .unwrap();
     assert_eq!(oidc.token.expose(), "oidc.jwt.token");
     let both = Config::from_lookup(lookup(&[
         (vars::OIDC_TOKEN, "oidc.jwt.token"),
         (vars::TOKEN, TOKEN),
+        (vars::PROJECT_ID, "web"),
     ]))
     .unwrap();
     assert_eq!(both.token.expose(), TOKEN);
@@ -82,7 +97,9 @@ fn a_token_that_is_no_jwt_or_names_no_owner_gives_no_team() {
         "a.b.c".to_string(),
         format!("{}.extra", jwt(r#"{"owner_id":"team_x"}"#)),
     ] {
-        let config = Config::from_lookup(lookup(&[(vars::TOKEN, &token)])).unwrap();
+        let config =
+            Config::from_lookup(lookup(&[(vars::TOKEN, &token), (vars::PROJECT_ID, "web")]))
+                .unwrap();
         assert_eq!(config.team_id, None, "{token}");
     }
 }
@@ -118,8 +135,13 @@ fn invalid_settings_are_errors_naming_the_variable() {
             vec![(vars::TOKEN, TOKEN), (vars::API_URL, "https://x.test/?a=b")],
             "VERCEL_SANDBOX_API_URL",
         ),
+        (
+            vec![(vars::TOKEN, TOKEN), (vars::DESTROY, "shred")],
+            "VERCEL_SANDBOX_DESTROY",
+        ),
     ];
-    for (pairs, variable) in cases {
+    for (mut pairs, variable) in cases {
+        pairs.push((vars::PROJECT_ID, "web"));
         let err = Config::from_lookup(lookup(&pairs)).unwrap_err().to_string();
         assert!(err.contains(variable), "{pairs:?}: {err}");
     }
@@ -199,5 +221,48 @@ fn hostile_ids_are_refused_before_they_reach_a_url() {
         &"x".repeat(129),
     ] {
         assert!(provider.handle(id).is_err(), "{id:?} was accepted");
+    }
+}
+
+#[test]
+fn an_access_token_without_a_project_is_refused_naming_vercel_project_id() {
+    let err = Config::from_lookup(lookup(&[(vars::TOKEN, TOKEN)])).unwrap_err();
+    assert_eq!(err, ConfigError::MissingProject);
+    assert!(err.to_string().contains("VERCEL_PROJECT_ID"), "{err}");
+    let err = Config::from_lookup(lookup(&[
+        (vars::TOKEN, TOKEN),
+        (vars::PROJECT_ID, "prj/../x"),
+    ]))
+    .unwrap_err();
+    assert!(err.to_string().contains("VERCEL_PROJECT_ID"), "{err}");
+}
+
+#[test]
+fn an_oidc_token_names_its_project_and_the_setting_wins() {
+    let token = jwt(r#"{"owner_id":"team_1","project_id":"prj_fromClaims"}"#);
+    let config = Config::from_lookup(lookup(&[(vars::OIDC_TOKEN, &token)])).unwrap();
+    assert_eq!(config.project_id.as_deref(), Some("prj_fromClaims"));
+    let explicit = Config::from_lookup(lookup(&[
+        (vars::OIDC_TOKEN, &token),
+        (vars::PROJECT_ID, "prj_explicit"),
+    ]))
+    .unwrap();
+    assert_eq!(explicit.project_id.as_deref(), Some("prj_explicit"));
+}
+
+#[test]
+fn the_destroy_setting_chooses_stop_only_when_asked() {
+    for (value, mode) in [
+        ("delete", DestroyMode::Delete),
+        ("STOP", DestroyMode::Stop),
+        (" stop ", DestroyMode::Stop),
+    ] {
+        let config = Config::from_lookup(lookup(&[
+            (vars::TOKEN, TOKEN),
+            (vars::PROJECT_ID, "web"),
+            (vars::DESTROY, value),
+        ]))
+        .unwrap();
+        assert_eq!(config.destroy, mode, "{value}");
     }
 }

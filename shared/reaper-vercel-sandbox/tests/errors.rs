@@ -8,54 +8,146 @@ mod common;
 use common::{error_body, FakeVercel, TOKEN};
 use reaper_core::{ExecOptions, SandboxError, SandboxHandle, SandboxProvider};
 use reaper_fake_api::Fault;
-use reaper_vercel_sandbox::Config;
+use reaper_vercel_sandbox::{Config, DestroyMode};
 
 fn opts(timeout_ms: u64) -> ExecOptions {
     ExecOptions { timeout_ms }
 }
 
 #[tokio::test]
-async fn resume_of_an_unknown_or_stopped_sandbox_is_none() {
+async fn resume_of_an_unknown_or_stopped_non_persistent_sandbox_is_none() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider();
-    assert!(provider.resume("sbx_unknown").await.unwrap().is_none());
+    assert!(provider.resume("unknown-name").await.unwrap().is_none());
+    assert!(
+        provider.resume("sbx_unknown").await.unwrap().is_none(),
+        "a session id"
+    );
 
-    let id = fake.create_sandbox().await;
+    let id = fake.create_sandbox_with(Default::default(), false).await;
     fake.api.inject(
-        Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped")).on("getSandbox"),
+        Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped"))
+            .on("getNamedSandbox"),
     );
     assert!(provider.resume(&id).await.unwrap().is_none(), "410");
 
-    provider.destroy(&id).await.unwrap();
-    assert_eq!(
-        provider.status(&id).await.unwrap().as_deref(),
-        Some("stopped")
+    fake.auto_stop(&id).await;
+    assert!(
+        provider.resume(&id).await.unwrap().is_none(),
+        "stopped, nothing kept"
     );
-    assert!(provider.resume(&id).await.unwrap().is_none(), "stopped");
     fake.api.assert_no_violations();
 }
 
 #[tokio::test]
-async fn destroy_of_a_sandbox_unknown_stopped_or_stopping_is_ok() {
+async fn a_stopped_persistent_sandbox_is_never_gone_and_never_resumed_by_a_probe() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider();
-    provider.destroy("sbx_unknown").await.unwrap();
+    let id = fake.create_sandbox().await;
+    fake.auto_stop(&id).await;
+    match provider.resume(&id).await.map(|h| h.is_some()) {
+        Err(SandboxError::Refused(message)) => {
+            assert!(message.contains("persistent"), "{message}")
+        }
+        other => panic!("a stopped persistent sandbox lives on: expected an error, got {other:?}"),
+    }
+    assert_eq!(fake.resumes(), 0, "reading its state resumed it");
+    assert_eq!(fake.status(&id), Some("stopped"));
+    // Its destroy deletes it, snapshot and all.
+    provider.destroy(&id).await.unwrap();
+    assert_eq!(fake.status(&id), None);
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_404_that_does_not_say_the_sandbox_is_missing_keeps_the_record() {
+    let fake = FakeVercel::start().await;
+    let id = fake.create_sandbox().await;
+    // The wrong project: Vercel answers 404, but for the project, not the sandbox.
+    let provider = fake.provider_with(|c: &mut Config| c.project_id = Some("prj_other".into()));
+    for result in [
+        provider.resume(&id).await.map(|h| h.is_some()),
+        provider.destroy(&id).await.map(|()| false),
+    ] {
+        match result {
+            Err(SandboxError::Refused(message)) => {
+                assert!(message.contains("404"), "{message}");
+                assert!(message.contains("VERCEL_PROJECT_ID"), "{message}");
+            }
+            other => panic!("a bare 404 is no proof the sandbox is gone, got {other:?}"),
+        }
+    }
+    // A bodiless 404 (a wrong base URL behind a proxy) is no proof either.
+    let provider = fake.provider();
+    fake.api.inject(Fault::respond(404).on("getNamedSandbox"));
+    assert!(provider.resume(&id).await.is_err());
+    fake.api.inject(Fault::respond(404).on("deleteSandbox"));
+    assert!(provider.destroy(&id).await.is_err());
+    assert_eq!(fake.status(&id), Some("running"), "the sandbox lives on");
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn destroy_deletes_a_named_sandbox_and_gone_or_stopping_is_ok() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    provider.destroy("unknown-name").await.unwrap();
 
     let id = fake.create_sandbox().await;
     provider.destroy(&id).await.unwrap();
-    // Stopped already: Vercel answers 410.
+    assert_eq!(fake.status(&id), None, "deleted, not just stopped");
+    // Deleted already: Vercel says it is not found.
     provider.destroy(&id).await.unwrap();
 
     let other = fake.create_sandbox().await;
     fake.api.inject(
-        Fault::json(
-            422,
-            &error_body("sandbox_stopping", "The Sandbox is stopping"),
-        )
-        .on("stopSandbox"),
+        Fault::json(410, &error_body("sandbox_stopped", "The Sandbox is gone")).on("deleteSandbox"),
     );
     provider.destroy(&other).await.unwrap();
-    assert_eq!(fake.api.count("stopSandbox"), 4);
+    assert_eq!(fake.api.count("deleteSandbox"), 4);
+    assert_eq!(fake.api.count("stopSession"), 0);
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn destroy_only_stops_the_session_when_the_setting_asks_for_stop() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider_with(|c: &mut Config| c.destroy = DestroyMode::Stop);
+    let id = fake.create_sandbox().await;
+    provider.destroy(&id).await.unwrap();
+    assert_eq!(fake.status(&id), Some("stopped"), "kept, stopped");
+    assert_eq!(fake.api.count("deleteSandbox"), 0);
+    assert_eq!(
+        fake.operations(),
+        ["getNamedSandbox", "stopSession"],
+        "two requests"
+    );
+    // Stopped already: the stop answers 410, which is done.
+    provider.destroy(&id).await.unwrap();
+    fake.api.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_v1_sandbox_id_is_served_as_a_session() {
+    let fake = FakeVercel::start().await;
+    let provider = fake.provider();
+    let id = fake.create_sandbox().await;
+    let session = fake.session_of(&id);
+    assert!(session.starts_with("sbx_"));
+    let handle = provider.resume(&session).await.unwrap().unwrap();
+    assert_eq!(
+        handle.exec("echo v1", opts(10_000)).await.unwrap().stdout,
+        "v1\n"
+    );
+    provider.destroy(&session).await.unwrap();
+    assert_eq!(fake.status(&id), Some("stopped"));
+    assert!(provider.resume(&session).await.unwrap().is_none());
+    assert_eq!(
+        fake.api.count("getNamedSandbox"),
+        0,
+        "{:?}",
+        fake.operations()
+    );
     fake.api.assert_no_violations();
 }
 
@@ -74,7 +166,7 @@ async fn exec_in_a_stopped_sandbox_is_not_found_and_never_restarts_it() {
     );
     assert_eq!(
         fake.operations(),
-        ["runCommand"],
+        ["runSessionCommand"],
         "one refused run, nothing else"
     );
     fake.api.assert_no_violations();
@@ -85,10 +177,10 @@ async fn a_sandbox_stopped_under_a_running_exec_is_not_found_and_costs_no_kill()
     let fake = FakeVercel::start().await;
     let provider = fake.provider();
     let id = fake.create_sandbox().await;
-    let handle = provider.handle(&id).unwrap();
+    let handle = provider.handle(&fake.session_of(&id)).unwrap();
     fake.api.inject(
         Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped"))
-            .on("getCommandLogs"),
+            .on("getSessionCommandLogs"),
     );
     let result = handle.exec("true", opts(10_000)).await;
     assert!(
@@ -96,14 +188,20 @@ async fn a_sandbox_stopped_under_a_running_exec_is_not_found_and_costs_no_kill()
         "{result:?}"
     );
     fake.api.inject(
-        Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped")).on("getCommand"),
+        Fault::json(410, &error_body("sandbox_stopped", "Sandbox has stopped"))
+            .on("getSessionCommand"),
     );
     let result = handle.exec("true", opts(10_000)).await;
     assert!(
         matches!(result, Err(SandboxError::NotFound(_))),
         "{result:?}"
     );
-    assert_eq!(fake.api.count("killCommand"), 0, "{:?}", fake.operations());
+    assert_eq!(
+        fake.api.count("killSessionCommand"),
+        0,
+        "{:?}",
+        fake.operations()
+    );
     fake.api.assert_no_violations();
 }
 
@@ -128,10 +226,7 @@ async fn a_rejected_token_is_refused_naming_vercel_token() {
         }
     }
     // The sandbox was not touched.
-    assert_eq!(
-        fake.provider().status(&id).await.unwrap().as_deref(),
-        Some("running")
-    );
+    assert_eq!(fake.status(&id), Some("running"));
     fake.api.assert_no_violations();
 }
 
@@ -155,9 +250,10 @@ async fn a_conflict_is_a_refusal_that_says_the_state_refuses_it() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider();
     let id = fake.create_sandbox().await;
-    let handle = provider.handle(&id).unwrap();
+    let handle = provider.handle(&fake.session_of(&id)).unwrap();
     fake.api.inject(
-        Fault::json(409, &error_body("conflict", "sandbox is snapshotting")).on("runCommand"),
+        Fault::json(409, &error_body("conflict", "sandbox is snapshotting"))
+            .on("runSessionCommand"),
     );
     match handle.exec("true", opts(10_000)).await {
         Err(SandboxError::Refused(message)) => {
@@ -168,15 +264,15 @@ async fn a_conflict_is_a_refusal_that_says_the_state_refuses_it() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     fake.api
-        .inject(Fault::json(409, &error_body("conflict", "busy")).on("stopSandbox"));
+        .inject(Fault::json(409, &error_body("conflict", "busy")).on("deleteSandbox"));
     assert!(matches!(
         provider.destroy(&id).await,
         Err(SandboxError::Refused(_))
     ));
     assert_eq!(
-        provider.status(&id).await.unwrap().as_deref(),
+        fake.status(&id),
         Some("running"),
-        "a refused stop leaves the sandbox live"
+        "a refused delete leaves the sandbox live"
     );
     fake.api.assert_no_violations();
 }
@@ -186,11 +282,11 @@ async fn rate_limiting_is_retryable_and_quotes_retry_after_without_sleeping() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider();
     let id = fake.create_sandbox().await;
-    let handle = provider.handle(&id).unwrap();
+    let handle = provider.handle(&fake.session_of(&id)).unwrap();
     fake.api.inject(
         Fault::json(429, &error_body("rate_limited", "Too many requests"))
             .with_header("retry-after", "17")
-            .on("runCommand"),
+            .on("runSessionCommand"),
     );
     let started = std::time::Instant::now();
     match handle.exec("true", opts(10_000)).await {
@@ -207,7 +303,7 @@ async fn rate_limiting_is_retryable_and_quotes_retry_after_without_sleeping() {
     fake.api.inject(
         Fault::json(429, &error_body("rate_limited", "Too many requests"))
             .with_header("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT")
-            .on("stopSandbox"),
+            .on("deleteSandbox"),
     );
     match provider.destroy(&id).await {
         Err(SandboxError::Unreachable(message)) => assert!(
@@ -230,17 +326,17 @@ async fn server_errors_are_unreachable_so_a_probe_says_unknown() {
     let provider = fake.provider();
     let id = fake.create_sandbox().await;
     for (status, operation) in [
-        (500, "getSandbox"),
-        (503, "stopSandbox"),
-        (502, "getCommand"),
+        (500, "getNamedSandbox"),
+        (503, "deleteSandbox"),
+        (502, "getSessionCommand"),
     ] {
         fake.api
             .inject(Fault::json(status, &error_body("internal_error", "try again")).on(operation));
         let result = match operation {
-            "getSandbox" => provider.resume(&id).await.map(|_| ()),
-            "stopSandbox" => provider.destroy(&id).await,
+            "getNamedSandbox" => provider.resume(&id).await.map(|_| ()),
+            "deleteSandbox" => provider.destroy(&id).await,
             _ => provider
-                .handle(&id)
+                .handle(&fake.session_of(&id))
                 .unwrap()
                 .exec("true", opts(10_000))
                 .await
@@ -262,9 +358,9 @@ async fn a_failed_wait_for_the_exit_code_kills_the_command() {
     let provider = fake.provider();
     let id = fake.create_sandbox().await;
     fake.api
-        .inject(Fault::json(502, &error_body("bad_gateway", "upstream")).on("getCommand"));
+        .inject(Fault::json(502, &error_body("bad_gateway", "upstream")).on("getSessionCommand"));
     let result = provider
-        .handle(&id)
+        .handle(&fake.session_of(&id))
         .unwrap()
         .exec("true", opts(10_000))
         .await;
@@ -272,7 +368,12 @@ async fn a_failed_wait_for_the_exit_code_kills_the_command() {
         matches!(result, Err(SandboxError::Unreachable(_))),
         "{result:?}"
     );
-    assert_eq!(fake.api.count("killCommand"), 1, "{:?}", fake.operations());
+    assert_eq!(
+        fake.api.count("killSessionCommand"),
+        1,
+        "{:?}",
+        fake.operations()
+    );
     fake.api.assert_no_violations();
 }
 
@@ -282,7 +383,7 @@ async fn a_command_with_a_nul_byte_is_refused_before_any_request() {
     let provider = fake.provider();
     let id = fake.create_sandbox().await;
     let result = provider
-        .handle(&id)
+        .handle(&fake.session_of(&id))
         .unwrap()
         .exec("echo a\0b", opts(10_000))
         .await;
@@ -298,7 +399,7 @@ async fn a_stalled_answer_is_unreachable_after_the_request_timeout() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider_with(|c: &mut Config| c.request_timeout_ms = 300);
     let id = fake.create_sandbox().await;
-    fake.api.inject(Fault::stall().on("getSandbox"));
+    fake.api.inject(Fault::stall().on("getNamedSandbox"));
     let started = std::time::Instant::now();
     let result = provider.resume(&id).await.map(|h| h.is_some());
     assert!(
@@ -314,14 +415,14 @@ async fn a_stalled_log_stream_is_the_exec_timeout_and_the_command_is_killed() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider();
     let id = fake.create_sandbox().await;
-    let handle = provider.handle(&id).unwrap();
-    fake.api.inject(Fault::stall().on("getCommandLogs"));
+    let handle = provider.handle(&fake.session_of(&id)).unwrap();
+    fake.api.inject(Fault::stall().on("getSessionCommandLogs"));
     let result = handle.exec("sleep 600", opts(500)).await;
     assert!(
         matches!(result, Err(SandboxError::Timeout(500))),
         "{result:?}"
     );
-    assert_eq!(fake.api.count("killCommand"), 1);
+    assert_eq!(fake.api.count("killSessionCommand"), 1);
     fake.api.assert_no_violations();
 }
 
@@ -329,8 +430,8 @@ async fn a_stalled_log_stream_is_the_exec_timeout_and_the_command_is_killed() {
 async fn a_closed_connection_is_unreachable() {
     let fake = FakeVercel::start().await;
     let provider = fake.provider();
-    fake.api.inject(Fault::close().on("getSandbox"));
-    let result = provider.resume("sbx_any").await.map(|h| h.is_some());
+    fake.api.inject(Fault::close().on("getNamedSandbox"));
+    let result = provider.resume("any-name").await.map(|h| h.is_some());
     assert!(
         matches!(result, Err(SandboxError::Unreachable(_))),
         "{result:?}"
@@ -362,7 +463,7 @@ async fn a_failed_log_stream_is_unreachable_never_a_short_output() {
     let id = fake.create_sandbox().await;
     fake.break_log_stream(&id);
     let result = provider
-        .handle(&id)
+        .handle(&fake.session_of(&id))
         .unwrap()
         .exec("echo partial", opts(10_000))
         .await;
@@ -384,7 +485,7 @@ async fn a_log_stream_past_its_bound_is_an_error_never_a_truncation() {
     // Each empty entry is about 30 bytes: together they pass the bound.
     fake.flood_log_stream(&id, bound / 20);
     let result = provider
-        .handle(&id)
+        .handle(&fake.session_of(&id))
         .unwrap()
         .exec("echo hi", opts(10_000))
         .await;
@@ -395,11 +496,16 @@ async fn a_log_stream_past_its_bound_is_an_error_never_a_truncation() {
         }
         other => panic!("expected an error, got {other:?}"),
     }
-    assert_eq!(fake.api.count("killCommand"), 1, "{:?}", fake.operations());
+    assert_eq!(
+        fake.api.count("killSessionCommand"),
+        1,
+        "{:?}",
+        fake.operations()
+    );
     // Empty entries within the bound are harmless.
     fake.flood_log_stream(&id, 1000);
     let out = provider
-        .handle(&id)
+        .handle(&fake.session_of(&id))
         .unwrap()
         .exec("echo hi", opts(10_000))
         .await;

@@ -97,7 +97,7 @@ async fn the_journal_exit_probe_reads_finished_producing_and_gone_through_vercel
     assert_eq!(
         probe.has_finished(&done).await.unwrap(),
         RunExitProbe::Unknown { error: None },
-        "a stopped sandbox is gone: unknown, and never started again to read it"
+        "a deleted sandbox is gone: unknown"
     );
     fake.api.assert_no_violations();
 }
@@ -156,32 +156,41 @@ async fn vercel_requests_per_resume_exec_probe_and_reclaim() {
     let destroy_gone = fake.operations();
 
     eprintln!(
-        "vercel-sandbox: resume costs {} request(s): {resume:?}",
+        "vercel: resume costs {} request(s): {resume:?}",
         resume.len()
     );
+    eprintln!("vercel: exec costs {} request(s): {exec:?}", exec.len());
     eprintln!(
-        "vercel-sandbox: exec costs {} request(s): {exec:?}",
-        exec.len()
-    );
-    eprintln!(
-        "vercel-sandbox: probe (JournalExitProbe, finished run) costs {} request(s): {probed:?}",
+        "vercel: probe (JournalExitProbe, finished run) costs {} request(s): {probed:?}",
         probed.len()
     );
     eprintln!(
-        "vercel-sandbox: reclaim (SandboxReclaimer, live sandbox) costs {} request(s): {reclaim:?}",
+        "vercel: reclaim (SandboxReclaimer, live sandbox) costs {} request(s): {reclaim:?}",
         reclaim.len()
     );
     eprintln!(
-        "vercel-sandbox: destroy of a stopped sandbox costs {} request(s): {destroy_gone:?}",
+        "vercel: destroy of a deleted sandbox costs {} request(s): {destroy_gone:?}",
         destroy_gone.len()
     );
-    assert_eq!(resume, ["getSandbox"]);
-    assert_eq!(exec, ["runCommand", "getCommandLogs", "getCommand"]);
+    assert_eq!(resume, ["getNamedSandbox"]);
+    assert_eq!(
+        exec,
+        [
+            "runSessionCommand",
+            "getSessionCommandLogs",
+            "getSessionCommand"
+        ]
+    );
     assert_eq!(
         probed,
-        ["getSandbox", "runCommand", "getCommandLogs", "getCommand"]
+        [
+            "getNamedSandbox",
+            "runSessionCommand",
+            "getSessionCommandLogs",
+            "getSessionCommand"
+        ]
     );
-    assert_eq!(reclaim, ["stopSandbox"]);
-    assert_eq!(destroy_gone, ["stopSandbox"]);
+    assert_eq!(reclaim, ["deleteSandbox"]);
+    assert_eq!(destroy_gone, ["deleteSandbox"]);
     fake.api.assert_no_violations();
 }

@@ -54,8 +54,8 @@ async fn a_sweep_finalizes_a_finished_run_stops_its_sandbox_and_leaves_a_live_on
         ..CreateOptions::default()
     };
 
-    let finished = fake.create_sandbox_with(in_journals()).await;
-    let working = fake.create_sandbox_with(in_journals()).await;
+    let finished = fake.create_sandbox_with(in_journals(), true).await;
+    let working = fake.create_sandbox_with(in_journals(), true).await;
     // 3,000 deltas: about 45 KB of journal, several replay pages.
     let mut agent = fake
         .local
@@ -151,18 +151,12 @@ async fn a_sweep_finalizes_a_finished_run_stops_its_sandbox_and_leaves_a_live_on
         (RunStatus::Running, None),
         "a producing run is not even claimed"
     );
+    assert_eq!(fake.status(&finished), None, "deleted");
+    assert_eq!(fake.status(&working), Some("running"));
     assert_eq!(
-        vercel.status(&finished).await.unwrap().as_deref(),
-        Some("stopped")
-    );
-    assert_eq!(
-        vercel.status(&working).await.unwrap().as_deref(),
-        Some("running")
-    );
-    assert_eq!(
-        operations.iter().filter(|o| *o == "stopSandbox").count(),
+        operations.iter().filter(|o| *o == "deleteSandbox").count(),
         1,
-        "only the finished run's sandbox is stopped"
+        "only the finished run's sandbox is deleted"
     );
     provider.destroy(&working).await.unwrap();
     fake.api.assert_no_violations();

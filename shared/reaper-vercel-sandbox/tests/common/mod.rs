@@ -1,12 +1,14 @@
-//! A fake of Vercel's sandbox API that runs commands for real, checked against the stored
-//! OpenAPI document.
+//! A fake of Vercel's sandbox API (v2: named sandboxes and sessions) that runs commands for
+//! real, checked against the stored OpenAPI document.
 //!
-//! Each fake sandbox is a real `reaper_local` sandbox (a directory, real `sh`, real processes);
-//! the fake speaks Vercel's v1 API in front of it: a run-command request starts the command in
-//! the background, the log stream and the `wait=true` read answer when it ends, a kill aborts it
-//! (which kills its process group), a stop destroys the local sandbox. Every exchange goes
-//! through `reaper_fake_api`, which checks it against `openapi/vercel-sandboxes-v1.openapi.json`
-//! plus the recorded error shapes of `openapi/recorded-errors.json`.
+//! Each fake named sandbox is a real `reaper_local` sandbox (a directory, real `sh`, real
+//! processes) whose name is the local id; each start of it is a session `sbx_<n>`. A
+//! run-command request starts the command in the background, the log stream and the
+//! `wait=true` read answer when it ends, a kill aborts it (which kills its process group). A
+//! session stop kills its commands; a persistent sandbox keeps its directory (its "snapshot")
+//! and resumes as a new session on `resume=true`, a non-persistent one loses it. A delete
+//! destroys the local sandbox. Every exchange goes through `reaper_fake_api`, which checks it
+//! against `openapi/vercel-sandboxes-v2.openapi.json`.
 
 #![allow(dead_code)]
 
@@ -33,37 +35,16 @@ pub const OUTPUT_LIMIT: usize = 4096;
 /// The exit status the fake reports for a command it killed (128 + SIGKILL).
 const KILLED: i64 = 137;
 
-/// The stored document with the recorded error shapes merged in (see `openapi/SOURCE.md`).
+/// The stored v2 document (see `openapi/SOURCE.md`).
 pub fn document() -> Arc<OpenApi> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi");
-    let read = |name: &str| -> Value {
-        let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("read the document");
-        serde_json::from_str(&text).expect("a JSON document")
-    };
-    let mut doc = read("vercel-sandboxes-v1.openapi.json");
-    let overlay = read("recorded-errors.json");
-    for (name, schema) in overlay["components"]["schemas"].as_object().unwrap() {
-        doc["components"]["schemas"][name] = schema.clone();
-    }
-    for (operation_id, responses) in overlay["responses"].as_object().unwrap() {
-        let operation = doc["paths"]
-            .as_object_mut()
-            .unwrap()
-            .values_mut()
-            .flat_map(|item| item.as_object_mut().unwrap().values_mut())
-            .find(|op| op["operationId"] == *operation_id)
-            .unwrap_or_else(|| panic!("the overlay names unknown operation {operation_id}"));
-        for (status, response) in responses.as_object().unwrap() {
-            assert!(
-                operation["responses"].get(status).is_none(),
-                "the overlay redefines {operation_id} {status}, which the published document \
-                 declares"
-            );
-            operation["responses"][status] = response.clone();
-        }
-    }
-    Arc::new(OpenApi::from_value(doc).expect("a valid OpenAPI document"))
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/openapi/vercel-sandboxes-v2.openapi.json"
+    );
+    Arc::new(OpenApi::from_file(path).expect("a valid OpenAPI document"))
 }
+
+pub const PROJECT: &str = "prj_reaperTest0123";
 
 /// A Vercel error body, as the recorded shapes describe it.
 pub fn error_body(code: &str, message: &str) -> Value {
@@ -78,7 +59,7 @@ struct Finished {
 }
 
 struct Command {
-    sandbox: String,
+    session: String,
     name: String,
     args: Vec<String>,
     started_at: i64,
@@ -91,7 +72,7 @@ impl Command {
         let exit = self.done.borrow().as_ref().map(|f| f.exit_code);
         json!({
             "id": id, "name": self.name, "args": self.args, "cwd": "/vercel/sandbox",
-            "sandboxId": self.sandbox, "exitCode": exit, "startedAt": self.started_at,
+            "sessionId": self.session, "exitCode": exit, "startedAt": self.started_at,
         })
     }
 
@@ -112,12 +93,24 @@ impl Command {
     }
 }
 
+/// A named sandbox: its current session and whether it survives a stop.
+#[derive(Clone)]
+struct Named {
+    session: String,
+    persistent: bool,
+}
+
 #[derive(Default)]
 struct State {
-    /// Sandbox id → status (`running` or `stopped`).
-    sandboxes: Mutex<HashMap<String, &'static str>>,
+    /// Sandbox name (the local sandbox's id) → its current session.
+    sandboxes: Mutex<HashMap<String, Named>>,
+    /// Session id → (sandbox name, status: `running` or `stopped`).
+    sessions: Mutex<HashMap<String, (String, &'static str)>>,
+    /// How many sessions were started by a `resume=true` read.
+    resumes: AtomicU64,
+    next_session: AtomicU64,
     commands: Mutex<HashMap<String, Arc<Command>>>,
-    /// Sandboxes whose stop answers 500 (a teardown that failed).
+    /// Sandboxes whose delete or stop answers 500 (a teardown that failed).
     stop_fails: Mutex<HashSet<String>>,
     /// Sandboxes whose next log stream fails with Vercel's `error` entry.
     broken_streams: Mutex<HashSet<String>>,
@@ -167,6 +160,7 @@ impl FakeVercel {
         let mut config = Config::new(Secret::new(TOKEN));
         config.base_url = self.api.url();
         config.team_id = Some(TEAM.into());
+        config.project_id = Some(PROJECT.into());
         config.output_limit = OUTPUT_LIMIT;
         adjust(&mut config);
         VercelSandboxProvider::with_transport(
@@ -176,20 +170,52 @@ impl FakeVercel {
         .expect("a valid configuration")
     }
 
-    /// A new running sandbox (Vercel's create is not part of what the provider uses).
+    /// A new running named sandbox, persistent as Vercel's are by default (Vercel's create is
+    /// not part of what the provider uses). Returns its name.
     pub async fn create_sandbox(&self) -> String {
-        self.create_sandbox_with(CreateOptions::default()).await
+        self.create_sandbox_with(CreateOptions::default(), true)
+            .await
     }
 
-    pub async fn create_sandbox_with(&self, options: CreateOptions) -> String {
+    pub async fn create_sandbox_with(&self, options: CreateOptions, persistent: bool) -> String {
         let sandbox = self
             .local
             .create(options)
             .await
             .expect("create a local sandbox");
-        let id = sandbox.id().to_string();
-        lock(&self.state.sandboxes).insert(id.clone(), "running");
-        id
+        let name = sandbox.id().to_string();
+        let session = self.state.start_session(&name);
+        lock(&self.state.sandboxes).insert(
+            name.clone(),
+            Named {
+                session,
+                persistent,
+            },
+        );
+        name
+    }
+
+    /// The current session of sandbox `name`.
+    pub fn session_of(&self, name: &str) -> String {
+        lock(&self.state.sandboxes)[name].session.clone()
+    }
+
+    /// Stops sandbox `name`'s session as Vercel does when it times out or idles.
+    pub async fn auto_stop(&self, name: &str) {
+        let session = self.session_of(name);
+        let persistent = lock(&self.state.sandboxes)[name].persistent;
+        stop_session(&self.local, &self.state, &session, persistent).await;
+    }
+
+    /// The status of sandbox `name`'s current session; `None` once it is deleted.
+    pub fn status(&self, name: &str) -> Option<&'static str> {
+        let session = lock(&self.state.sandboxes).get(name)?.session.clone();
+        lock(&self.state.sessions).get(&session).map(|(_, s)| *s)
+    }
+
+    /// How many sessions a `resume=true` read started.
+    pub fn resumes(&self) -> u64 {
+        self.state.resumes.load(Ordering::Relaxed)
     }
 
     pub fn break_stop(&self, id: &str) {
@@ -225,8 +251,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn not_found(what: &str) -> FakeResponse {
-    FakeResponse::json(404, &error_body("not_found", &format!("{what} not found")))
+fn not_found(what: &str, id: &str) -> FakeResponse {
+    FakeResponse::json(
+        404,
+        &error_body("not_found", &format!("{what} not found: {id}")),
+    )
 }
 
 fn stopped() -> FakeResponse {
@@ -239,13 +268,64 @@ fn stopped() -> FakeResponse {
     )
 }
 
-fn sandbox_json(id: &str, status: &str) -> Value {
+fn session_json(id: &str, name: &str, status: &str) -> Value {
     let now = SystemClock.now_ms();
     json!({
-        "id": id, "memory": 2048, "vcpus": 1, "region": "iad1", "runtime": "node22",
-        "timeout": 300000, "status": status, "requestedAt": now, "cwd": "/vercel/sandbox",
+        "sourceSandboxName": name, "projectId": PROJECT, "id": id, "memory": 2048,
+        "vcpus": 1, "region": "iad1", "runtime": "node22", "timeout": 300000,
+        "status": status, "requestedAt": now, "cwd": "/vercel/sandbox",
         "createdAt": now, "updatedAt": now,
     })
+}
+
+fn named_json(name: &str, named: &Named, status: &str) -> Value {
+    let now = SystemClock.now_ms();
+    let status = if status == "running" {
+        "running"
+    } else {
+        "stopped"
+    };
+    json!({
+        "name": name, "currentSessionId": named.session, "status": status,
+        "statusUpdatedAt": now, "persistent": named.persistent,
+        "createdAt": now, "updatedAt": now,
+    })
+}
+
+impl State {
+    fn start_session(&self, name: &str) -> String {
+        let id = format!("sbx_{}", self.next_session.fetch_add(1, Ordering::Relaxed));
+        lock(&self.sessions).insert(id.clone(), (name.to_string(), "running"));
+        id
+    }
+}
+
+/// Stops a session: its commands are killed; a non-persistent sandbox loses its files.
+async fn stop_session(
+    local: &LocalSandboxProvider,
+    state: &State,
+    session: &str,
+    persistent: bool,
+) {
+    let name = {
+        let mut sessions = lock(&state.sessions);
+        let Some(entry) = sessions.get_mut(session) else {
+            return;
+        };
+        entry.1 = "stopped";
+        entry.0.clone()
+    };
+    let running: Vec<Arc<Command>> = lock(&state.commands)
+        .values()
+        .filter(|c| c.session == session)
+        .cloned()
+        .collect();
+    for command in running {
+        command.kill();
+    }
+    if !persistent {
+        let _ = local.destroy(&name).await;
+    }
 }
 
 async fn handle(
@@ -259,66 +339,104 @@ async fn handle(
     if req.query("teamId") != Some(TEAM) {
         return FakeResponse::json(403, &error_body("forbidden", "Not a member of this team"));
     }
-    let sandbox = req.param("sandboxId").unwrap_or_default().to_string();
-    let status = lock(&state.sandboxes).get(&sandbox).copied();
     let operation = req.operation_id.clone().unwrap_or_default();
+    if let Some(name) = req.param("name").map(str::to_string) {
+        if req.query("projectId") != Some(PROJECT) {
+            return FakeResponse::json(404, &error_body("not_found", "Project not found"));
+        }
+        let Some(named) = lock(&state.sandboxes).get(&name).cloned() else {
+            return not_found("Sandbox", &name);
+        };
+        if lock(&state.stop_fails).contains(&name) && operation == "deleteSandbox" {
+            return FakeResponse::json(500, &error_body("internal_error", "delete failed"));
+        }
+        let status = lock(&state.sessions)[&named.session].1;
+        return match operation.as_str() {
+            "getNamedSandbox" => {
+                let mut named = named;
+                let mut resumed = false;
+                if req.query("resume") == Some("true") && status != "running" && named.persistent {
+                    named.session = state.start_session(&name);
+                    lock(&state.sandboxes).insert(name.clone(), named.clone());
+                    state.resumes.fetch_add(1, Ordering::Relaxed);
+                    resumed = true;
+                }
+                let status = lock(&state.sessions)[&named.session].1;
+                FakeResponse::json(
+                    200,
+                    &json!({
+                        "sandbox": named_json(&name, &named, status),
+                        "session": session_json(&named.session, &name, status),
+                        "routes": [], "resumed": resumed,
+                    }),
+                )
+            }
+            "deleteSandbox" => {
+                stop_session(local, state, &named.session, false).await;
+                lock(&state.sandboxes).remove(&name);
+                FakeResponse::json(
+                    200,
+                    &json!({"sandbox": named_json(&name, &named, "stopped")}),
+                )
+            }
+            _ => not_found("Route", &operation),
+        };
+    }
+    let session = req.param("sessionId").unwrap_or_default().to_string();
+    let Some((name, status)) = lock(&state.sessions).get(&session).cloned() else {
+        return not_found("Session", &session);
+    };
     match (operation.as_str(), status) {
-        (_, None) => not_found("sandbox"),
-        ("getSandbox", Some(status)) => FakeResponse::json(
+        ("getSession", status) => FakeResponse::json(
             200,
-            &json!({"sandbox": sandbox_json(&sandbox, status), "routes": []}),
+            &json!({"session": session_json(&session, &name, status), "routes": []}),
         ),
-        ("stopSandbox", Some("stopped")) => stopped(),
-        ("stopSandbox", Some(_)) => {
-            if lock(&state.stop_fails).contains(&sandbox) {
+        ("stopSession", "stopped") => stopped(),
+        ("stopSession", _) => {
+            if lock(&state.stop_fails).contains(&name) {
                 return FakeResponse::json(500, &error_body("internal_error", "stop failed"));
             }
-            if let Err(e) = local.destroy(&sandbox).await {
-                return FakeResponse::json(500, &error_body("internal_error", &e.to_string()));
-            }
-            lock(&state.sandboxes).insert(sandbox.clone(), "stopped");
-            let running: Vec<Arc<Command>> = lock(&state.commands)
-                .values()
-                .filter(|c| c.sandbox == sandbox)
-                .cloned()
-                .collect();
-            for command in running {
-                command.kill();
-            }
-            FakeResponse::json(200, &json!({"sandbox": sandbox_json(&sandbox, "stopped")}))
+            let persistent = lock(&state.sandboxes)
+                .get(&name)
+                .is_some_and(|n| n.persistent);
+            stop_session(local, state, &session, persistent).await;
+            FakeResponse::json(
+                200,
+                &json!({"session": session_json(&session, &name, "stopped")}),
+            )
         }
-        (_, Some("stopped")) => stopped(),
-        ("runCommand", Some(_)) => run_command(local, state, &sandbox, &req).await,
-        (op, Some(_)) => {
+        (_, "stopped") => stopped(),
+        ("runSessionCommand", _) => run_command(local, state, &session, &name, &req).await,
+        (op, _) => {
             let cmd_id = req.param("cmdId").unwrap_or_default().to_string();
             let Some(command) = lock(&state.commands).get(&cmd_id).cloned() else {
-                return not_found("command");
+                return not_found("Command", &cmd_id);
             };
-            if command.sandbox != sandbox {
-                return not_found("command");
+            if command.session != session {
+                return not_found("Command", &cmd_id);
             }
             match op {
-                "getCommand" => {
+                "getSessionCommand" => {
                     if req.query("wait") == Some("true") {
                         let mut done = command.done.subscribe();
                         let _ = done.wait_for(Option::is_some).await;
                     }
-                    // Stopped while the caller waited: the sandbox is gone.
-                    if lock(&state.sandboxes).get(&sandbox).copied() == Some("stopped") {
+                    // Stopped while the caller waited: the session is gone.
+                    if lock(&state.sessions).get(&session).map(|(_, s)| *s) == Some("stopped") {
                         return stopped();
                     }
                     FakeResponse::json(200, &json!({"command": command.json(&cmd_id)}))
                 }
-                "getCommandLogs" => {
-                    let broken = lock(&state.broken_streams).remove(&sandbox);
-                    let flood = lock(&state.flooded_streams).remove(&sandbox).unwrap_or(0);
+                "getSessionCommandLogs" => {
+                    let broken = lock(&state.broken_streams).remove(&name);
+                    let flood = lock(&state.flooded_streams).remove(&name).unwrap_or(0);
                     logs(command, broken, flood)
                 }
-                "killCommand" => {
+                "killSessionCommand" => {
                     command.kill();
                     FakeResponse::json(200, &json!({"command": command.json(&cmd_id)}))
                 }
-                _ => not_found("operation"),
+                _ => not_found("Route", op),
             }
         }
     }
@@ -327,6 +445,7 @@ async fn handle(
 async fn run_command(
     local: &LocalSandboxProvider,
     state: &Arc<State>,
+    session: &str,
     sandbox: &str,
     req: &FakeRequest,
 ) -> FakeResponse {
@@ -388,7 +507,7 @@ async fn run_command(
         })
     };
     let command = Arc::new(Command {
-        sandbox: sandbox.to_string(),
+        session: session.to_string(),
         name,
         args,
         started_at: SystemClock.now_ms(),
@@ -477,7 +596,7 @@ impl ProviderFixture for VercelFixture {
     }
 
     fn missing_id(&self) -> String {
-        "sbx_missing0000000000".into()
+        "missing-sandbox-0000".into()
     }
 
     async fn break_destroy(&self, id: &str) -> Result<Option<Arc<dyn SandboxProvider>>, String> {
