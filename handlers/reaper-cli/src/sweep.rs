@@ -49,7 +49,7 @@ impl Swept {
         if let Value::Object(map) = &mut v {
             map.insert("leaseHeld".into(), json!(self.held));
             map.insert("providers".into(), json!(self.providers));
-            if let Some(damaged) = &self.trouble.damaged {
+            if let Some(damaged) = self.damaged() {
                 map.insert("databaseDamaged".into(), json!(damaged));
             }
             if let Some(listing) = &self.trouble.listing {
@@ -59,9 +59,17 @@ impl Swept {
         v
     }
 
+    /// The damage the sweep met in any table, if it met some (the core stops at it).
+    pub fn damaged(&self) -> Option<&String> {
+        self.trouble
+            .damaged
+            .as_ref()
+            .or(self.report.report.damaged.as_ref())
+    }
+
     /// Why the sweep could not do its job at all (exit 3), with what to do; `None` when it ran.
     pub fn cannot_run(&self) -> Option<Failure> {
-        if let Some(damaged) = &self.trouble.damaged {
+        if let Some(damaged) = self.damaged() {
             return Some(Failure::cannot_run(format!(
                 "the sweep stopped short: {damaged}"
             )));
@@ -316,7 +324,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
             fields,
         );
         // A damaged file does not heal: sweeping it every interval would only repeat this.
-        if swept.trouble.damaged.is_some() {
+        if swept.damaged().is_some() {
             if let Some(failure) = swept.cannot_run() {
                 return Err(failure);
             }

@@ -899,11 +899,21 @@ impl Sweeper {
     ) -> Self {
         let ports = store.ports();
         let trouble = StoreTrouble::default();
+        // Every store the sweep, its drive and its reclaimer write to shares one damage latch:
+        // damage seen in any table stops every terminal write and destroy after it.
+        let damage = reaper_core::damage::Damage::default();
         let runs: Arc<dyn RunStore> = Arc::new(WatchedRuns {
-            inner: ports.runs.clone(),
+            inner: reaper_core::damage::Guarded::new(ports.runs.clone(), &damage),
             trouble: trouble.clone(),
         });
-        let instances: Arc<dyn SandboxInstanceStore> = ports.instances.clone();
+        let instances: Arc<dyn SandboxInstanceStore> =
+            reaper_core::damage::Guarded::new(ports.instances.clone(), &damage);
+        let logs: Arc<dyn DeliveryLog> =
+            reaper_core::damage::Guarded::new(ports.logs.clone(), &damage);
+        let messages: Arc<dyn MessageStore> =
+            reaper_core::damage::Guarded::new(ports.messages.clone(), &damage);
+        let ledger: Arc<dyn ReclaimLedger> =
+            reaper_core::damage::Guarded::new(ports.ledger.clone(), &damage);
         let sandboxes = providers.set.clone();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let sleeper = Arc::new(TokioSleeper);
@@ -925,8 +935,8 @@ impl Sweeper {
                 runs: runs.clone(),
                 instances: instances.clone(),
                 provider: sandboxes.clone(),
-                logs: ports.logs.clone(),
-                messages: ports.messages.clone(),
+                logs: logs.clone(),
+                messages,
                 clock: clock.clone(),
                 sleeper: sleeper.clone(),
             },
@@ -938,10 +948,10 @@ impl Sweeper {
         };
         let deps = ReapDeps {
             runs: runs.clone(),
-            logs: ports.logs.clone(),
+            logs,
             leases: leases.clone(),
             ledger: Arc::new(WatchedLedger {
-                inner: ports.ledger.clone(),
+                inner: ledger,
                 trouble: trouble.clone(),
             }),
             probe: Arc::new(LocalJournalProbe {
@@ -958,6 +968,7 @@ impl Sweeper {
             })),
             clock,
             sleeper,
+            damage,
         };
         Sweeper {
             deps,

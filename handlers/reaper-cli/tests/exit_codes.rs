@@ -153,11 +153,16 @@ async fn an_unreadable_ledger_is_exit_2_and_says_so() {
 
 /// Overwrites the pages of the `runs` table (not the schema on page 1, so the file still opens).
 fn damage_the_runs_table(site: &Site) {
+    damage_table(site, "runs");
+}
+
+/// Overwrites the root page of `table` (not the schema on page 1, so the file still opens).
+fn damage_table(site: &Site, table: &str) {
     let conn = Connection::open(&site.db).unwrap();
     let root: i64 = conn
         .query_row(
-            "SELECT rootpage FROM sqlite_master WHERE name = 'runs'",
-            [],
+            "SELECT rootpage FROM sqlite_master WHERE name = ?1",
+            [table],
             |r| r.get(0),
         )
         .unwrap();
@@ -279,4 +284,65 @@ async fn status_reports_corrupt_rows_beside_the_ledger_and_the_sweep_reports_the
     assert_eq!(code, 2, "stdout:\n{stdout}\nstderr:\n{stderr}");
     let report = json(&stdout);
     assert_eq!(keys(&report["corrupt"]), expected, "{report}");
+}
+
+/// Issue 24: damage in any table a sweep writes to stops it before any terminal write or
+/// destroy: exit 3 with "damaged", the finished run still `running` for a sweep over the
+/// restored file, its sandbox still there, and no claim that the reaper changed nothing.
+async fn damage_stops_the_sweep_before_any_terminal_write_or_destroy(table: &str) {
+    let site = Site::new();
+    let sandbox = site
+        .detached_run("run-done", Some(HELLO), true, MINUTE)
+        .await;
+    damage_table(&site, table);
+
+    let (code, stdout, stderr) = sweep(&site, &["--json"]);
+    assert_eq!(code, 3, "{table}: stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("damaged") && stderr.contains("restore it"),
+        "{table}: says what is wrong and what to do: {stderr}"
+    );
+    assert!(
+        !stderr.contains("changed nothing"),
+        "{table}: the sweep wrote its lease, so it must not say it changed nothing: {stderr}"
+    );
+    let status: String = Connection::open(&site.db)
+        .unwrap()
+        .query_row(
+            "SELECT status FROM runs WHERE run_id = 'run-done'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(status, "running", "{table}: a terminal write landed");
+    assert!(
+        site.sandbox_exists(&sandbox).await,
+        "{table}: the sandbox was destroyed"
+    );
+    site.teardown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_transcripts_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("transcripts").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_logs_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("logs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_log_entries_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("log_entries").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_sandbox_instances_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("sandbox_instances").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_reclaim_intents_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("reaper_reclaim_intents").await;
 }

@@ -411,6 +411,7 @@ async fn a_sweep_through_sandboxd_finalizes_a_run_in_a_container_and_removes_the
         })),
         clock: Arc::new(SystemClock),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = ReapOptions::new(3_600_000, format!("sandboxd-docker-{}", unique()));
     options.fence_quiet_ms = 25;

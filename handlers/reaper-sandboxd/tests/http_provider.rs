@@ -314,6 +314,7 @@ impl Sweep {
             reclaim: None,
             clock: Arc::new(SystemClock),
             sleeper: Arc::new(TokioSleeper),
+            damage: Default::default(),
         }
     }
 

@@ -89,6 +89,7 @@ fn deps(
         reclaim: None,
         clock,
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     }
 }
 

@@ -222,6 +222,11 @@ pub struct ReapReport {
     /// that is not a clean sweep.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listing_error: Option<String>,
+    /// The database is damaged (a malformed page, a table missing or of the wrong shape): the
+    /// sweep stopped at the first sign of it, recording no run terminal and destroying no
+    /// sandbox after it. The first damage seen, with what to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<String>,
     /// The reclaim ledger: what this sweep retried, and what is still pending or leaked.
     pub reclaims: ReclaimReport,
     /// The figures an operator sets objectives on.
@@ -337,9 +342,30 @@ pub struct ReapDeps {
     pub reclaim: Option<Arc<dyn Reclaim>>,
     pub clock: Arc<dyn Clock>,
     pub sleeper: Arc<dyn Sleeper>,
+    /// The damage latch: the sweep guards its own ports with it, and a composition guards the
+    /// stores its drive and reclaimer write to with the same one (see [`crate::damage`]), so
+    /// damage seen anywhere stops every terminal write and destroy after it.
+    pub damage: crate::damage::Damage,
 }
 
 impl ReapDeps {
+    /// These ports behind the damage latch (idempotent in effect: a guarded port guarded again
+    /// shares the latch).
+    pub fn guarded(&self) -> ReapDeps {
+        use crate::damage::Guarded;
+        let damage = &self.damage;
+        ReapDeps {
+            runs: Guarded::new(self.runs.clone(), damage),
+            logs: Guarded::new(self.logs.clone(), damage),
+            ledger: Guarded::new(self.ledger.clone(), damage),
+            reclaim: self
+                .reclaim
+                .clone()
+                .map(|r| Guarded::new(r, damage) as Arc<dyn Reclaim>),
+            ..self.clone()
+        }
+    }
+
     /// The default composition over one store backing every port: the journal probe, the
     /// journal replay drive and the sandbox reclaimer, all over `provider` (one provider or a
     /// [`crate::ProviderSet`]), reading journals in `journal_dir` (`None`: the default).
@@ -359,6 +385,10 @@ impl ReapDeps {
             + crate::ports::MessageStore
             + 'static,
     {
+        use crate::damage::Guarded;
+        let damage = crate::damage::Damage::default();
+        // The drive's and the reclaimer's own writes share the sweep's damage latch.
+        let guarded = Guarded::new(store.clone(), &damage);
         let probe = crate::probe::JournalExitProbe::new(
             provider.clone(),
             store.clone(),
@@ -369,11 +399,11 @@ impl ReapDeps {
         );
         let drive = crate::replay::JournalReplayDrive::new(
             crate::replay::ReplayDeps {
-                runs: store.clone(),
-                instances: store.clone(),
+                runs: guarded.clone(),
+                instances: guarded.clone(),
                 provider: provider.clone(),
-                logs: store.clone(),
-                messages: store.clone(),
+                logs: guarded.clone(),
+                messages: guarded.clone(),
                 clock: clock.clone(),
                 sleeper: sleeper.clone(),
             },
@@ -391,11 +421,12 @@ impl ReapDeps {
             drive: Arc::new(drive),
             reclaim: Some(Arc::new(crate::reclaim::SandboxReclaimer {
                 provider,
-                instances: store.clone(),
-                runs: store,
+                instances: guarded.clone(),
+                runs: guarded,
             })),
             clock,
             sleeper,
+            damage,
         }
     }
 }
@@ -740,6 +771,9 @@ async fn reap_with(
     mut sweep_lease: Option<(crate::ports::Lease, u64)>,
     stop: Option<&CancellationToken>,
 ) -> ReapReport {
+    // Damage seen anywhere stops every terminal write and destroy after it.
+    let guarded = deps.guarded();
+    let deps = &guarded;
     let mut report = ReapReport::default();
     let now = options.now.unwrap_or_else(|| deps.clock.now_ms());
     // Leaks first: a sandbox whose destroy failed, or whose sweep crashed before the destroy,
@@ -781,12 +815,18 @@ async fn reap_with(
         sandboxes_leaked = r.leaked(),
         "sweep complete"
     );
+    report.damaged = deps.damage.seen();
+    if let Some(damage) = &report.damaged {
+        tracing::error!(target: "reaper", %damage, "the sweep stopped at damage in the database: no run was recorded terminal and no sandbox destroyed after it; the runs it did not reach are deferred");
+    }
     report
 }
 
-/// Whether the batch must stop before its next item: a shutdown, or too little time left.
+/// Whether the batch must stop before its next item: a shutdown, damage, or too little time
+/// left.
 fn out_of_time(deps: &ReapDeps, options: &ReapOptions, stop: Option<&CancellationToken>) -> bool {
-    if stop.is_some_and(CancellationToken::is_cancelled) {
+    // Damage stops the sweep as a shutdown does: the runs not started are deferred.
+    if stop.is_some_and(CancellationToken::is_cancelled) || deps.damage.seen().is_some() {
         return true;
     }
     options.deadline.is_some_and(|deadline| {

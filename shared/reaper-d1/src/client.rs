@@ -105,7 +105,7 @@ pub fn classify_d1_error(message: &str) -> StoreError {
     if DAMAGED.iter().any(|d| lower.contains(d)) {
         StoreError::Corrupt {
             key: reaper_sql::DAMAGED_KEY.into(),
-            reason: reaper_sql::d1_damaged(message),
+            reason: reaper_sql::d1_damaged_in_use(message),
         }
     } else if TRANSIENT.iter().any(|t| lower.contains(t)) {
         StoreError::Unavailable(format!("d1: {message}"))

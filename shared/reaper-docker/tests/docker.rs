@@ -667,6 +667,7 @@ async fn a_sweep_finalizes_a_finished_run_reclaims_its_container_and_leaves_a_li
         })),
         clock: Arc::new(SystemClock),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = ReapOptions::new(3_600_000, format!("docker-sweep-{n}"));
     options.fence_quiet_ms = 25;

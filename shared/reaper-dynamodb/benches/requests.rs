@@ -328,6 +328,7 @@ async fn per_sweep(backlog: usize) -> PerSweep {
         reclaim: None,
         clock: Arc::new(reaper_core::time::ManualClock::new(NOW)),
         sleeper: Arc::new(reaper_testkit::fakes::TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = reaper_core::reap::ReapOptions::new(TTL, "bench");
     options.now = Some(NOW);

@@ -68,6 +68,7 @@ async fn a_sweep_whose_saved_cursor_fell_behind_the_ttl_cutoff_lists_and_moves_i
         reclaim: None,
         clock: Arc::new(ManualClock::new(NOW)),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = ReapOptions::new(TTL_MS, "cursor-test");
     options.now = Some(NOW);

@@ -394,6 +394,7 @@ async fn a_sweep_reports_the_malformed_items_and_finalizes_every_other_run() {
         reclaim: None,
         clock: Arc::new(ManualClock::new(now)),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = ReapOptions::new(TTL, "sweeper");
     options.fence_quiet_ms = 0;

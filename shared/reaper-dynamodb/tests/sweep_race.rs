@@ -67,6 +67,7 @@ async fn child(table: String, sweeper: u8) {
         reclaim: None,
         clock: Arc::new(SystemClock),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = ReapOptions::new(TTL_MS, format!("sweeper-{sweeper}"));
     options.max_runs = RUNS;

@@ -305,6 +305,7 @@ async fn detached_run(
         reclaim: None,
         clock: Arc::new(SystemClock),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     spy.clear_ops();
     Detached {

@@ -116,6 +116,7 @@ mod on_a_server {
             reclaim: None,
             clock: Arc::new(ManualClock::new(NOW)),
             sleeper: Arc::new(TokioSleeper),
+            damage: Default::default(),
         };
         let mut options = ReapOptions::new(TTL, "requests-test");
         options.now = Some(NOW);

@@ -602,6 +602,7 @@ mod tests {
             reclaim: None,
             clock: Arc::new(clock.clone()),
             sleeper: Arc::new(NoSleep),
+            damage: Default::default(),
         };
         let report = sweep(&deps, &p.options, p.lease_ttl_ms).await;
         (p, reaper_core::Clock::now_ms(&clock), report)

@@ -422,6 +422,7 @@ fn deps_for(s: &Shared, p: &SweeperPlan) -> ReapDeps {
         })),
         clock,
         sleeper,
+        damage: Default::default(),
     }
 }
 

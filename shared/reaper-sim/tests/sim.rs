@@ -1,51 +1,28 @@
 //! The simulation in CI: a few hundred seeds (the binary runs 10,000), determinism, and a check
 //! that the schedules really exercise what they claim to.
 
-use std::collections::BTreeMap;
-
 use reaper_sim::{repro, run_seed, Stats};
 
 /// Seeds run by `cargo test` (the `reaper-sim` binary runs 10,000 by default).
 const CI_SEEDS: u64 = 300;
 
-/// Invariants `reaper-core` breaks today (reported to the core's owner, not hidden: the binary
-/// reports them on every run). Any other invariant fails this suite at once; remove an entry
-/// when the core fixes it so the invariant is enforced again. The seeds show each one on the core
-/// of this commit (`cargo run -p reaper-sim --release -- --seed N` prints the trace); a change in
-/// the core shifts the interleavings, so they are examples, not fixtures.
-const KNOWN_CORE_BUGS: &[(&str, &[u64])] = &[
-    // Fixed since the simulator found them (the seeds are kept as regression examples):
-    // a ledger retry that dropped the intent of a run whose holder was paused (now the retry
-    // bumps the epoch first, and a dropped leak is recorded again), and a failed terminal write
-    // whose RUN_ERROR a resumed drive appended after (now any RUN_ERROR ends a resumed drive).
-    //
-    // Still reachable, only under two faults in a row (1 seed in 10,000 and about 3 in 1,000):
-    // a takeover whose lease expires between its confirmation and its attach write (the attach
-    // is not fenced on the epoch), and a drive retried after a failed terminal write whose check
-    // of the log's last entry fails too, so a second RUN_ERROR follows the first.
-    ("viewer-poisoned", &[38, 890, 9658]),
-    ("chunk-after-run-error", &[44, 311]),
-];
-
-fn known(invariant: &str) -> bool {
-    KNOWN_CORE_BUGS.iter().any(|(name, _)| *name == invariant)
-}
+/// Every invariant is enforced: the two double-fault kinds the simulator once allowed (a
+/// takeover attaching after its lease expired; a second RUN_ERROR after a failed read of the
+/// log) are gone since every write a driver makes is fenced on its epoch at the store, and a
+/// drive that cannot read the log's last entry appends no RUN_ERROR (issue 24). These seeds
+/// showed them on the core before that fix; a change in the core shifts the interleavings, so
+/// they are examples, not fixtures.
+const ONCE_BROKEN_SEEDS: &[u64] = &[38, 44, 311, 890, 9658];
 
 #[test]
-fn a_few_hundred_seeds_break_no_invariant_beyond_the_known_core_bugs() {
+fn a_few_hundred_seeds_break_no_invariant() {
     let mut failures = Vec::new();
-    let mut known_hits: BTreeMap<&str, u64> = BTreeMap::new();
-    for seed in 0..CI_SEEDS {
+    for seed in (0..CI_SEEDS).chain(ONCE_BROKEN_SEEDS.iter().copied()) {
         let report = run_seed(seed);
         for v in &report.violations {
-            if known(v.invariant) {
-                *known_hits.entry(v.invariant).or_default() += 1;
-            } else {
-                failures.push(format!("seed {seed}: {v}\n  {}", repro(seed)));
-            }
+            failures.push(format!("seed {seed}: {v}\n  {}", repro(seed)));
         }
     }
-    eprintln!("known core bugs hit over {CI_SEEDS} seeds: {known_hits:?}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -243,10 +243,10 @@ pub fn update_fenced<'a>(columns: impl IntoIterator<Item = &'a str>) -> String {
         .enumerate()
         .map(|(i, name)| format!("{name} = ?{}", i + 2))
         .collect();
+    let held = set.len() + 2;
     if set.is_empty() {
         set.push("run_id = run_id".into());
     }
-    let held = set.len() + 2;
     format!(
         "UPDATE runs SET {} WHERE run_id = ?1 \
          AND (driver_epoch IS NULL OR driver_epoch <= ?{held}) RETURNING run_id",

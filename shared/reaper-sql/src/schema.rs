@@ -207,6 +207,29 @@ pub fn damaged(what: &str, detail: &str) -> String {
     )
 }
 
+/// [`damaged`] for damage met while the reaper works (not when it opens the database): it may
+/// have written before it met the damage (its sweep lease, claims, log entries), so it does not
+/// claim to have changed nothing. It says what it guarantees: a sweep stops at the damage and
+/// records no run terminal and destroys no sandbox after it.
+pub fn damaged_in_use(what: &str, detail: &str) -> String {
+    format!(
+        "{what} is damaged: {detail}. The sweep stopped there: it records no run terminal and \
+         destroys no sandbox once it has seen damage; restore it from a backup, or inspect it \
+         with `sqlite3 <file> \"PRAGMA integrity_check\"`"
+    )
+}
+
+/// [`damaged_in_use`] for a D1 database, with D1's remedies.
+pub fn d1_damaged_in_use(detail: &str) -> String {
+    format!(
+        "the D1 database is damaged: {detail}. The sweep stopped there: it records no run \
+         terminal and destroys no sandbox once it has seen damage; restore it to a time before \
+         the damage with `npx wrangler d1 time-travel restore <database> --timestamp <when>`, or \
+         inspect it with `npx wrangler d1 execute <database> --remote --command \"PRAGMA \
+         quick_check\"`"
+    )
+}
+
 /// [`damaged`] for a D1 database, with D1's remedies: restoring with Time Travel, or inspecting
 /// it through wrangler (D1 runs `PRAGMA quick_check`, not `integrity_check`).
 pub fn d1_damaged(detail: &str) -> String {

@@ -117,11 +117,13 @@ pub fn is_damaged(e: &StoreError) -> bool {
     matches!(e, StoreError::Corrupt { key, .. } if key == DAMAGED_KEY)
 }
 
-/// A [`StoreError`] saying the database is damaged; `what` names the file.
-pub(crate) fn damaged(what: &str, detail: &str) -> StoreError {
+/// A [`StoreError`] saying the database is damaged, met while working rather than at open
+/// (which says so with [`OpenError::Corrupt`]): worded so it stays true after the sweep wrote
+/// its lease or a claim. `what` names the file.
+fn damaged_in_use(what: &str, detail: &str) -> StoreError {
     StoreError::Corrupt {
         key: DAMAGED_KEY.into(),
-        reason: reaper_sql::damaged(what, detail),
+        reason: reaper_sql::damaged_in_use(what, detail),
     }
 }
 
@@ -153,13 +155,13 @@ pub(crate) fn store_err(e: rusqlite::Error) -> StoreError {
             return StoreError::Conflict(format!("sqlite constraint failed: {e}"))
         }
         Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
-            return damaged(UNNAMED_DATABASE, &e.to_string())
+            return damaged_in_use(UNNAMED_DATABASE, &e.to_string())
         }
         _ => {}
     }
     let message = e.to_string();
     if message.starts_with("no such table") || message.starts_with("no such column") {
-        return damaged(UNNAMED_DATABASE, &message);
+        return damaged_in_use(UNNAMED_DATABASE, &message);
     }
     match e {
         rusqlite::Error::FromSqlConversionFailure(..)
@@ -184,7 +186,8 @@ pub(crate) fn corrupt(key: impl Into<String>, reason: impl Into<String>) -> Stor
 /// [`store_err`], naming the row when the error is a value that does not decode.
 pub(crate) fn store_err_for(key: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     move |e| match store_err(e) {
-        StoreError::Corrupt { reason, .. } => corrupt(key, reason),
+        // Damage is the whole database's, never one row's: naming a row would hide it.
+        StoreError::Corrupt { key: k, reason } if k != DAMAGED_KEY => corrupt(key, reason),
         other => other,
     }
 }
@@ -257,6 +260,17 @@ mod tests {
             "{reason}"
         );
         assert!(reason.contains("PRAGMA integrity_check"), "{reason}");
+    }
+
+    #[test]
+    fn damage_met_reading_a_named_row_stays_the_database_s_damage() {
+        let conn = Connection::open_in_memory().unwrap();
+        let e = conn
+            .execute("SELECT * FROM sandbox_instances", [])
+            .unwrap_err();
+        let mapped = store_err_for("sandbox instance k")(e);
+        assert!(is_damaged(&mapped), "{mapped:?}");
+        assert!(!mapped.to_string().contains("changed nothing"), "{mapped}");
     }
 
     #[test]

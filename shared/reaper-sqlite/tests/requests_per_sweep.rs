@@ -61,6 +61,7 @@ async fn per_sweep(backlog: usize, sweeps: usize) -> (usize, usize, bool) {
         reclaim: None,
         clock: Arc::new(ManualClock::new(NOW)),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = ReapOptions::new(TTL, "requests-test");
     options.now = Some(NOW);

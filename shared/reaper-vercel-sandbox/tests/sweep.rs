@@ -119,6 +119,7 @@ async fn a_sweep_finalizes_a_finished_run_stops_its_sandbox_and_leaves_a_live_on
         })),
         clock: Arc::new(SystemClock),
         sleeper: Arc::new(TokioSleeper),
+        damage: Default::default(),
     };
     let mut options = ReapOptions::new(3_600_000, "vercel-sweep");
     options.fence_quiet_ms = 25;

@@ -79,6 +79,7 @@ impl Harness {
                 .then(|| Arc::new(self.reclaim.clone()) as Arc<dyn reaper_core::Reclaim>),
             clock: Arc::new(self.clock.clone()),
             sleeper: Arc::new(TokioSleeper),
+            damage: Default::default(),
         }
     }
 

@@ -28,6 +28,9 @@ macro_rules! __reaper_delivery_log_cases {
             fenced_append_is_superseded_and_stores_nothing_when_the_run_epoch_is_past_the_fence,
             fenced_append_lands_when_the_run_has_no_record_or_no_epoch,
             unfenced_append_ignores_the_run_epoch,
+            fenced_close_is_superseded_and_leaves_the_log_open_when_the_run_epoch_is_past_the_fence,
+            fenced_close_lands_when_the_run_epoch_is_not_past_the_fence_or_the_run_has_no_record,
+            unfenced_close_ignores_the_run_epoch,
             logs_of_different_runs_are_independent,
             chunks_round_trip_exactly,
             a_thousand_appends_read_back_in_pages,
@@ -309,6 +312,102 @@ pub async fn fenced_append_is_superseded_and_stores_nothing_when_the_run_epoch_i
         first,
         "entries after the refused append"
     );
+    Ok(Verdict::Passed)
+}
+
+/// Issue 24: a superseded driver's close is refused at the store, so its successor's appends
+/// keep landing in an open log.
+pub async fn fenced_close_is_superseded_and_leaves_the_log_open_when_the_run_epoch_is_past_the_fence<
+    S: DeliveryLog + RunStore + ?Sized,
+>(
+    log: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let run = ctx.id("run");
+    run_at_epoch(log, ctx, &run, Some(4)).await?;
+    append_at(log, &run, Some(4), &texts("new", 1), 10).await?;
+    ensure_eq!(
+        log.close(&run, Some(3), 20).await?,
+        Fenced::Superseded { observed: 4 },
+        "close fenced at 3 on a run at 4"
+    );
+    ensure!(
+        !log.snapshot(&run).await?.closed,
+        "the log is closed after a refused close"
+    );
+    ensure_eq!(
+        append_at(log, &run, Some(4), &texts("more", 1), 30).await?,
+        1,
+        "the successor's append after the refused close"
+    );
+    // Never appended: a refused close must not create the log closed either.
+    let fresh = ctx.id("fresh");
+    run_at_epoch(log, ctx, &fresh, Some(2)).await?;
+    ensure_eq!(
+        log.close(&fresh, Some(1), 20).await?,
+        Fenced::Superseded { observed: 2 },
+        "close fenced at 1 on a never-appended run at 2"
+    );
+    ensure_eq!(
+        append_at(log, &fresh, Some(2), &texts("a", 1), 30).await?,
+        0,
+        "the successor's first append after the refused close"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn fenced_close_lands_when_the_run_epoch_is_not_past_the_fence_or_the_run_has_no_record<
+    S: DeliveryLog + RunStore + ?Sized,
+>(
+    log: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let run = ctx.id("run");
+    run_at_epoch(log, ctx, &run, Some(3)).await?;
+    append_at(log, &run, Some(3), &texts("a", 1), 10).await?;
+    ensure_eq!(
+        log.close(&run, Some(3), 20).await?,
+        Fenced::Written(()),
+        "close fenced at 3 on a run at 3"
+    );
+    ensure!(log.snapshot(&run).await?.closed, "the log after the close");
+    ensure_eq!(
+        log.close(&run, Some(3), 21).await?,
+        Fenced::Written(()),
+        "a second close fenced at 3"
+    );
+    let no_record = ctx.id("no-record");
+    ensure_eq!(
+        log.close(&no_record, Some(5), 20).await?,
+        Fenced::Written(()),
+        "close fenced at 5 on a run without a record"
+    );
+    ensure!(
+        log.snapshot(&no_record).await?.closed,
+        "the log of a run without a record after the close"
+    );
+    let no_epoch = ctx.id("no-epoch");
+    run_at_epoch(log, ctx, &no_epoch, None).await?;
+    ensure_eq!(
+        log.close(&no_epoch, Some(1), 20).await?,
+        Fenced::Written(()),
+        "close fenced at 1 on a run without driverEpoch"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn unfenced_close_ignores_the_run_epoch<S: DeliveryLog + RunStore + ?Sized>(
+    log: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let run = ctx.id("run");
+    run_at_epoch(log, ctx, &run, Some(9)).await?;
+    ensure_eq!(
+        log.close(&run, None, 20).await?,
+        Fenced::Written(()),
+        "unfenced close on a run at 9"
+    );
+    ensure!(log.snapshot(&run).await?.closed, "the log after the close");
     Ok(Verdict::Passed)
 }
 

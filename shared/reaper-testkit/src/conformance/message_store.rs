@@ -1,12 +1,13 @@
 //! The message-store suite: transcripts saved, replaced and read back whole.
 
-use reaper_core::ports::MessageStore;
-use reaper_core::{Transcript, TranscriptMessage};
+use reaper_core::ports::{Fenced, MessageStore, RunStore};
+use reaper_core::{NewRun, Patch, RunPatch, Transcript, TranscriptMessage};
 
-use super::{Case, CaseContext, CaseResult, Verdict};
+use super::{Case, CaseContext, CaseResult, Failure, Verdict};
 
-/// Every case of the suite, for runners that cannot use the test macro.
-pub fn cases<S: MessageStore + ?Sized>() -> Vec<Case<S>> {
+/// Every case of the suite, for runners that cannot use the test macro. The backend must also
+/// be the `RunStore` whose `driverEpoch` fences a save.
+pub fn cases<S: MessageStore + RunStore + ?Sized>() -> Vec<Case<S>> {
     crate::__reaper_message_store_cases! { list {} }
 }
 
@@ -18,6 +19,8 @@ macro_rules! __reaper_message_store_cases {
             get_of_a_missing_transcript_is_none,
             save_then_get_round_trips,
             save_replaces_the_transcript,
+            fenced_save_is_superseded_and_keeps_the_transcript_when_the_run_epoch_is_past_the_fence,
+            fenced_save_lands_when_the_run_epoch_is_not_past_the_fence_or_the_run_has_no_record,
         ] }
     };
 }
@@ -43,7 +46,7 @@ fn transcript(ctx: &CaseContext, run: &str) -> Transcript {
     }
 }
 
-pub async fn get_of_a_missing_transcript_is_none<S: MessageStore + ?Sized>(
+pub async fn get_of_a_missing_transcript_is_none<S: MessageStore + RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
 ) -> CaseResult {
@@ -55,7 +58,7 @@ pub async fn get_of_a_missing_transcript_is_none<S: MessageStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
-pub async fn save_then_get_round_trips<S: MessageStore + ?Sized>(
+pub async fn save_then_get_round_trips<S: MessageStore + RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
 ) -> CaseResult {
@@ -70,7 +73,7 @@ pub async fn save_then_get_round_trips<S: MessageStore + ?Sized>(
 }
 
 /// The second save wins whole: fewer messages and no exit code leave nothing of the first.
-pub async fn save_replaces_the_transcript<S: MessageStore + ?Sized>(
+pub async fn save_replaces_the_transcript<S: MessageStore + RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
 ) -> CaseResult {
@@ -93,6 +96,106 @@ pub async fn save_replaces_the_transcript<S: MessageStore + ?Sized>(
         store.get_transcript(&other.run_id).await?,
         None,
         "another run's transcript"
+    );
+    Ok(Verdict::Passed)
+}
+
+async fn run_at_epoch<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+    run_id: &str,
+    epoch: u64,
+) -> Result<(), Failure> {
+    store
+        .create_or_resume(NewRun {
+            run_id: run_id.to_string(),
+            thread_id: ctx.id("thread"),
+            started_at: 1,
+            status: None,
+        })
+        .await?;
+    let patch = RunPatch {
+        driver_epoch: Patch::Set(epoch),
+        ..Default::default()
+    };
+    store.update(run_id, patch).await?;
+    Ok(())
+}
+
+/// Issue 24: a superseded drive's transcript save is refused at the store, so it never
+/// replaces (or creates) the transcript its successor owns.
+pub async fn fenced_save_is_superseded_and_keeps_the_transcript_when_the_run_epoch_is_past_the_fence<
+    S: MessageStore + RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let current = transcript(ctx, "run");
+    run_at_epoch(store, ctx, &current.run_id, 4).await?;
+    ensure_eq!(
+        store.save_transcript(&current, Some(4)).await?,
+        Fenced::Written(()),
+        "save fenced at 4 on a run at 4"
+    );
+    let stale = Transcript {
+        messages: vec![message("assistant", "stale")],
+        exit_code: Some(1),
+        saved_at: current.saved_at + 1,
+        ..current.clone()
+    };
+    ensure_eq!(
+        store.save_transcript(&stale, Some(3)).await?,
+        Fenced::Superseded { observed: 4 },
+        "save fenced at 3 on a run at 4"
+    );
+    ensure_eq!(
+        store.get_transcript(&current.run_id).await?,
+        Some(current),
+        "the transcript after the refused save"
+    );
+    let fresh = transcript(ctx, "fresh");
+    run_at_epoch(store, ctx, &fresh.run_id, 2).await?;
+    ensure_eq!(
+        store.save_transcript(&fresh, Some(1)).await?,
+        Fenced::Superseded { observed: 2 },
+        "first save fenced at 1 on a run at 2"
+    );
+    ensure_eq!(
+        store.get_transcript(&fresh.run_id).await?,
+        None,
+        "a refused first save created a transcript"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn fenced_save_lands_when_the_run_epoch_is_not_past_the_fence_or_the_run_has_no_record<
+    S: MessageStore + RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let ahead = transcript(ctx, "ahead");
+    run_at_epoch(store, ctx, &ahead.run_id, 2).await?;
+    ensure_eq!(
+        store.save_transcript(&ahead, Some(3)).await?,
+        Fenced::Written(()),
+        "save fenced at 3 on a run at 2"
+    );
+    ensure_eq!(
+        store.get_transcript(&ahead.run_id).await?,
+        Some(ahead),
+        "the transcript saved ahead of the epoch"
+    );
+    let no_record = transcript(ctx, "no-record");
+    ensure_eq!(
+        store.save_transcript(&no_record, Some(5)).await?,
+        Fenced::Written(()),
+        "save fenced at 5 on a run without a record"
+    );
+    ensure_eq!(
+        store.get_transcript(&no_record.run_id).await?,
+        Some(no_record),
+        "the transcript of a run without a record"
     );
     Ok(Verdict::Passed)
 }

@@ -66,6 +66,9 @@ macro_rules! __reaper_run_store_cases {
             write_terminal_lands_when_the_run_was_never_claimed_or_the_held_epoch_is_ahead,
             write_terminal_is_superseded_when_the_stored_epoch_is_greater,
             write_terminal_of_a_missing_run_writes_nothing_and_creates_nothing,
+            update_fenced_lands_when_the_held_epoch_is_current_or_ahead,
+            update_fenced_is_superseded_and_changes_nothing_when_the_stored_epoch_is_greater,
+            update_fenced_of_a_missing_run_writes_nothing_and_creates_nothing,
             usage_json_round_trips,
             error_with_and_without_code_round_trips,
             run_ids_with_quotes_newlines_and_unicode_round_trip,
@@ -1473,6 +1476,102 @@ pub async fn write_terminal_is_superseded_when_the_stored_epoch_is_greater<S: Ru
         must_get(store, &id).await?,
         before,
         "the row after the refused write"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// The claim holder's update (the sweep's cancel, a returning viewer's attach) lands while its
+/// epoch is current, or ahead of a never-claimed run's, and clears what it says to clear.
+pub async fn update_fenced_lands_when_the_held_epoch_is_current_or_ahead<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let mut patch = detached(500);
+    patch.driver_epoch = Patch::Set(3);
+    seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+    let attach = RunPatch {
+        detached_since: Patch::Clear,
+        ..Default::default()
+    };
+    ensure_eq!(
+        store.update_fenced(&id, 3, attach).await?,
+        Fenced::Written(true),
+        "attach held at 3 on a run at 3"
+    );
+    let row = must_get(store, &id).await?;
+    ensure_eq!(row.detached_since, None, "detachedSince after the attach");
+    ensure_eq!(row.driver_epoch, Some(3), "the epoch after the attach");
+    let never = ctx.id("never-claimed");
+    seed(store, &never, &ctx.id("thread"), 1, detached(500)).await?;
+    ensure_eq!(
+        store.update_fenced(&never, 1, RunPatch::cancel()).await?,
+        Fenced::Written(true),
+        "cancel held at 1 on a never-claimed run"
+    );
+    ensure_eq!(
+        must_get(store, &never).await?.cancel_requested,
+        Some(true),
+        "cancelRequested after the fenced cancel"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Issue 24: a holder whose claim was taken over (a paused process, an expired lease) can
+/// never land its cancel or attach, whatever its timing: the store refuses it and says by whom.
+pub async fn update_fenced_is_superseded_and_changes_nothing_when_the_stored_epoch_is_greater<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("run");
+    let mut patch = detached(500);
+    patch.driver_epoch = Patch::Set(5);
+    let before = seed(store, &id, &ctx.id("thread"), 1, patch).await?;
+    ensure_eq!(
+        store.update_fenced(&id, 4, RunPatch::cancel()).await?,
+        Fenced::Superseded { observed: 5 },
+        "cancel held at 4 on a run at 5"
+    );
+    let attach = RunPatch {
+        detached_since: Patch::Clear,
+        ..Default::default()
+    };
+    ensure_eq!(
+        store.update_fenced(&id, 4, attach).await?,
+        Fenced::Superseded { observed: 5 },
+        "attach held at 4 on a run at 5"
+    );
+    ensure_eq!(
+        store.update_fenced(&id, 4, RunPatch::default()).await?,
+        Fenced::Superseded { observed: 5 },
+        "an empty patch held at 4 on a run at 5"
+    );
+    ensure_eq!(
+        must_get(store, &id).await?,
+        before,
+        "the row after the refused updates"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn update_fenced_of_a_missing_run_writes_nothing_and_creates_nothing<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let id = ctx.id("missing");
+    ensure_eq!(
+        store.update_fenced(&id, 1, RunPatch::cancel()).await?,
+        Fenced::Written(false),
+        "fenced update of a missing run"
+    );
+    ensure_eq!(
+        store.get(&id).await?,
+        None,
+        "get after the update of a missing run"
     );
     Ok(Verdict::Passed)
 }
