@@ -834,7 +834,7 @@ async fn settle_leaks(store: &SqliteStore, provider: &LocalSandboxProvider) -> u
     }
     let providers = Providers::local_only(provider.clone());
     let sweeper = Sweeper::new(
-        store,
+        &wiring::Store::Sqlite(store.clone()),
         &providers,
         None,
         Progress::new(None),
