@@ -275,12 +275,15 @@ pub async fn run(a: &DemoArgs) -> Result<Exit, Failure> {
     let result = stage_sweep_and_explain(&store, &provider, &dir, &db_path, started).await;
     // Whatever happened, nothing of the demo keeps running.
     let cleanup = cleanup(&provider, &root).await;
+    // The cleanup destroyed the leaked sandbox too, so the ledger must learn it is gone: else
+    // `reaper status` on the demo's database reports a leak that no longer exists.
+    let settled = settle_leaks(&store, &provider).await;
     let (mut text, mut json, exit) = result?;
     let _ = writeln!(
         text,
-        "cleanup: stopped {} agent(s) still running and removed {} sandbox(es); no demo process \
-         is left running",
-        cleanup.stopped, cleanup.removed
+        "cleanup: stopped {} agent(s) still running and removed {} sandbox(es) (the leaked one \
+         too: a ledger retry confirmed {} leak(s) gone); no demo process is left running",
+        cleanup.stopped, cleanup.removed, settled
     );
     let _ = writeln!(
         text,
@@ -288,8 +291,11 @@ pub async fn run(a: &DemoArgs) -> Result<Exit, Failure> {
         human_ms(started.elapsed().as_millis() as i64),
         db_path.display()
     );
-    json["cleanup"] =
-        json!({"stoppedAgents": cleanup.stopped, "removedSandboxes": cleanup.removed});
+    json["cleanup"] = json!({
+        "stoppedAgents": cleanup.stopped,
+        "removedSandboxes": cleanup.removed,
+        "settledLeaks": settled,
+    });
     if a.output.json {
         println!("{json}");
     } else {
@@ -811,6 +817,33 @@ fn render(
         );
     }
     out
+}
+
+/// Makes the ledger's entries due now and runs the reaper's own ledger pass over them (a sweep
+/// that takes no new runs), exactly as the next sweep would after the retry backoff: it closes
+/// each run's log, confirms its sandbox gone and resolves the entry. Returns how many settled.
+async fn settle_leaks(store: &SqliteStore, provider: &LocalSandboxProvider) -> usize {
+    use reaper_core::ReclaimLedger;
+    let now = SystemClock.now_ms();
+    let Ok(entries) = store.due_intents(EpochMs::MAX, 1_000).await else {
+        return 0;
+    };
+    for mut entry in entries {
+        entry.next_attempt_at = now;
+        let _ = store.update_intent(&entry).await;
+    }
+    let providers = Providers::local_only(provider.clone());
+    let sweeper = Sweeper::new(
+        &wiring::Store::Sqlite(store.clone()),
+        &providers,
+        None,
+        Progress::new(None),
+        DriveTuning { poll_ms: POLL_MS },
+    );
+    let mut options = ReapOptions::new(TTL_MS, wiring::owner_id());
+    options.max_runs = 0;
+    let swept = sweep_once(&sweeper, &options, None).await;
+    swept.report.report.reclaims.settled
 }
 
 struct Cleanup {

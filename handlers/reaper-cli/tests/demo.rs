@@ -205,3 +205,23 @@ fn demo_refuses_to_wipe_a_directory_it_did_not_make() {
         "nothing was added"
     );
 }
+
+/// The demo's cleanup destroys the sandbox whose destroy it made fail; the ledger learns that
+/// too, so `reaper status` on the demo's database reports no leak and exits 0.
+#[test]
+fn after_the_demo_status_reports_no_leak_and_exits_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let (code, stdout, stderr) = run(reaper().arg("demo").arg("--dir").arg(&dir));
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("a ledger retry confirmed 1 leak(s) gone"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = run(reaper()
+        .arg("status")
+        .arg("--db")
+        .arg(dir.join("reaper.db")));
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("pending 0, leaked 0"), "{stdout}");
+}
