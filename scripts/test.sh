@@ -166,9 +166,9 @@ vercel_release() {
 stage "system packages" system_packages
 stage "postgres server" postgres_server
 stage "format" format
-stage "crates" crates
 stage "clippy" lint
 stage "build tests" build_tests
+stage "crates" crates
 stage "wasm32 core" wasm_core
 stage "fuzz" fuzz
 stage "api fuzz" api_fuzz
