@@ -67,12 +67,7 @@ postgres_server() {
     eval "$(shared/reaper-postgres/server/start.sh "$SCRATCH/postgres")"
 }
 
-infra_crates() {
-    # Every published library crate packages as `cargo publish` would (manifests, file lists).
-    scripts/check-crates.sh --no-verify
-}
-
-lint() {
+infra_lint() {
     # cfn-lint with the SAM translator, and checkov, over the SAM template (pinned, in a venv).
     infra/lint.sh
 }
