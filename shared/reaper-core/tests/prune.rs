@@ -4,7 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use reaper_core::journal::{journal_paths, DEFAULT_MAX_DELETES, DEFAULT_ORPHAN_TTL_MS};
+use reaper_core::journal::{
+    journal_paths, DEFAULT_MAX_DELETES, DEFAULT_ORPHAN_TTL_MS, INVENTORY_FALLBACK_MARKER,
+};
 use reaper_core::memory::MemoryStore;
 use reaper_core::prune::*;
 use reaper_core::{
@@ -30,6 +32,8 @@ struct SandboxState {
     rm_reject: Vec<(String, String)>,
     /// `rm` exit codes by journal path (default 0).
     rm_exit: HashMap<String, i32>,
+    /// `stat` exits 0 whatever it printed (a `stat` that is not GNU's or BusyBox's).
+    stat_exits_0: bool,
     /// Journal paths whose status line the batch output loses.
     rm_unreported: HashSet<String>,
     /// Journal paths whose files a writer puts back right after the `rm` (which exits 0).
@@ -87,6 +91,19 @@ impl FakeJournalSandbox {
                 exit_code,
             })
         };
+        if command.starts_with("stat -c ") && command.contains(" || { printf ") {
+            // The combined listing: the age listing, then `ls` only when `stat` failed.
+            if let Some(e) = &s.ls_error {
+                return Err(SandboxError::Other(e.clone()));
+            }
+            let (mut stdout, stat_ok) = s.stat_answer();
+            if !stat_ok {
+                stdout.push_str(INVENTORY_FALLBACK_MARKER);
+                stdout.push('\n');
+                stdout.extend(s.files.iter().map(|(n, _)| format!("{n}\n")));
+            }
+            return out(stdout, 0);
+        }
         if command.starts_with("ls -1 ") {
             if let Some(e) = &s.ls_error {
                 return Err(SandboxError::Other(e.clone()));
@@ -120,6 +137,25 @@ impl FakeJournalSandbox {
 }
 
 impl SandboxState {
+    /// What `stat -c` prints, and whether it exits 0: it fails when it printed nothing it was
+    /// asked for (an error, custom output, an empty directory, a file without an age).
+    fn stat_answer(&self) -> (String, bool) {
+        if self.stat_error.is_some() {
+            return (String::new(), false);
+        }
+        if let Some(stdout) = &self.stat_stdout {
+            return (stdout.clone(), self.stat_exits_0);
+        }
+        let mut listing = format!("1700000000 {}\n", self.dir);
+        for (name, mtime) in &self.files {
+            if let Some(ms) = mtime {
+                listing.push_str(&format!("{} {}/{name}\n", ms / 1000, self.dir));
+            }
+        }
+        let complete = !self.files.is_empty() && self.files.iter().all(|(_, m)| m.is_some());
+        (listing, complete)
+    }
+
     /// Removes a run's files unless its `rm` is set to fail; returns `rm`'s exit code.
     fn rm(&mut self, journal: &str, stderr: &str) -> i32 {
         let code = self.rm_exit.get(journal).copied().unwrap_or(0);
@@ -281,6 +317,15 @@ fn options() -> PruneOptions {
 
 async fn prune(sandbox: &FakeJournalSandbox, store: &SpyStore) -> PruneReport {
     prune_journals(sandbox, store, &options()).await
+}
+
+/// With the reference's two listings (`ls -1`, then `stat -c`) instead of the combined one.
+async fn prune_as_the_reference(sandbox: &FakeJournalSandbox, store: &SpyStore) -> PruneReport {
+    let options = PruneOptions {
+        combined_listing: false,
+        ..options()
+    };
+    prune_journals(sandbox, store, &options).await
 }
 
 fn kept(run_id: &str, names: Vec<String>, reason: KeptReason) -> KeptJournal {
@@ -538,7 +583,8 @@ async fn a_failed_age_listing_keeps_every_orphan_and_is_reported() {
         .run_files("orphan", ANCIENT)
         .run_files("done", ANCIENT);
     sandbox.state().stat_error = Some("stat exploded".into());
-    let report = prune(&sandbox, &store_with(&[("done", RunStatus::Completed)])).await;
+    let report =
+        prune_as_the_reference(&sandbox, &store_with(&[("done", RunStatus::Completed)])).await;
     assert_eq!(report.age_gate, AgeGate::Unavailable);
     assert_eq!(report.deleted, ["done"]);
     let reasons: Vec<KeptReason> = report.kept.iter().map(|k| k.reason).collect();
@@ -748,7 +794,8 @@ async fn an_empty_directory_gives_an_empty_listed_report() {
 async fn the_commands_are_exactly_the_listing_the_age_listing_and_the_reference_rm() {
     let sandbox = FakeJournalSandbox::new(DIR);
     sandbox.run_files("r-done", ANCIENT);
-    let report = prune(&sandbox, &store_with(&[("r-done", RunStatus::Completed)])).await;
+    let report =
+        prune_as_the_reference(&sandbox, &store_with(&[("r-done", RunStatus::Completed)])).await;
     assert_eq!(report.deleted, ["r-done"]);
     // The port has no file API at all, so nothing but `exec` can have been used. A batch of one
     // run is the reference's own `rm`, judged by its exit code; with several runs to delete the
@@ -769,7 +816,8 @@ async fn without_a_dir_the_default_directory_is_listed() {
     prune_journals(&sandbox, &store_with(&[]), &PruneOptions::new(NOW)).await;
     assert_eq!(
         sandbox.commands()[0],
-        "ls -1 '/tmp/tanstack-runs' 2>/dev/null"
+        "stat -c '%Y %n' '/tmp/tanstack-runs' '/tmp/tanstack-runs'/* 2>/dev/null \
+         || { printf '%s\\n' '#reaper:ls-fallback'; ls -1 '/tmp/tanstack-runs' 2>/dev/null; }"
     );
     let defaults = PruneOptions::new(NOW);
     assert_eq!(defaults.orphan_ttl_ms, DEFAULT_ORPHAN_TTL_MS);
@@ -1024,7 +1072,8 @@ async fn the_report_serialises_with_the_reference_names() {
         .run_files("live", ANCIENT)
         .run_files("young", FRESH);
     sandbox.state().stat_error = Some("stat exploded".into());
-    let report = prune(&sandbox, &store_with(&[("live", RunStatus::Running)])).await;
+    let report =
+        prune_as_the_reference(&sandbox, &store_with(&[("live", RunStatus::Running)])).await;
     let json = serde_json::to_value(&report).unwrap();
     let (lj, le) = names("live");
     let (yj, ye) = names("young");
@@ -1062,4 +1111,171 @@ async fn the_prune_logs_a_debug_summary() {
     prune(&sandbox, &store_with(&[("done", RunStatus::Completed)])).await;
     assert!(logs.contains(Level::DEBUG, "journal prune complete"));
     assert_eq!(logs.count(Level::WARN), 0);
+}
+
+// One listing exec (our deviation: the age listing names the files; `ls` only when `stat` fails)
+
+#[tokio::test]
+async fn one_listing_exec_names_and_ages_the_journals_before_the_reference_rm() {
+    let sandbox = FakeJournalSandbox::new(DIR);
+    sandbox.run_files("r-done", ANCIENT);
+    let report = prune(&sandbox, &store_with(&[("r-done", RunStatus::Completed)])).await;
+    assert_eq!(report.deleted, ["r-done"]);
+    assert_eq!(report.age_gate, AgeGate::Listed);
+    assert_eq!(
+        sandbox.commands(),
+        [
+            "stat -c '%Y %n' '/tmp/sweep-test' '/tmp/sweep-test'/* 2>/dev/null \
+             || { printf '%s\\n' '#reaper:ls-fallback'; ls -1 '/tmp/sweep-test' 2>/dev/null; }",
+            "rm -f '/tmp/sweep-test/r-done.ndjson' '/tmp/sweep-test/r-done.err'",
+        ]
+    );
+}
+
+/// Builds the same sandbox twice (one per listing mode).
+fn twin(build: &dyn Fn(&FakeJournalSandbox)) -> (FakeJournalSandbox, FakeJournalSandbox) {
+    let (a, b) = (FakeJournalSandbox::new(DIR), FakeJournalSandbox::new(DIR));
+    build(&a);
+    build(&b);
+    (a, b)
+}
+
+#[tokio::test]
+async fn the_one_listing_decides_every_run_as_the_two_reference_listings_do() {
+    let runs = [
+        ("done", RunStatus::Completed),
+        ("failed", RunStatus::Failed),
+        ("live", RunStatus::Running),
+    ];
+    let populate = |s: &FakeJournalSandbox| {
+        s.run_files("done", ANCIENT)
+            .run_files("failed", FRESH)
+            .run_files("live", ANCIENT)
+            .run_files("old-orphan", ANCIENT)
+            .run_files("young-orphan", FRESH)
+            .file("junk", Some(ANCIENT));
+    };
+    let (orphan_journal, _) = names("old-orphan");
+    type Scenario<'a> = (&'a str, Box<dyn Fn(&FakeJournalSandbox) + 'a>);
+    let scenarios: Vec<Scenario> = vec![
+        ("every file aged", Box::new(|s| populate(s))),
+        (
+            "a file without an age (gone between the glob and stat)",
+            Box::new(|s| {
+                populate(s);
+                let mut state = s.state();
+                let entry = state.files.iter_mut().find(|(n, _)| *n == orphan_journal);
+                entry.expect("the orphan's journal").1 = None;
+            }),
+        ),
+        (
+            "stat without -c prints nothing",
+            Box::new(|s| {
+                populate(s);
+                s.state().stat_stdout = Some(String::new());
+            }),
+        ),
+        (
+            "an empty directory",
+            Box::new(|s| {
+                s.state().files.clear();
+            }),
+        ),
+    ];
+    for (name, build) in &scenarios {
+        let (one, two) = twin(build.as_ref());
+        let combined = prune(&one, &store_with(&runs)).await;
+        let reference = prune_as_the_reference(&two, &store_with(&runs)).await;
+        assert_eq!(combined, reference, "{name}");
+        assert_eq!(one.remaining(), two.remaining(), "{name}");
+        assert!(
+            one.commands().len() < two.commands().len(),
+            "{name}: one listing exec, not two"
+        );
+    }
+}
+
+#[tokio::test]
+async fn in_one_listing_a_failed_stat_falls_back_to_ls_and_keeps_every_orphan() {
+    let sandbox = FakeJournalSandbox::new(DIR);
+    sandbox
+        .run_files("orphan", ANCIENT)
+        .run_files("done", ANCIENT);
+    sandbox.state().stat_error = Some("stat exploded".into());
+    let report = prune(&sandbox, &store_with(&[("done", RunStatus::Completed)])).await;
+    assert_eq!(report.age_gate, AgeGate::Unavailable);
+    assert_eq!(report.listed, 4);
+    assert_eq!(report.deleted, ["done"]);
+    assert_eq!(
+        report.kept,
+        [kept(
+            "orphan",
+            both("orphan"),
+            KeptReason::AgeGateUnavailable
+        )]
+    );
+    // The listing exec itself did not fail; only the ages are missing.
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+#[tokio::test]
+async fn a_stat_that_exits_0_without_a_witness_line_costs_a_second_listing_and_keeps_every_orphan()
+{
+    let populate = |s: &FakeJournalSandbox| {
+        s.run_files("done", ANCIENT).run_files("orphan", ANCIENT);
+        let mut state = s.state();
+        state.stat_stdout = Some("something else entirely\n".into());
+        state.stat_exits_0 = true;
+    };
+    let (one, two) = twin(&populate);
+    let store = || store_with(&[("done", RunStatus::Completed)]);
+    let report = prune(&one, &store()).await;
+    assert_eq!(report.age_gate, AgeGate::Unavailable);
+    assert_eq!(report.deleted, ["done"]);
+    assert_eq!(
+        report.kept,
+        [kept(
+            "orphan",
+            both("orphan"),
+            KeptReason::AgeGateUnavailable
+        )]
+    );
+    assert_eq!(report, prune_as_the_reference(&two, &store()).await);
+    let listings: Vec<String> = one
+        .commands()
+        .into_iter()
+        .filter(|c| !c.starts_with("rm -f "))
+        .collect();
+    assert_eq!(listings.len(), 2, "{listings:?}");
+    assert!(listings[1].starts_with("ls -1 "), "{listings:?}");
+}
+
+#[tokio::test]
+async fn a_marker_line_smuggled_into_the_age_listing_keeps_every_orphan_it_hides() {
+    // A file name with a newline can print a line equal to the marker inside `stat`'s output.
+    // Everything after it is then read as names without ages: orphans stay, nothing is invented.
+    let sandbox = FakeJournalSandbox::new(DIR);
+    sandbox.run_files("done", ANCIENT);
+    let (oj, oe) = names("old-orphan");
+    let listing = format!(
+        "1700000000 {DIR}\n{INVENTORY_FALLBACK_MARKER}\n{oj}\n{oe}\n{} {DIR}/{oj}\n{} {DIR}/{oe}\n",
+        ANCIENT / 1000,
+        ANCIENT / 1000
+    );
+    {
+        let mut state = sandbox.state();
+        state.stat_stdout = Some(listing);
+        state.stat_exits_0 = true;
+        state.files.push((oj.clone(), Some(ANCIENT)));
+        state.files.push((oe.clone(), Some(ANCIENT)));
+    }
+    let report = prune(&sandbox, &store_with(&[("done", RunStatus::Completed)])).await;
+    assert!(report.deleted.is_empty(), "{:?}", report.deleted);
+    let orphan = report
+        .kept
+        .iter()
+        .find(|k| k.run_id.as_deref() == Some("old-orphan"))
+        .expect("the orphan is kept");
+    assert_eq!(orphan.reason, KeptReason::AgeGateMissingEntry);
+    assert!(sandbox.remaining().contains(&oj));
 }

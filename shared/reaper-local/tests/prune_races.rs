@@ -47,7 +47,7 @@ fn options(sbx: &LocalSandbox) -> PruneOptions {
     }
 }
 
-async fn journal_created_mid_prune_is_never_lost(after: &'static str) {
+async fn journal_created_mid_prune_is_never_lost(after: &'static str, combined_listing: bool) {
     let (_root, provider) = provider();
     let sbx = sandbox(&provider).await;
     let dir = sbx.journal_dir().to_string();
@@ -68,7 +68,11 @@ async fn journal_created_mid_prune_is_never_lost(after: &'static str) {
         pending: Mutex::new(writers),
     };
 
-    let report = prune_journals(&handle, &runs, &options(&sbx)).await;
+    let options = PruneOptions {
+        combined_listing,
+        ..options(&sbx)
+    };
+    let report = prune_journals(&handle, &runs, &options).await;
     assert!(
         handle.pending.lock().unwrap().is_empty(),
         "the hook never ran"
@@ -86,12 +90,17 @@ async fn journal_created_mid_prune_is_never_lost(after: &'static str) {
 
 #[tokio::test]
 async fn a_journal_created_after_the_listing_is_never_lost() {
-    journal_created_mid_prune_is_never_lost("ls -1 ").await;
+    journal_created_mid_prune_is_never_lost("ls -1 ", false).await;
 }
 
 #[tokio::test]
 async fn a_journal_created_after_the_age_listing_is_never_lost() {
-    journal_created_mid_prune_is_never_lost("stat -c ").await;
+    journal_created_mid_prune_is_never_lost("stat -c ", false).await;
+}
+
+#[tokio::test]
+async fn a_journal_created_after_the_one_combined_listing_is_never_lost() {
+    journal_created_mid_prune_is_never_lost("stat -c ", true).await;
 }
 
 #[tokio::test]

@@ -149,3 +149,22 @@ pub fn journal_mtime_list_command(dir: Option<&str>) -> String {
     let dir = shell_quote(&normalize_dir(dir));
     format!("stat -c '%Y %n' {dir} {dir}/* 2>/dev/null")
 }
+
+/// The line [`journal_inventory_command`] prints between the age listing and the fallback name
+/// listing. Not a name this encoding writes, and never a `stat` line (those start with digits).
+pub const INVENTORY_FALLBACK_MARKER: &str = "#reaper:ls-fallback";
+
+/// Not in the reference: the age listing and, only when `stat -c` fails, the name listing, in one
+/// `exec`. The reference sends [`journal_list_command`] and then [`journal_mtime_list_command`]:
+/// two shells and two commands per prune. A successful `stat` already names every file the glob
+/// matched (the same non-dot names `ls -1` prints), so `ls` runs only when `stat` fails (an empty
+/// directory, a file gone between the glob and the `stat`, a `stat` without `-c`), after
+/// [`INVENTORY_FALLBACK_MARKER`]. Both halves are exactly the reference's commands.
+pub fn journal_inventory_command(dir: Option<&str>) -> String {
+    format!(
+        "{} || {{ printf '%s\\n' {}; {}; }}",
+        journal_mtime_list_command(dir),
+        shell_quote(INVENTORY_FALLBACK_MARKER),
+        journal_list_command(dir)
+    )
+}

@@ -47,8 +47,9 @@ pub use bytes::{
 };
 pub use commands::{
     exit_probe_command, exit_sentinel_line, journal_cleanup_command, journal_exists_command,
-    journal_follow_command, journal_list_command, journal_mtime_list_command, journal_read_command,
-    journal_read_page_command, journaled_command, shell_quote, stderr_tail_command,
+    journal_follow_command, journal_inventory_command, journal_list_command,
+    journal_mtime_list_command, journal_read_command, journal_read_page_command, journaled_command,
+    shell_quote, stderr_tail_command, INVENTORY_FALLBACK_MARKER,
 };
 pub use mtime::{parse_mtime_listing, MtimeEntry, MtimeListing};
 pub use names::{
