@@ -2,8 +2,9 @@
 # Everything the TypeScript package's tests need, from a fresh clone: Node 22 and every npm
 # package from the registry (`npm ci` with the committed lock; Node itself is the `node`
 # devDependency), the two Rust binaries the tests drive (`reaper` and the interop crate), the
-# TypeScript build, and DynamoDB Local (unless REAPER_DYNAMODB_ENDPOINT names a running one).
-# Needs: npm (any version), cargo, and java for DynamoDB Local.
+# TypeScript build, DynamoDB Local (unless REAPER_DYNAMODB_ENDPOINT names a running one) and a
+# private PostgreSQL (unless REAPER_TEST_POSTGRES_URL names a running one).
+# Needs: npm (any version), cargo, java for DynamoDB Local, Debian's postgresql for PostgreSQL.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,12 +29,20 @@ stage "tsc"
 rm -rf dist-test
 tsc -p tsconfig.test.json
 
+cleanup=()
+trap 'for c in "${cleanup[@]}"; do eval "$c"; done' EXIT
 if [ -z "${REAPER_DYNAMODB_ENDPOINT:-}" ]; then
   stage "DynamoDB Local"
   envfile="$(mktemp "${TMPDIR:-/tmp}/reaper-tanstack-ddb.XXXXXX")"
   "$repo/shared/reaper-dynamodb/emulator/start.sh" "$envfile"
-  trap '"$repo/shared/reaper-dynamodb/emulator/stop.sh" "$envfile" >/dev/null 2>&1 || true; rm -f "$envfile"' EXIT
+  cleanup+=('"$repo/shared/reaper-dynamodb/emulator/stop.sh" "$envfile" >/dev/null 2>&1 || true; rm -f "$envfile"')
   set -a; . "$envfile"; set +a
+fi
+if [ -z "${REAPER_TEST_POSTGRES_URL:-}" ]; then
+  stage "PostgreSQL"
+  pgdir="$(mktemp -d "${TMPDIR:-/tmp}/reaper-tanstack-pg.XXXXXX")"
+  cleanup+=('"$repo/shared/reaper-postgres/server/stop.sh" "$pgdir" >/dev/null 2>&1 || true')
+  eval "$("$repo/shared/reaper-postgres/server/start.sh" "$pgdir")"
 fi
 
 stage "node --test"

@@ -1,5 +1,6 @@
-// The backends every suite runs on: a fresh SQLite file, and a fresh table on DynamoDB Local
-// (REAPER_DYNAMODB_ENDPOINT, started by test.sh).
+// The backends every suite runs on: a fresh SQLite file, a fresh table on DynamoDB Local
+// (REAPER_DYNAMODB_ENDPOINT) and a fresh database on a real PostgreSQL
+// (REAPER_TEST_POSTGRES_URL), both started by test.sh.
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -8,15 +9,37 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb'
 import { ReaperSqlite } from '../src/sqlite.js'
 import { ReaperDynamo } from '../src/dynamodb.js'
+import { ReaperPostgres } from '../src/postgres.js'
+import pg from 'pg'
 
-export type Opened = ReaperSqlite | ReaperDynamo
+export type Opened = ReaperSqlite | ReaperDynamo | ReaperPostgres
 
 export interface Backend {
-  name: 'sqlite' | 'dynamodb'
+  name: 'sqlite' | 'dynamodb' | 'postgres'
   store: Opened
-  /** The interop binary's backend argument for the same database. */
+  /** The interop binary's backend argument for the same database (for PostgreSQL, its URL). */
   spec: string
-  close: () => void
+  close: () => void | Promise<void>
+}
+
+/**
+ * A new database on the test server (REAPER_TEST_POSTGRES_URL), so the store's default schema
+ * `reaper` (the one `reaper sweep --db postgres://…` uses) is fresh for each suite. Its URL.
+ */
+export async function freshPostgresDatabase(): Promise<string> {
+  const admin = process.env.REAPER_TEST_POSTGRES_URL
+  if (!admin) throw new Error('REAPER_TEST_POSTGRES_URL is not set: run the tests through test.sh')
+  const name = `tsapp_${randomUUID().replaceAll('-', '')}`
+  const c = new pg.Client({ connectionString: admin })
+  await c.connect()
+  try {
+    await c.query(`CREATE DATABASE ${name}`)
+  } finally {
+    await c.end()
+  }
+  // The database is the URL's path: postgres://user@host/<db>?params
+  const [base, query] = admin.split('?', 2)
+  return `${base.replace(/\/[^/]*$/, `/${name}`)}${query === undefined ? '' : `?${query}`}`
 }
 
 export function scratch(prefix: string): string {
@@ -39,13 +62,18 @@ export async function openBackend(name: Backend['name'], now?: () => number): Pr
     const store = ReaperSqlite.open(path, now ? { now } : {})
     return { name, store, spec: `sqlite:${path}`, close: () => store.close() }
   }
+  if (name === 'postgres') {
+    const url = await freshPostgresDatabase()
+    const store = await ReaperPostgres.open({ connectionString: url, pollMs: 20, ...(now ? { now } : {}) })
+    return { name, store, spec: url, close: () => store.close() }
+  }
   const table = `t-${randomUUID()}`
   const store = new ReaperDynamo({ table, client: dynamoClient(), pollMs: 20, ...(now ? { now } : {}) })
   await store.createTable()
   return { name, store, spec: `dynamodb:${table}`, close: () => undefined }
 }
 
-export const BACKENDS: Array<Backend['name']> = ['sqlite', 'dynamodb']
+export const BACKENDS: Array<Backend['name']> = ['sqlite', 'dynamodb', 'postgres']
 
 /** The Rust interop binary (built by test.sh; REAPER_INTEROP overrides). */
 export function interopBin(): string {

@@ -2,7 +2,7 @@
 // streams the agent's journal from a real local sandbox, this package's stores and durability,
 // the run-record and detach middlewares) streams a run; the viewer leaves mid-run; the host
 // goes away; the agent keeps writing its journal; the Rust reaper sweeps (the `reaper` CLI on
-// SQLite, the core's sweep on DynamoDB Local); the app re-opens the thread.
+// SQLite and on PostgreSQL, the core's sweep on DynamoDB Local); the app re-opens the thread.
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
@@ -175,8 +175,9 @@ async function replay(b: Backend, runId: string): Promise<{ chunks: Array<Record
   return { chunks, text }
 }
 
-function sweepSqlite(b: Backend, root: string): Record<string, unknown> {
-  const db = b.spec.slice('sqlite:'.length)
+/** The `reaper` CLI on the backend's SQLite file or PostgreSQL URL. */
+function sweepCli(b: Backend, root: string): Record<string, unknown> {
+  const db = b.name === 'sqlite' ? b.spec.slice('sqlite:'.length) : b.spec
   const r = spawnSync(
     reaperBin(),
     ['sweep', '--db', db, '--sandboxes', root, '--journal-dir', journalsOf(root), '--detached-ttl', '30m',
@@ -191,8 +192,8 @@ function sweepCore(b: Backend, root: string): Record<string, unknown> {
   return JSON.parse(interop(['sweep', b.spec, root, String(30 * MINUTE), journalsOf(root), '5000']))
 }
 
-for (const name of ['sqlite', 'dynamodb'] as const) {
-  describe(`end to end on ${name}, swept by ${name === 'sqlite' ? 'the reaper CLI' : "the Rust core's sweep"}`, () => {
+for (const name of ['sqlite', 'dynamodb', 'postgres'] as const) {
+  describe(`end to end on ${name}, swept by ${name !== 'dynamodb' ? 'the reaper CLI' : "the Rust core's sweep"}`, () => {
     let b: Backend
     let root: string
     const staged: Record<string, Staged> = {}
@@ -209,7 +210,7 @@ for (const name of ['sqlite', 'dynamodb'] as const) {
       assert.equal(await staged.finished.agent.exited, 0)
       // The third viewer comes back before the sweep.
       await reattach(b.store.runs, staged.returned.runId)
-      report = name === 'sqlite' ? sweepSqlite(b, root) : sweepCore(b, root)
+      report = name !== 'dynamodb' ? sweepCli(b, root) : sweepCore(b, root)
     })
     after(async () => {
       // Agents still waiting (the returned viewer's) are let finish, so none outlives the test.
@@ -218,7 +219,7 @@ for (const name of ['sqlite', 'dynamodb'] as const) {
         if (existsSync(work)) writeFileSync(join(work, 'go'), '')
       }
       await Promise.all(Object.values(staged).map((s) => s.agent.exited))
-      b.close()
+      await b.close()
     })
 
     it('the viewer saw the first three deltas live, and the detach stamped detachedSince and sandboxKey', async () => {

@@ -1,7 +1,7 @@
 // Fencing across languages: a TypeScript host taking over detached runs (the run's driver lease
 // through this package's LockStore, then the `driverEpoch` bump, then fenced writes) while the
-// Rust reaper sweeps the same runs at the same moment (the `reaper` CLI on SQLite, the core's
-// sweep on DynamoDB Local). Every run must be driven by exactly one of them, with every chunk of
+// Rust reaper sweeps the same runs at the same moment (the `reaper` CLI on SQLite and on
+// PostgreSQL, the core's sweep on DynamoDB Local). Every run must be driven by exactly one of them, with every chunk of
 // the agent's output in the log exactly once, and one terminal write.
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
@@ -75,7 +75,7 @@ async function takeover(b: Backend, owner: string, runId: string, journal: strin
   return r.claimed ? r.value : r.reason === 'busy' ? 'busy' : 'terminal'
 }
 
-for (const name of ['sqlite', 'dynamodb'] as const) {
+for (const name of ['sqlite', 'dynamodb', 'postgres'] as const) {
   describe(`fencing across languages on ${name}`, () => {
     it(`over ${TRIALS} runs raced by a TypeScript host and the Rust sweep: 0 double drives, 0 duplicate or lost chunks, one terminal write`, async () => {
       const b = await openBackend(name)
@@ -100,9 +100,9 @@ for (const name of ['sqlite', 'dynamodb'] as const) {
       }
 
       const sweepArgs =
-        name === 'sqlite'
+        name !== 'dynamodb'
           ? { bin: process.env.REAPER_CLI ?? join(process.env.CARGO_TARGET_DIR ?? 'target', 'debug', 'reaper'),
-              args: ['sweep', '--db', b.spec.slice('sqlite:'.length), '--sandboxes', root, '--journal-dir', journals,
+              args: ['sweep', '--db', name === 'sqlite' ? b.spec.slice('sqlite:'.length) : b.spec, '--sandboxes', root, '--journal-dir', journals,
                 '--detached-ttl', '30m', '--quiet-window', '0s', '--run-budget', '10s', '--max-runs', String(TRIALS), '--json'] }
           : { bin: interopBin(), args: ['sweep', b.spec, root, String(30 * 60_000), journals, '10000'] }
       const sweep = new Promise<Record<string, unknown>>((resolve, reject) => {
@@ -167,7 +167,7 @@ for (const name of ['sqlite', 'dynamodb'] as const) {
           `refusals ${JSON.stringify(refusals)}; violations ${violations.length}`,
       )
       assert.deepEqual(violations, [])
-      b.close()
+      await b.close()
     })
   })
 }

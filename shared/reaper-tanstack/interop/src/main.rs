@@ -18,9 +18,12 @@
 //! reaper-tanstack-interop agent <sandboxRoot> <runId> <command> <journalDir>
 //!                                                      starts the agent in a new local sandbox,
 //!                                                      prints where, and waits for it to exit
+//!
+//! reaper-tanstack-interop schema-postgres              the PostgreSQL migrations, as JSON
 //! ```
 //!
-//! `<backend>` is `sqlite:<path>` or `dynamodb:<table>` (endpoint from `AWS_ENDPOINT_URL_DYNAMODB`).
+//! `<backend>` is `sqlite:<path>`, `dynamodb:<table>` (endpoint from `AWS_ENDPOINT_URL_DYNAMODB`)
+//! or a `postgres://…` URL (the store's default schema, `reaper`).
 
 use std::sync::Arc;
 
@@ -97,8 +100,17 @@ async fn sweep(
             sleeper,
             Some(journals.to_string()),
         )
+    } else if reaper_postgres::is_postgres_url(backend) {
+        let store = postgres(backend).await?;
+        reaper_core::reap::ReapDeps::journaled(
+            Arc::new(store),
+            provider,
+            clock,
+            sleeper,
+            Some(journals.to_string()),
+        )
     } else {
-        bail!("backend {backend:?} is neither sqlite:<path> nor dynamodb:<table>")
+        bail!("backend {backend:?} is neither sqlite:<path>, dynamodb:<table> nor postgres://…")
     };
     let mut options =
         reaper_core::reap::ReapOptions::new(ttl_ms, format!("interop:{}", std::process::id()));
@@ -119,9 +131,17 @@ async fn open(backend: &str) -> Result<Arc<dyn Stores>> {
         let store =
             reaper_dynamodb::DynamoStore::connect(reaper_dynamodb::DynamoOptions::new(table)).await;
         Ok(Arc::new(store))
+    } else if reaper_postgres::is_postgres_url(backend) {
+        Ok(Arc::new(postgres(backend).await?))
     } else {
-        bail!("backend {backend:?} is neither sqlite:<path> nor dynamodb:<table>")
+        bail!("backend {backend:?} is neither sqlite:<path>, dynamodb:<table> nor postgres://…")
     }
+}
+
+async fn postgres(url: &str) -> Result<reaper_postgres::PostgresStore> {
+    reaper_postgres::PostgresStore::connect(url)
+        .await
+        .map_err(|e| anyhow!("opening {url}: {e}"))
 }
 
 async fn stdin_json<T: for<'de> Deserialize<'de>>() -> Result<T> {
@@ -380,6 +400,20 @@ async fn main() -> Result<()> {
             println!(
                 "{}",
                 json!({"version": reaper_sql::SCHEMA_VERSION, "migrations": migrations})
+            );
+        }
+        "schema-postgres" => {
+            let migrations: Vec<Value> = reaper_postgres::schema::MIGRATIONS
+                .iter()
+                .map(|m| {
+                    json!({"version": m.version, "description": m.description,
+                           "statements": m.statements})
+                })
+                .collect();
+            println!(
+                "{}",
+                json!({"version": reaper_postgres::SCHEMA_VERSION, "migrations": migrations,
+                       "shape": reaper_postgres::schema::SHAPE})
             );
         }
         "write" => {
