@@ -1,7 +1,6 @@
 // The framework's `LockStore` on the reaper's lease table: the same keys, expiry, renewal (every
 // third of the TTL) and loss rule as the Rust claim, so a host and the reaper never both hold a
 // run's driver lease.
-import { randomUUID } from 'node:crypto'
 import type { LockStore } from '@tanstack/ai/locks'
 import type { EpochBump, FencedRunOps, LeaseBackend, RunRecord } from './types.js'
 import { runDriverLockKey } from './types.js'
@@ -45,7 +44,9 @@ export class LeaseLockStore implements LockStore {
     private readonly leases: LeaseBackend,
     options: LeaseLockOptions = {},
   ) {
-    this.owner = options.owner ?? `tanstack:${process.pid}:${randomUUID()}`
+    // Web Crypto and no `process`: the same code runs in Node and in a Worker (D1).
+    const pid = typeof process === 'undefined' ? 'worker' : process.pid
+    this.owner = options.owner ?? `tanstack:${pid}:${globalThis.crypto.randomUUID()}`
     this.ttlMs = options.ttlMs ?? 30_000
     this.waitMs = options.waitMs ?? 30_000
     this.retryMs = options.retryMs ?? 100
@@ -88,7 +89,7 @@ export class LeaseLockStore implements LockStore {
     if (expiresAt <= this.now()) lose('it expired before the first write')
     let stopped = false
     const interval = Math.max(1, Math.floor(this.ttlMs / 3))
-    let timer: NodeJS.Timeout | undefined
+    let timer: ReturnType<typeof setTimeout> | undefined
     const tick = async () => {
       if (stopped || controller.signal.aborted) return
       const now = this.now()

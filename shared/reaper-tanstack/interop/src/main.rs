@@ -23,7 +23,11 @@
 //! ```
 //!
 //! `<backend>` is `sqlite:<path>`, `dynamodb:<table>` (endpoint from `AWS_ENDPOINT_URL_DYNAMODB`)
-//! or a `postgres://…` URL (the store's default schema, `reaper`).
+//! a `postgres://…` URL (the store's default schema, `reaper`) or `d1-stdio`: the Rust D1 store
+//! (`reaper-d1`, the crate the reaper's Worker runs as wasm) with each of its batches sent as a
+//! line `@batch {"batch":[{"sql","params"}]}` on stdout and answered by a line on stdin
+//! (`{"results":[[row…]…]}` or `{"error":"…"}`): the test relays them to a real D1 binding in
+//! workerd. The command's own JSON input is then the first line of stdin.
 
 use std::sync::Arc;
 
@@ -39,7 +43,6 @@ use reaper_core::ports::{
 use reaper_core::Chunk;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::io::AsyncReadExt;
 
 /// One run and everything kept about it, as both languages write it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -62,6 +65,61 @@ struct Ids {
     run_ids: Vec<String>,
     #[serde(default)]
     instance_keys: Vec<Option<String>>,
+}
+
+/// Stdin as lines, shared by the command's input and the D1 bridge's answers.
+fn stdin_lines() -> &'static tokio::sync::Mutex<tokio::io::BufReader<tokio::io::Stdin>> {
+    static LINES: std::sync::OnceLock<tokio::sync::Mutex<tokio::io::BufReader<tokio::io::Stdin>>> =
+        std::sync::OnceLock::new();
+    LINES.get_or_init(|| tokio::sync::Mutex::new(tokio::io::BufReader::new(tokio::io::stdin())))
+}
+
+/// The D1 store's SQL seam over stdio: one batch out, its rows (or D1's error message) back.
+struct StdioD1;
+
+#[async_trait::async_trait]
+impl reaper_d1::SqlClient for StdioD1 {
+    async fn batch(
+        &self,
+        statements: Vec<reaper_d1::Statement>,
+    ) -> Result<Vec<Vec<reaper_d1::Row>>, reaper_core::StoreError> {
+        use reaper_d1::SqlValue;
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let batch: Vec<Value> = statements
+            .iter()
+            .map(|s| {
+                let params: Vec<Value> = s
+                    .params
+                    .iter()
+                    .map(|p| match p {
+                        SqlValue::Null => Value::Null,
+                        SqlValue::Integer(i) => json!(i),
+                        SqlValue::Text(t) => json!(t),
+                    })
+                    .collect();
+                json!({"sql": s.sql, "params": params})
+            })
+            .collect();
+        let bridge = |e: std::io::Error| reaper_core::StoreError::Unavailable(format!("D1 bridge: {e}"));
+        // Holding stdin across the exchange keeps one batch in flight, as a request would.
+        let mut lines = stdin_lines().lock().await;
+        let mut out = tokio::io::stdout();
+        out.write_all(format!("@batch {}\n", json!({ "batch": batch })).as_bytes())
+            .await
+            .map_err(bridge)?;
+        out.flush().await.map_err(bridge)?;
+        let mut answer = String::new();
+        lines.read_line(&mut answer).await.map_err(bridge)?;
+        let answer: Value = serde_json::from_str(&answer).map_err(|e| {
+            reaper_core::StoreError::Unavailable(format!("D1 bridge answered no JSON: {e}"))
+        })?;
+        if let Some(message) = answer.get("error").and_then(Value::as_str) {
+            return Err(reaper_d1::classify_d1_error(message));
+        }
+        serde_json::from_value(answer["results"].clone()).map_err(|e| {
+            reaper_core::StoreError::Backend(format!("D1 bridge rows do not decode: {e}"))
+        })
+    }
 }
 
 trait Stores: RunStore + DeliveryLog + MessageStore + SandboxInstanceStore + LeaseStore {}
@@ -133,6 +191,11 @@ async fn open(backend: &str) -> Result<Arc<dyn Stores>> {
         Ok(Arc::new(store))
     } else if reaper_postgres::is_postgres_url(backend) {
         Ok(Arc::new(postgres(backend).await?))
+    } else if backend == "d1-stdio" {
+        let store = reaper_d1::D1Store::open(Arc::new(StdioD1))
+            .await
+            .map_err(|e| anyhow!("opening D1 through the bridge: {e}"))?;
+        Ok(Arc::new(store))
     } else {
         bail!("backend {backend:?} is neither sqlite:<path>, dynamodb:<table> nor postgres://…")
     }
@@ -144,10 +207,12 @@ async fn postgres(url: &str) -> Result<reaper_postgres::PostgresStore> {
         .map_err(|e| anyhow!("opening {url}: {e}"))
 }
 
+/// The command's JSON input: the first line of stdin (the D1 bridge's answers follow it).
 async fn stdin_json<T: for<'de> Deserialize<'de>>() -> Result<T> {
+    use tokio::io::AsyncBufReadExt;
     let mut text = String::new();
-    tokio::io::stdin().read_to_string(&mut text).await?;
-    serde_json::from_str(&text).context("reading JSON from stdin")
+    stdin_lines().lock().await.read_line(&mut text).await?;
+    serde_json::from_str(&text).context("reading JSON from the first line of stdin")
 }
 
 fn now_ms() -> i64 {

@@ -1,0 +1,60 @@
+// The test Worker: this package's D1 backend inside workerd on a real D1 binding (`DB`).
+//   GET  /cases            the contract cases' names
+//   POST /case?name=…      runs one case (the same code contract.test.ts runs in Node)
+//   POST /corpus/write     writes the corpus tagged `?tag=` through ReaperD1; answers its ids
+//   POST /corpus/read      reads entries (the body) back through ReaperD1
+//   POST /batch            runs `{batch:[{sql, params}]}` as one D1 batch: the bridge the Rust
+//                          `reaper-d1` store (interop `d1-stdio`) reaches the same binding by
+import { ReaperD1, type D1Database } from '../src/d1.js'
+import { contractCases } from './contract-cases.js'
+import { corpus, ids, readTs, writeTs, type Entry } from './corpus-cases.js'
+
+interface Env {
+  DB: D1Database
+}
+
+let clock = 1_000_000
+let opened: Promise<ReaperD1> | undefined
+
+const json = (v: unknown, status = 200) =>
+  new Response(JSON.stringify(v), { status, headers: { 'content-type': 'application/json' } })
+
+export default {
+  async fetch(request: Request, env: Env): Promise<Response> {
+    const url = new URL(request.url)
+    if (url.pathname === '/batch') {
+      const { batch } = (await request.json()) as { batch: Array<{ sql: string; params: Array<unknown> }> }
+      try {
+        const out = await env.DB.batch<Record<string, unknown>>(
+          batch.map((s) => (s.params.length > 0 ? env.DB.prepare(s.sql).bind(...s.params) : env.DB.prepare(s.sql))),
+        )
+        return json({ results: out.map((r) => r.results ?? []) })
+      } catch (e) {
+        return json({ error: e instanceof Error ? e.message : String(e) })
+      }
+    }
+    opened ??= ReaperD1.open(env.DB, { now: () => clock, pollMs: 10 })
+    const store = await opened
+    if (url.pathname === '/cases' || url.pathname === '/case') {
+      const cases = contractCases({ store, tick: (ms) => void (clock += ms) })
+      if (url.pathname === '/cases') return json(cases.map((c) => c.name))
+      const c = cases.find((x) => x.name === url.searchParams.get('name'))
+      if (!c) return json({ verdict: 'unknown case' }, 404)
+      try {
+        await c.run()
+        return json({ verdict: 'passed' })
+      } catch (e) {
+        return json({ verdict: 'failed', message: e instanceof Error ? `${e.message}\n${e.stack}` : String(e) })
+      }
+    }
+    if (url.pathname === '/corpus/write') {
+      const entries = corpus(url.searchParams.get('tag') ?? 'ts')
+      await writeTs({ store }, entries)
+      return json({ entries, ids: ids(entries) })
+    }
+    if (url.pathname === '/corpus/read') {
+      return json(await readTs({ store }, (await request.json()) as Array<Entry>))
+    }
+    return json({ error: 'no such route' }, 404)
+  },
+}
