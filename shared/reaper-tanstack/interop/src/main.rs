@@ -481,13 +481,16 @@ async fn main() -> Result<()> {
                        "shape": reaper_postgres::schema::SHAPE})
             );
         }
+        // The input first: on `d1-stdio` the lines after it answer the store's batches.
         "write" => {
+            let input = stdin_json().await?;
             let stores = open(&arg(1)?).await?;
-            write(&*stores, stdin_json().await?).await?;
+            write(&*stores, input).await?;
         }
         "read" => {
+            let input = stdin_json().await?;
             let stores = open(&arg(1)?).await?;
-            let out = read(&*stores, stdin_json().await?).await?;
+            let out = read(&*stores, input).await?;
             println!("{}", serde_json::to_string(&out)?);
         }
         "drive" => {
