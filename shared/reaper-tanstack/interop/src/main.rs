@@ -100,7 +100,8 @@ impl reaper_d1::SqlClient for StdioD1 {
                 json!({"sql": s.sql, "params": params})
             })
             .collect();
-        let bridge = |e: std::io::Error| reaper_core::StoreError::Unavailable(format!("D1 bridge: {e}"));
+        let bridge =
+            |e: std::io::Error| reaper_core::StoreError::Unavailable(format!("D1 bridge: {e}"));
         // Holding stdin across the exchange keeps one batch in flight, as a request would.
         let mut lines = stdin_lines().lock().await;
         let mut out = tokio::io::stdout();
