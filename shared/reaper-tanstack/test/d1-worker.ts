@@ -3,14 +3,28 @@
 //   POST /case?name=…      runs one case (the same code contract.test.ts runs in Node)
 //   POST /corpus/write     writes the corpus tagged `?tag=` through ReaperD1; answers its ids
 //   POST /corpus/read      reads entries (the body) back through ReaperD1
+//   POST /schema/newer     a database at a schema version this package does not know (the second
+//                          binding, FRESH) is refused, naming the version, with nothing written
 //   POST /batch            runs `{batch:[{sql, params}]}` as one D1 batch: the bridge the Rust
 //                          `reaper-d1` store (interop `d1-stdio`) reaches the same binding by
 import { ReaperD1, type D1Database } from '../src/d1.js'
+import { SchemaError } from '../src/types.js'
 import { contractCases } from './contract-cases.js'
 import { corpus, ids, readTs, writeTs, type Entry } from './corpus-cases.js'
 
 interface Env {
   DB: D1Database
+  FRESH: D1Database
+}
+
+/** Every table's rows, to prove a refused open wrote nothing. */
+async function dump(db: D1Database): Promise<string> {
+  const tables = (await db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all<{ name: string }>())
+    .results.map((r) => r.name)
+    .filter((n) => !n.startsWith('_cf_') && !n.startsWith('sqlite_'))
+  const out: Record<string, unknown> = {}
+  for (const t of tables) out[t] = (await db.prepare(`SELECT * FROM "${t}"`).all()).results
+  return JSON.stringify(out)
 }
 
 let clock = 1_000_000
@@ -32,6 +46,18 @@ export default {
       } catch (e) {
         return json({ error: e instanceof Error ? e.message : String(e) })
       }
+    }
+    if (url.pathname === '/schema/newer') {
+      await ReaperD1.open(env.FRESH)
+      await env.FRESH.prepare("INSERT INTO reaper_schema (version, description) VALUES (99, 'from the future')").run()
+      const before = await dump(env.FRESH)
+      let refusal = ''
+      try {
+        await ReaperD1.open(env.FRESH)
+      } catch (e) {
+        refusal = e instanceof SchemaError ? e.message : `not a SchemaError: ${String(e)}`
+      }
+      return json({ refusal, unchanged: (await dump(env.FRESH)) === before })
     }
     opened ??= ReaperD1.open(env.DB, { now: () => clock, pollMs: 10 })
     const store = await opened

@@ -31,7 +31,7 @@ const mf = new Miniflare({
   script: bundled.outputFiles[0].text,
   compatibilityDate: '2025-09-01',
   compatibilityFlags: ['nodejs_compat'],
-  d1Databases: { DB: `reaper-tanstack-${process.pid}` },
+  d1Databases: { DB: `reaper-tanstack-${process.pid}`, FRESH: `reaper-tanstack-fresh-${process.pid}` },
 })
 await mf.ready
 after(() => mf.dispose())
@@ -77,6 +77,12 @@ describe('contract on d1 (inside workerd)', () => {
       assert.equal(r.verdict, 'passed', r.message)
     })
   }
+})
+
+it('a D1 database at a schema version this package does not know is refused with nothing written (in workerd)', async () => {
+  const r = (await call('POST', '/schema/newer')) as { refusal: string; unchanged: boolean }
+  assert.match(r.refusal, /reaper schema version 99, but this package writes version 4; nothing was written/)
+  assert.equal(r.unchanged, true)
 })
 
 describe('corpus on d1 (the Rust reaper-d1 store and the TypeScript backend on one D1 binding)', () => {
