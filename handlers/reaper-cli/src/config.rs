@@ -8,33 +8,195 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// The settings table shown by `reaper --help` and copied into the README (a test keeps the two
-/// equal).
-pub const SETTINGS_TABLE: &str = "\
-| Setting | Flag | Environment | Default | Accepted | Commands |
-|---|---|---|---|---|---|
-| Database file | `--db` | `REAPER_DB` | `reaper.db` | a path to the SQLite file the application writes runs into; it must exist (an empty file is initialised); or a PostgreSQL URL as below | sweep, watch, prune, status |
-| PostgreSQL database | `--database-url` (or `--db postgres://…`) | `REAPER_DATABASE_URL`; password `REAPER_DATABASE_PASSWORD` | none | `postgres://USER@HOST:PORT/DATABASE`; tables in schema `reaper` (created or migrated in place); a host other than this machine only over TLS | sweep, watch, prune, status |
-| Sandbox providers | `--provider` (repeatable) | `REAPER_PROVIDERS` (comma-separated) | `local` | any of `local` (also `local-process`), `docker`, `sandboxd`, `daytona`, `e2b`, `vercel` (also `vercel-sandbox`): each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched. The HTTP providers read the serverless handlers' settings from the environment (`REAPER_SANDBOXD_URL`, `REAPER_SANDBOXD_TOKEN`, `DAYTONA_API_KEY`, `E2B_API_KEY`, `VERCEL_TOKEN`, `VERCEL_PROJECT_ID`, …; see `shared/reaper-serverless/README.md`); prune walks the local and Docker sandboxes only | sweep, watch, prune |
-| Sandbox root | `--sandboxes` | `REAPER_SANDBOXES` | `sandboxes` | an existing directory holding one directory per local sandbox (provider `local`) | sweep, watch, prune |
-| Docker socket | `--docker-socket` | `DOCKER_HOST` | `unix:///var/run/docker.sock` | the Docker daemon's Unix socket, `unix:///path` or `/path` (provider `docker`) | sweep, watch, prune |
-| Docker provider name | `--docker-name` | `REAPER_DOCKER_NAME` | `docker` | the provider name instance records carry for containers, and the `io.reaper.sandbox` label value of the containers reaper may touch | sweep, watch, prune |
-| Journal directory | `--journal-dir` | `REAPER_JOURNAL_DIR` | each local sandbox's own; `/tmp/tanstack-runs` in containers | an absolute path inside the sandboxes | sweep, watch, prune |
-| Detached-run TTL | `--detached-ttl` | `REAPER_DETACHED_TTL` | required (no default) | a duration, 1ms..3650d | sweep, watch (status: optional) |
-| Run budget | `--run-budget` | `REAPER_RUN_BUDGET` | `30s` | a duration, 1ms..24d | sweep, watch |
-| Max runs per sweep | `--max-runs` | `REAPER_MAX_RUNS` | `25` | a whole number, 0..100000 | sweep, watch |
-| Runs in flight | `--concurrency` | `REAPER_CONCURRENCY` | `4` | a whole number, 1..256 (each run holds its own claim) | sweep, watch |
-| Quiet window | `--quiet-window` | `REAPER_QUIET_WINDOW` | `5s` | a duration, 0ms..24d | sweep, watch |
-| Progress after | `--progress-after` | `REAPER_PROGRESS_AFTER` | `2s` | a duration, 0ms..24d (a terminal gets progress at once) | sweep, watch |
-| Sweep interval | `--every` | `REAPER_EVERY` | `60s` | a duration, 10ms..24d | watch |
-| Prune interval | `--prune-every` | `REAPER_PRUNE_EVERY` | `10m` | a duration, 10ms..24d | watch |
-| Orphan journal TTL | `--orphan-ttl` | `REAPER_ORPHAN_TTL` | `1h` | a duration, 0ms..3650d | prune, watch |
-| Max journal deletes | `--max-deletes` | `REAPER_MAX_DELETES` | `200` | a whole number per sandbox, 0..100000 | prune, watch |
-| Event retention | `--event-retention` | `REAPER_EVENT_RETENTION` | `30d` | a duration, 0ms..3650d | prune, watch |
-| Log filter | `--log` | `REAPER_LOG`, else `RUST_LOG` | `info` (`demo`: `off`) | tracing directives: `warn`, `debug`, `reaper=debug,info` | all |
-| Log format | `--log-format` | `REAPER_LOG_FORMAT` | `text` | `text` or `json` | all |
-| Machine output | `--json` | `REAPER_JSON` | off | `true`/`false` | all |
-";
+/// One setting of the CLI: a flag and an environment variable (the flag wins). The README's
+/// table and the settings part of `--help` are both generated from [`SETTINGS`].
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    /// What it is, in a few words.
+    pub setting: &'static str,
+    /// The flag, as Markdown.
+    pub flag: &'static str,
+    /// The environment variable(s), as Markdown.
+    pub env: &'static str,
+    /// The default, as Markdown.
+    pub default: &'static str,
+    /// What values are accepted, as Markdown.
+    pub accepted: &'static str,
+    /// The commands that read it.
+    pub commands: &'static str,
+}
+
+/// Every setting, in the order the README and `--help` show them.
+pub const SETTINGS: &[Row] = &[
+    Row {
+        setting: "Database file",
+        flag: "`--db`",
+        env: "`REAPER_DB`",
+        default: "`reaper.db`",
+        accepted: "a path to the SQLite file the application writes runs into; it must exist (an empty file is initialised); or a PostgreSQL URL as below",
+        commands: "sweep, watch, prune, status",
+    },
+    Row {
+        setting: "PostgreSQL database",
+        flag: "`--database-url` (or `--db postgres://…`)",
+        env: "`REAPER_DATABASE_URL`; password `REAPER_DATABASE_PASSWORD`",
+        default: "none",
+        accepted: "`postgres://USER@HOST:PORT/DATABASE`; tables in schema `reaper` (created or migrated in place); a host other than this machine only over TLS",
+        commands: "sweep, watch, prune, status",
+    },
+    Row {
+        setting: "Sandbox providers",
+        flag: "`--provider` (repeatable)",
+        env: "`REAPER_PROVIDERS` (comma-separated)",
+        default: "`local`",
+        accepted: "any of `local` (also `local-process`), `docker`, `sandboxd`, `daytona`, `e2b`, `vercel` (also `vercel-sandbox`): each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched. The HTTP providers read the serverless handlers' settings from the environment (`REAPER_SANDBOXD_URL`, `REAPER_SANDBOXD_TOKEN`, `DAYTONA_API_KEY`, `E2B_API_KEY`, `VERCEL_TOKEN`, `VERCEL_PROJECT_ID`, …; see `shared/reaper-serverless/README.md`); prune walks the local and Docker sandboxes only",
+        commands: "sweep, watch, prune",
+    },
+    Row {
+        setting: "Sandbox root",
+        flag: "`--sandboxes`",
+        env: "`REAPER_SANDBOXES`",
+        default: "`sandboxes`",
+        accepted: "an existing directory holding one directory per local sandbox (provider `local`)",
+        commands: "sweep, watch, prune",
+    },
+    Row {
+        setting: "Docker socket",
+        flag: "`--docker-socket`",
+        env: "`DOCKER_HOST`",
+        default: "`unix:///var/run/docker.sock`",
+        accepted: "the Docker daemon's Unix socket, `unix:///path` or `/path` (provider `docker`)",
+        commands: "sweep, watch, prune",
+    },
+    Row {
+        setting: "Docker provider name",
+        flag: "`--docker-name`",
+        env: "`REAPER_DOCKER_NAME`",
+        default: "`docker`",
+        accepted: "the provider name instance records carry for containers, and the `io.reaper.sandbox` label value of the containers reaper may touch",
+        commands: "sweep, watch, prune",
+    },
+    Row {
+        setting: "Journal directory",
+        flag: "`--journal-dir`",
+        env: "`REAPER_JOURNAL_DIR`",
+        default: "each local sandbox's own; `/tmp/tanstack-runs` in containers",
+        accepted: "an absolute path inside the sandboxes",
+        commands: "sweep, watch, prune",
+    },
+    Row {
+        setting: "Detached-run TTL",
+        flag: "`--detached-ttl`",
+        env: "`REAPER_DETACHED_TTL`",
+        default: "required (no default)",
+        accepted: "a duration, 1ms..3650d",
+        commands: "sweep, watch (status: optional)",
+    },
+    Row {
+        setting: "Run budget",
+        flag: "`--run-budget`",
+        env: "`REAPER_RUN_BUDGET`",
+        default: "`30s`",
+        accepted: "a duration, 1ms..24d",
+        commands: "sweep, watch",
+    },
+    Row {
+        setting: "Max runs per sweep",
+        flag: "`--max-runs`",
+        env: "`REAPER_MAX_RUNS`",
+        default: "`25`",
+        accepted: "a whole number, 0..100000",
+        commands: "sweep, watch",
+    },
+    Row {
+        setting: "Runs in flight",
+        flag: "`--concurrency`",
+        env: "`REAPER_CONCURRENCY`",
+        default: "`4`",
+        accepted: "a whole number, 1..256 (each run holds its own claim)",
+        commands: "sweep, watch",
+    },
+    Row {
+        setting: "Quiet window",
+        flag: "`--quiet-window`",
+        env: "`REAPER_QUIET_WINDOW`",
+        default: "`5s`",
+        accepted: "a duration, 0ms..24d",
+        commands: "sweep, watch",
+    },
+    Row {
+        setting: "Progress after",
+        flag: "`--progress-after`",
+        env: "`REAPER_PROGRESS_AFTER`",
+        default: "`2s`",
+        accepted: "a duration, 0ms..24d (a terminal gets progress at once)",
+        commands: "sweep, watch",
+    },
+    Row {
+        setting: "Sweep interval",
+        flag: "`--every`",
+        env: "`REAPER_EVERY`",
+        default: "`60s`",
+        accepted: "a duration, 10ms..24d",
+        commands: "watch",
+    },
+    Row {
+        setting: "Prune interval",
+        flag: "`--prune-every`",
+        env: "`REAPER_PRUNE_EVERY`",
+        default: "`10m`",
+        accepted: "a duration, 10ms..24d",
+        commands: "watch",
+    },
+    Row {
+        setting: "Orphan journal TTL",
+        flag: "`--orphan-ttl`",
+        env: "`REAPER_ORPHAN_TTL`",
+        default: "`1h`",
+        accepted: "a duration, 0ms..3650d",
+        commands: "prune, watch",
+    },
+    Row {
+        setting: "Max journal deletes",
+        flag: "`--max-deletes`",
+        env: "`REAPER_MAX_DELETES`",
+        default: "`200`",
+        accepted: "a whole number per sandbox, 0..100000",
+        commands: "prune, watch",
+    },
+    Row {
+        setting: "Event retention",
+        flag: "`--event-retention`",
+        env: "`REAPER_EVENT_RETENTION`",
+        default: "`30d`",
+        accepted: "a duration, 0ms..3650d",
+        commands: "prune, watch",
+    },
+    Row {
+        setting: "Log filter",
+        flag: "`--log`",
+        env: "`REAPER_LOG`, else `RUST_LOG`",
+        default: "`info` (`demo`: `off`)",
+        accepted: "tracing directives: `warn`, `debug`, `reaper=debug,info`",
+        commands: "all",
+    },
+    Row {
+        setting: "Log format",
+        flag: "`--log-format`",
+        env: "`REAPER_LOG_FORMAT`",
+        default: "`text`",
+        accepted: "`text` or `json`",
+        commands: "all",
+    },
+    Row {
+        setting: "Machine output",
+        flag: "`--json`",
+        env: "`REAPER_JSON`",
+        default: "off",
+        accepted: "`true`/`false`",
+        commands: "all",
+    },
+];
 
 pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 /// The longest timer accepted, exactly as the settings table states it: 24 days. Larger is a
@@ -54,6 +216,15 @@ pub const MAX_AGE_MS: u64 = 3650 * DAY_MS;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour the logs on stderr: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "auto",
+        value_name = "WHEN"
+    )]
+    pub color: crate::help::ColorWhen,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +239,16 @@ pub enum Command {
     Prune(PruneCmd),
     /// Show what is detached, for how long, and in which sandbox.
     Status(StatusCmd),
+    /// Print every setting as a Markdown table (the README's, generated from this binary).
+    Settings,
+    /// Print a shell completion script: reaper completions bash > /etc/bash_completion.d/reaper
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): reaper man > reaper.1 && man ./reaper.1
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -342,17 +523,20 @@ pub struct Parsed {
     matches: ArgMatches,
 }
 
+/// The clap definition with the settings and exit codes after `--help`, wrapped to `width`.
+pub fn command(width: usize) -> clap::Command {
+    Cli::command()
+        .max_term_width(crate::help::MAX_WIDTH)
+        .after_long_help(crate::help::settings_help(width))
+}
+
 /// Parses the process's arguments. `Err` is clap's own error (help, version, or a usage error).
 pub fn parse() -> Result<Parsed, clap::Error> {
-    let command = Cli::command().after_long_help(format!(
-        "Settings (a flag wins over its environment variable; durations: 250ms, 30s, 5m, 2h, 7d):\n\n{SETTINGS_TABLE}\n\
-         Exit codes: 0 done (a sweep skipped because another holds the lease is done too), \
-         1 bad usage or setting, 2 something to look at (a run failed, a sandbox leaked now \
-         or earlier and is still in the reclaim ledger, malformed run rows, an unreadable \
-         ledger, a failed prune), 3 could not run (database missing, foreign or damaged, \
-         sandbox root unusable, lease store or run listing failing).\n"
-    ));
-    let matches = command.try_get_matches()?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let color = crate::help::ColorWhen::from_raw_args(&args);
+    let matches = command(crate::help::help_width())
+        .color(color.clap())
+        .try_get_matches_from(args)?;
     let cli = Cli::from_arg_matches(&matches)?;
     Ok(Parsed { cli, matches })
 }
@@ -370,6 +554,7 @@ impl Parsed {
             Command::Watch(a) => &mut a.output,
             Command::Prune(a) => &mut a.output,
             Command::Status(a) => &mut a.output,
+            Command::Settings | Command::Completions { .. } | Command::Man => return Ok(()),
         };
         if output.json {
             return Ok(());

@@ -4,6 +4,7 @@
 
 mod config;
 mod demo;
+mod help;
 mod prune;
 mod render;
 mod status;
@@ -78,8 +79,15 @@ fn main() -> ExitCode {
         Command::Watch(a) => (&a.output, "info"),
         Command::Prune(a) => (&a.output, "info"),
         Command::Status(a) => (&a.output, "warn"),
+        Command::Settings | Command::Completions { .. } | Command::Man => {
+            return print_docs(&parsed.cli.command)
+        }
     };
-    let result = init_tracing(settings, output, default_log).and_then(|()| {
+    let ansi = parsed.cli.color.colors(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    let result = init_tracing(settings, output, default_log, ansi).and_then(|()| {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -103,11 +111,37 @@ async fn run(parsed: &config::Parsed, settings: Settings<'_>) -> Result<Exit, Fa
         Command::Watch(a) => sweep::run_watch(a, settings).await,
         Command::Prune(a) => prune::run(a, settings).await,
         Command::Status(a) => status::run(a, settings).await,
+        Command::Settings | Command::Completions { .. } | Command::Man => Ok(Exit::Ok),
+    }
+}
+
+/// The commands that print documentation generated from the clap definition and exit.
+fn print_docs(command: &Command) -> ExitCode {
+    let printed = match command {
+        Command::Settings => {
+            print!("{}", help::settings_markdown());
+            Ok(())
+        }
+        Command::Completions { shell } => help::print_completions(*shell),
+        Command::Man => help::print_man(),
+        _ => Ok(()),
+    };
+    match printed {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reaper: error: cannot write to stdout: {e}");
+            ExitCode::from(Exit::CannotRun as u8)
+        }
     }
 }
 
 /// Logs go to stderr (stdout is the command's output): text for people, JSON lines for machines.
-fn init_tracing(s: Settings<'_>, output: &Output, default: &str) -> Result<(), Failure> {
+fn init_tracing(
+    s: Settings<'_>,
+    output: &Output,
+    default: &str,
+    ansi: bool,
+) -> Result<(), Failure> {
     let format = s.log_format(&output.log_format)?;
     let (directives, name) = match (&output.log, std::env::var("RUST_LOG")) {
         (Some(d), _) => (d.clone(), s.name(config::LOG)),
@@ -122,7 +156,7 @@ fn init_tracing(s: Settings<'_>, output: &Output, default: &str) -> Result<(), F
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -144,7 +144,11 @@ fn init_tracing(json: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        // Colour on a terminal unless NO_COLOR is set to a non-empty value (no-color.org).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        );
     if json {
         builder.json().init();
     } else {
