@@ -12,6 +12,7 @@
 //!   never edited, not even its whitespace (`tests/v1_as_stored.sql` pins version 1).
 //! - A statement here is spelled once for both backends; parameters are positional (`?1`, …),
 //!   and every expression column has an alias, since D1 returns rows keyed by column name.
+#![warn(missing_docs)]
 
 pub mod leases;
 pub mod logs;

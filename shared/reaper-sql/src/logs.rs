@@ -47,6 +47,7 @@ pub const DEFAULT_EVENT_RETENTION_MS: u64 = 30 * 24 * 60 * 60 * 1000;
 pub struct RetentionReport {
     /// Runs whose events were all deleted (their log is now marked pruned and closed).
     pub runs: u64,
+    /// Events deleted, over all those runs.
     pub events_deleted: u64,
     /// Write transactions (D1 batches) that deleted or marked something; each deleted at most
     /// the call's batch limit of events.

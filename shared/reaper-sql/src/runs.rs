@@ -55,10 +55,16 @@ pub const LIST_RECLAIMABLE_PAGE_FROM: &str = concat!(
 /// A page of the listing as a statement and its four parameters, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageStatement {
+    /// The statement ([`LIST_RECLAIMABLE_PAGE`], or the same without the lower bound on a
+    /// first page).
     pub sql: &'static str,
+    /// `?1`: only runs detached at or before this time (epoch ms).
     pub detached_until: i64,
+    /// `?2`: the lower bound on `detached_since` (the range's floor or the cursor's, the later)
     pub since: i64,
+    /// `?3`: the cursor's run id, for ties on `detached_since` (keyset pagination).
     pub run_id: String,
+    /// `?4`: the most rows the page holds.
     pub limit: i64,
 }
 

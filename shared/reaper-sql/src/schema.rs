@@ -140,7 +140,9 @@ pub const RECORD_MIGRATION: &str =
 /// One migration: its statements take a database from `version - 1` to `version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Migration {
+    /// The version this migration brings a database to.
     pub version: u32,
+    /// What it changes, recorded in `reaper_schema`.
     pub description: &'static str,
     /// Run in order, then [`RECORD_MIGRATION`], all in one transaction (one D1 batch).
     pub statements: &'static [&'static str],
