@@ -31,6 +31,7 @@
 //!   call fails, having held at most the limit in memory.
 //! - A recorded group is only signalled while it is still the one recorded (its leader's start
 //!   time matches), so a reused pid is never killed.
+#![warn(missing_docs)]
 
 mod keeper;
 mod meta;

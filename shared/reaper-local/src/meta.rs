@@ -42,6 +42,7 @@ pub(crate) fn generate_sandbox_id() -> Result<String, SandboxError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentRecord {
+    /// The run the agent works for.
     pub run_id: String,
     /// The agent's wrapper shell.
     pub pid: u32,
@@ -57,13 +58,17 @@ pub struct AgentRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxMetadata {
+    /// The sandbox's id: its directory's name under the provider's root.
     pub id: String,
+    /// When the sandbox was created.
     pub created_at: EpochMs,
+    /// The journal directory of the sandbox's runs, inside the sandbox.
     pub journal_dir: String,
     /// `PATH` for this sandbox's commands; `None` uses the provider's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     #[serde(default)]
+    /// The agents started in it, which `destroy` kills.
     pub agents: Vec<AgentRecord>,
 }
 

@@ -38,10 +38,14 @@ pub const DESTROY_FAILS_FLAG: &str = ".destroy-fails";
 pub struct LocalProviderOptions {
     /// The directory holding one subdirectory per sandbox (`--sandboxes DIR`).
     pub root: PathBuf,
+    /// The provider name instance records carry (default `local`); sandboxes recorded under another
+    /// name are never touched.
     pub name: String,
     /// `PATH` inside the sandboxes (tests put a BusyBox applet directory first).
     pub path: String,
+    /// The most bytes of stdout (and, separately, stderr) one exec returns; more fails the exec.
     pub output_limit: usize,
+    /// How long `destroy` waits after SIGTERM before it sends SIGKILL.
     pub kill_grace: Duration,
     /// Honour [`DESTROY_FAILS_FLAG`] (demos and tests only). Default `false`: production
     /// providers ignore the file, so an agent cannot make its own destroy fail.
@@ -49,6 +53,7 @@ pub struct LocalProviderOptions {
 }
 
 impl LocalProviderOptions {
+    /// Every default, with sandboxes under `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         LocalProviderOptions {
             root: root.into(),
@@ -156,6 +161,8 @@ pub struct LocalSandboxProvider {
 }
 
 impl LocalSandboxProvider {
+    /// A provider with `options`; a relative root is made absolute now, so a later `chdir` cannot
+    /// move it.
     pub fn new(mut options: LocalProviderOptions) -> Self {
         // Resolved once: a relative root would name another directory after a `chdir`, and
         // `destroy` compares the marker of every process with the absolute directory.
@@ -179,6 +186,7 @@ impl LocalSandboxProvider {
         Self::new(options)
     }
 
+    /// The options this provider was built with.
     pub fn options(&self) -> &LocalProviderOptions {
         &self.shared.options
     }
@@ -188,6 +196,7 @@ impl LocalSandboxProvider {
         Self::new(LocalProviderOptions::new(root))
     }
 
+    /// The directory holding the sandboxes (absolute).
     pub fn root(&self) -> &Path {
         &self.shared.options.root
     }

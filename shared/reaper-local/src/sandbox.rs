@@ -167,6 +167,7 @@ impl LocalSandbox {
 /// An agent started by [`LocalSandbox::start_agent`].
 #[derive(Debug, Clone)]
 pub struct AgentProcess {
+    /// The agent's wrapper shell's process id.
     pub pid: u32,
     exit: watch::Receiver<Option<Option<i32>>>,
 }
