@@ -14,8 +14,11 @@ pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 /// A bound parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SqlValue {
+    /// SQL `NULL`.
     Null,
+    /// An integer, within `±MAX_SAFE_INTEGER` so the Worker's doubles carry it exactly.
     Integer(i64),
+    /// Text.
     Text(String),
 }
 
@@ -46,11 +49,14 @@ impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
 /// One statement with its positional parameters (`?1`, `?2`, …).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Statement {
+    /// The statement, with `?N` placeholders.
     pub sql: String,
+    /// The values bound to `?1`, `?2`, … in order.
     pub params: Vec<SqlValue>,
 }
 
 impl Statement {
+    /// A statement binding `params` to its placeholders in order.
     pub fn new(sql: impl Into<String>, params: Vec<SqlValue>) -> Self {
         Statement {
             sql: sql.into(),

@@ -14,6 +14,7 @@
 //! - Integers are bound within `±(2^53 - 1)`: D1 returns numbers as JS doubles.
 //! - A row that does not decode (an unknown status above all) is `StoreError::Corrupt` naming
 //!   it, never read as something else.
+#![warn(missing_docs)]
 
 mod client;
 mod instances;
@@ -53,16 +54,30 @@ pub enum OpenError {
          reaper tables first (reaper_d1::schema::migration_statements)",
         .tables.join(", ")
     )]
-    Foreign { tables: Vec<String> },
+    /// Another application's tables and no `reaper_schema`: nothing was written to it.
+    Foreign {
+        /// The tables found, none of them the reaper's.
+        tables: Vec<String>,
+    },
     #[error(
         "the D1 database is at reaper schema version {found}, newer than this build's \
          {supported}: deploy a newer reaper"
     )]
-    TooNew { found: u32, supported: u32 },
+    /// A newer reaper's database: this build would not know its tables.
+    TooNew {
+        /// The version `reaper_schema` records.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
     /// Ours, but a table or column its version has is missing, or `reaper_schema` records no
     /// version. Nothing was written to it.
     #[error("{}", reaper_sql::d1_damaged(.reason))]
-    Damaged { reason: String },
+    Damaged {
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// D1 itself failed while the schema was read or migrated.
     #[error("opening the D1 store failed: {0}")]
     Store(#[from] StoreError),
 }
