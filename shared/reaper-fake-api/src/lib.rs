@@ -129,6 +129,7 @@
 //! and drops every connection, stalled ones included. A handler that panics answers 500 and
 //! the panic is recorded as a violation. [`FakeApi::requests`] returns every exchange ([`Recorded`]: operation, method,
 //! path, query, headers, body, status, response), [`FakeApi::count`] counts one operation's.
+#![warn(missing_docs)]
 
 mod openapi;
 mod schema;

@@ -89,7 +89,9 @@ impl OperationRef {
 /// and every violation, so a caller can route a request even when it breaks the document.
 #[derive(Debug, Clone)]
 pub struct RequestCheck {
+    /// The operation the path and method matched, if any.
     pub operation: Option<OperationRef>,
+    /// Every way the request breaks the document (empty when it conforms).
     pub violations: Vec<String>,
 }
 

@@ -27,6 +27,7 @@ use crate::openapi::{OpenApi, OperationRef};
 /// Answers the requests a [`FakeApi`] receives. Implemented for you by [`handler_fn`].
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
+    /// Answers one request; called once per request, concurrently.
     async fn handle(&self, req: FakeRequest) -> FakeResponse;
 }
 
@@ -76,6 +77,7 @@ pub struct FakeRequest {
     pub query: Vec<(String, String)>,
     /// Headers in order, names lower-case.
     pub headers: Vec<(String, String)>,
+    /// The body as received.
     pub body: Bytes,
 }
 
@@ -109,8 +111,11 @@ impl FakeRequest {
 
 /// A handler's answer: a whole body, or a stream of chunks sent as they come.
 pub struct FakeResponse {
+    /// The HTTP status code.
     pub status: u16,
+    /// Headers to send, in order.
     pub headers: Vec<(String, String)>,
+    /// The body: whole, or streamed.
     pub body: FakeBody,
 }
 
@@ -211,15 +216,19 @@ pub struct Recorded {
     pub operation_id: Option<String>,
     /// The matched operation's path template (`None` if none matched).
     pub path_template: Option<String>,
+    /// The HTTP method, upper-case.
     pub method: String,
     /// Path as sent, without the query.
     pub path: String,
     /// The raw query string (without `?`), empty if none.
     pub query: String,
+    /// Headers in order, names lower-case.
     pub headers: Vec<(String, String)>,
+    /// The body as received.
     pub body: Bytes,
     /// The status answered; `None` while the handler runs, or for a stalled or closed request.
     pub status: Option<u16>,
+    /// The headers answered, in order.
     pub response_headers: Vec<(String, String)>,
     /// The body answered; for a streamed answer, the chunks sent so far.
     pub response_body: Vec<u8>,
@@ -469,6 +478,7 @@ impl FakeApi {
         format!("http://{}", self.addr)
     }
 
+    /// The address the fake listens on (127.0.0.1 and a free port).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
