@@ -16,6 +16,7 @@
 //! One sweep serves every provider listed: the core's [`reaper_core::ProviderSet`] routes each
 //! recorded sandbox to the provider its instance record names, and refuses a record naming a
 //! provider that is not listed.
+#![warn(missing_docs)]
 
 use std::sync::Arc;
 
@@ -43,8 +44,11 @@ pub enum ProviderKind {
     Docker,
     /// `reaper-sandboxd` over HTTP (local processes or Docker containers on a host).
     Sandboxd,
+    /// Daytona's hosted sandboxes over its HTTP API (`reaper-daytona`).
     Daytona,
+    /// E2B's hosted sandboxes over its HTTP APIs (`reaper-e2b`).
     E2b,
+    /// Vercel Sandbox over its HTTP API (`reaper-vercel-sandbox`).
     Vercel,
 }
 
@@ -58,6 +62,7 @@ pub enum Host {
 }
 
 impl ProviderKind {
+    /// Every provider, in the order errors list them.
     pub const ALL: [ProviderKind; 6] = [
         ProviderKind::Local,
         ProviderKind::Docker,
@@ -156,27 +161,48 @@ impl ProviderKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProvidersError {
+    /// The list names no provider.
     #[error("{PROVIDERS_VAR} is empty: list at least one of {known}")]
-    Empty { known: String },
+    Empty {
+        /// The providers this host can serve, for the message.
+        known: String,
+    },
+    /// A name that is no provider.
     #[error("{PROVIDERS_VAR} names {name:?}, which is not a provider: use any of {known}")]
-    Unknown { name: String, known: String },
+    Unknown {
+        /// The name as given.
+        name: String,
+        /// The providers this host can serve, for the message.
+        known: String,
+    },
+    /// A provider named twice (also by two of its names).
     #[error("{PROVIDERS_VAR} names {0:?} twice: list each provider once")]
     Duplicate(String),
+    /// A provider this host cannot serve (local or docker in a serverless handler).
     #[error(
         "{PROVIDERS_VAR} names {name:?}, which runs only where the reaper runs on the machine \
          (the CLI, reaper-sandboxd): a serverless reaper reaches it through sandboxd; use any of \
          {known}"
     )]
-    NotHere { name: String, known: String },
+    NotHere {
+        /// The name as given.
+        name: String,
+        /// The providers this host can serve, for the message.
+        known: String,
+    },
+    /// sandboxd is listed, but its URL or token is missing or malformed.
     #[error(
         "the sandboxd provider is listed in {PROVIDERS_VAR} but cannot be built: {0} (set \
          {SANDBOXD_URL_VAR} to the daemon's URL and {SANDBOXD_TOKEN_VAR} to its token)"
     )]
     Sandboxd(String),
+    /// Daytona is listed, but its settings do not work (the key is missing or malformed).
     #[error("the daytona provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
     Daytona(reaper_daytona::ConfigError),
+    /// E2B is listed, but its settings do not work.
     #[error("the e2b provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
     E2b(reaper_e2b::ConfigError),
+    /// Vercel Sandbox is listed, but its settings do not work.
     #[error("the vercel provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
     Vercel(reaper_vercel_sandbox::ConfigError),
 }
