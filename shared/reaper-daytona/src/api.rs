@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sandbox {
+    /// The sandbox's id (what the instance record stores).
     pub id: String,
     /// `SandboxState`: `started`, `stopped`, `archived`, `destroying`, … (optional in the
     /// document).
@@ -23,7 +24,9 @@ pub struct Sandbox {
 /// or zero timeout as none at all, so one is always sent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExecuteRequest<'a> {
+    /// The shell command line to run.
     pub command: &'a str,
+    /// Seconds; never zero (zero means no timeout to the daemon).
     pub timeout: u32,
 }
 
@@ -33,8 +36,10 @@ pub struct ExecuteRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecuteResponse {
+    /// stdout and stderr, folded together.
     pub result: String,
     #[serde(default)]
+    /// The exit code; `None` from daemons that omit it.
     pub exit_code: Option<i32>,
 }
 
@@ -45,16 +50,21 @@ pub struct ExecuteResponse {
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
     #[serde(default)]
+    /// The HTTP status, repeated in the body.
     pub status_code: Option<u16>,
     #[serde(default)]
+    /// A string, or a list of strings (NestJS validation errors).
     pub message: Option<serde_json::Value>,
     #[serde(default)]
+    /// The API's short error name (`Not Found`).
     pub error: Option<String>,
     #[serde(default)]
+    /// The toolbox's error code.
     pub code: Option<String>,
 }
 
 impl ErrorBody {
+    /// The message as one string (a list is joined), for error messages.
     pub fn message(&self) -> Option<String> {
         match self.message.as_ref()? {
             serde_json::Value::String(s) => Some(s.clone()),

@@ -112,10 +112,21 @@ pub enum ConfigError {
         "{var} is not set: set it to a Daytona API key (Daytona dashboard, Keys) with permission \
          to read and delete sandboxes"
     )]
-    Missing { var: &'static str },
+    /// The API key variable is not set.
+    Missing {
+        /// The variable (`DAYTONA_API_KEY`).
+        var: &'static str,
+    },
     #[error("invalid {var}: {problem}")]
-    Invalid { var: &'static str, problem: String },
+    /// A variable's value cannot work.
+    Invalid {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with it (never the value of a secret).
+        problem: String,
+    },
     #[error("cannot build the HTTP transport: {0}")]
+    /// The HTTP client could not be built.
     Transport(String),
 }
 

@@ -20,6 +20,7 @@
 //!   is in no `Debug`, log or error.
 //! - An exec's output is bounded inside the sandbox; more than the bound is
 //!   `SandboxError::OutputLimit`, never a silent truncation.
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod command;

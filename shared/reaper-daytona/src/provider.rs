@@ -117,6 +117,7 @@ impl DaytonaProvider {
         })
     }
 
+    /// The settings this provider was built with.
     pub fn config(&self) -> &DaytonaConfig {
         &self.inner.config
     }
