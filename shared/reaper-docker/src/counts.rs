@@ -56,14 +56,23 @@ impl Counters {
 /// endpoint. Subtract two snapshots to get what one operation cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestCounts {
+    /// `GET /version` (the start-up probe).
     pub version: u64,
+    /// `POST /containers/create`.
     pub create_container: u64,
+    /// `POST /containers/{id}/start`.
     pub start_container: u64,
+    /// `GET /containers/{id}/json`.
     pub inspect_container: u64,
+    /// `GET /containers/json`.
     pub list_containers: u64,
+    /// `DELETE /containers/{id}`.
     pub remove_container: u64,
+    /// `POST /containers/{id}/exec`.
     pub create_exec: u64,
+    /// `POST /exec/{id}/start`.
     pub start_exec: u64,
+    /// `GET /exec/{id}/json`.
     pub inspect_exec: u64,
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Tested against a real `dockerd` (`dockerd/start.sh` starts one with no bridge and no
 //! iptables, and builds a BusyBox image offline); see `tests/`.
+#![warn(missing_docs)]
 
 mod counts;
 mod error;

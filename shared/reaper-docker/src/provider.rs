@@ -50,10 +50,12 @@ pub struct DockerProviderOptions {
     pub name: String,
     /// Per stream, per `exec`.
     pub output_limit: usize,
+    /// How long one Engine API request may take before it fails as unavailable.
     pub request_timeout: Duration,
 }
 
 impl DockerProviderOptions {
+    /// Every default, with the daemon at `socket`.
     pub fn new(socket: impl Into<PathBuf>) -> Self {
         DockerProviderOptions {
             socket: socket.into(),
@@ -81,13 +83,22 @@ pub enum ConfigError {
         "invalid Docker host {0:?}: give the daemon's Unix socket as unix:///path/docker.sock or \
          an absolute path (TCP and SSH hosts are not supported)"
     )]
+    /// `DOCKER_HOST` is not a Unix socket.
     Host(String),
     #[error("invalid provider name: it must not be empty")]
+    /// The provider name is empty.
     Name,
     #[error("invalid output limit: it must be at least 1 byte")]
+    /// The output limit is zero.
     OutputLimit,
     #[error("cannot reach dockerd at {socket}: {message}; is it running?")]
-    Connect { socket: String, message: String },
+    /// The daemon did not answer on its socket.
+    Connect {
+        /// The socket tried.
+        socket: String,
+        /// What the connection attempt said.
+        message: String,
+    },
 }
 
 /// Per-container options of [`DockerProvider::create`].
@@ -107,6 +118,7 @@ pub struct CreateOptions {
 }
 
 impl CreateOptions {
+    /// A container of `image` with every other default (no network, the reaper's label).
     pub fn new(image: impl Into<String>) -> Self {
         CreateOptions {
             image: image.into(),
@@ -227,6 +239,7 @@ impl DockerProvider {
         })
     }
 
+    /// The options this provider was built with.
     pub fn options(&self) -> &DockerProviderOptions {
         &self.inner.options
     }

@@ -27,6 +27,7 @@ pub const AGENTS_FILE: &str = "/tmp/.reaper-agents";
 /// An agent [`DockerSandbox::start_agent`] started (finished ones included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentInfo {
+    /// The run the agent works for.
     pub run_id: String,
     /// In the container's pid namespace.
     pub pid: u32,
