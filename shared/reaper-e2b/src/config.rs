@@ -52,9 +52,13 @@ pub struct E2bConfig {
     pub api_key: Secret,
     /// The sandbox user commands run as (envd's `Authorization: Basic` user name).
     pub envd_user: String,
+    /// How long one control-plane or envd request may take, in milliseconds.
     pub request_timeout_ms: u64,
+    /// Added to an exec's own timeout for the request that carries it, in milliseconds.
     pub exec_margin_ms: u64,
+    /// The most bytes of stdout (and, separately, stderr) one exec returns.
     pub output_limit: usize,
+    /// The largest answer read from envd; must hold an exec's output at the limit.
     pub max_response_bytes: usize,
 }
 
@@ -172,33 +176,48 @@ pub enum ConfigError {
         "E2B_API_KEY is not set: set it to the team's API key from the E2B dashboard (Team \
          settings, API keys)"
     )]
+    /// `E2B_API_KEY` is not set.
     MissingApiKey,
     #[error("E2B_API_KEY is invalid: it must be printable ASCII without spaces")]
+    /// `E2B_API_KEY` is not printable ASCII without spaces.
     InvalidApiKey,
     #[error(
         "E2B_API_URL {0:?} is invalid: it must start with http:// or https:// and have no query \
          or fragment (unset it to use https://api.<E2B_DOMAIN>)"
     )]
+    /// `E2B_API_URL` is not an http(s) base URL.
     ApiUrl(String),
     #[error("E2B_DOMAIN {0:?} is invalid: it must be a host name such as e2b.app")]
+    /// `E2B_DOMAIN` is not a host name.
     Domain(String),
     #[error(
         "E2B_ENVD_URL_TEMPLATE {0:?} is invalid: it must be an http(s) URL containing \
          {{sandboxID}} (and usually {{domain}}), e.g. https://49983-{{sandboxID}}.{{domain}}"
     )]
+    /// `E2B_ENVD_URL_TEMPLATE` is not an http(s) URL with `{sandboxID}`.
     EnvdUrlTemplate(String),
     #[error("the envd user {0:?} is invalid: it must be a non-empty user name without ':'")]
+    /// The envd user is empty or contains `:`.
     EnvdUser(String),
     #[error("the output limit must be at least 1 byte")]
+    /// The output limit is zero.
     OutputLimit,
     #[error(
         "max_response_bytes {given} is too small for the output limit: an exec's answer can take \
          up to {needed} bytes; raise it or lower output_limit"
     )]
-    MaxResponseBytes { given: usize, needed: usize },
+    /// The response limit cannot hold an exec's answer at the output limit.
+    MaxResponseBytes {
+        /// The limit given.
+        given: usize,
+        /// The least that holds an exec's answer.
+        needed: usize,
+    },
     #[error("the request timeout must be at least 1 ms")]
+    /// The request timeout is zero.
     RequestTimeout,
     #[error("cannot build the HTTP transport: {0}")]
+    /// The HTTP client could not be built.
     Transport(String),
 }
 

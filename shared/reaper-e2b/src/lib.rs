@@ -25,6 +25,7 @@
 //!   nothing is silently truncated.
 //!
 //! [`HttpTransport`]: reaper_http_sandbox::HttpTransport
+#![warn(missing_docs)]
 
 mod config;
 mod connect;

@@ -100,6 +100,7 @@ impl E2bProvider {
         })
     }
 
+    /// The settings this provider was built with.
     pub fn config(&self) -> &E2bConfig {
         &self.inner.config
     }
