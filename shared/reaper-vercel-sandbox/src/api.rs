@@ -7,29 +7,36 @@ use serde::{Deserialize, Serialize};
 /// `GET /v2/sandboxes/{name}` answers the named sandbox and its current session.
 #[derive(Debug, Clone, Deserialize)]
 pub struct NamedSandboxEnvelope {
+    /// The sandbox.
     pub sandbox: NamedSandbox,
+    /// Its current session.
     pub session: Session,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+/// A named (v2) sandbox.
 pub struct NamedSandbox {
+    /// The sandbox's name (what the instance record stores).
     pub name: String,
     /// Whether a stopped sandbox keeps its filesystem (a snapshot) and can be resumed.
     #[serde(default)]
     pub persistent: bool,
     #[serde(rename = "currentSessionId")]
+    /// The session commands run in, or the last one.
     pub current_session_id: String,
 }
 
 /// `GET /v2/sandboxes/sessions/{sessionId}` answers `{"session": {...}, "routes": [...]}`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SessionEnvelope {
+    /// The session.
     pub session: Session,
 }
 
 /// One running (or stopped) instance of a sandbox. A v1 sandbox id (`sbx_…`) names a session.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Session {
+    /// The session id (`sbx_…`).
     pub id: String,
     /// `pending`, `running`, `stopping`, `stopped`, `failed`, `aborted`, `snapshotting`.
     pub status: String,
@@ -49,18 +56,23 @@ pub fn is_live_status(status: &str) -> Option<bool> {
 /// Vercel's own.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunCommandRequest<'a> {
+    /// The program to run.
     pub command: &'a str,
+    /// Its arguments.
     pub args: Vec<String>,
 }
 
 /// The run, get and kill answers of a command: `{"command": {...}}`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CommandEnvelope {
+    /// The command.
     pub command: CommandInfo,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+/// A command run in a session.
 pub struct CommandInfo {
+    /// The command id, for its logs and kill.
     pub id: String,
     /// `null` while the command runs; a number once it ended (always, with `wait=true`).
     #[serde(rename = "exitCode")]
@@ -70,6 +82,7 @@ pub struct CommandInfo {
 /// `POST /v2/sandboxes/sessions/{sessionId}/cmd/{cmdId}/kill`.
 #[derive(Debug, Clone, Serialize)]
 pub struct KillRequest {
+    /// The signal number (15, SIGTERM).
     pub signal: i32,
 }
 
@@ -77,21 +90,27 @@ pub struct KillRequest {
 /// or `{"stream":"error","data":{"code":…,"message":…}}` when the stream itself failed.
 #[derive(Debug, Clone, Deserialize)]
 pub struct LogLine {
+    /// `stdout`, `stderr`, or `error`.
     pub stream: String,
+    /// The text of an output line, or the error object of a failed stream.
     pub data: serde_json::Value,
 }
 
 /// Vercel's error body: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ErrorBody {
+    /// What went wrong.
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+/// The inside of Vercel's error body.
 pub struct ErrorDetail {
     #[serde(default)]
+    /// A machine-readable code (`not_found`).
     pub code: Option<String>,
     #[serde(default)]
+    /// The message for people.
     pub message: Option<String>,
 }
 

@@ -209,13 +209,19 @@ pub enum ConfigError {
         "no Vercel token: set VERCEL_TOKEN to an access token (vercel.com/account/tokens), or \
          run on Vercel where VERCEL_OIDC_TOKEN is provided"
     )]
+    /// Neither `VERCEL_TOKEN` nor `VERCEL_OIDC_TOKEN` is set.
     MissingToken,
     #[error("invalid {variable}: a token is non-empty printable ASCII without spaces")]
-    Token { variable: &'static str },
+    /// A token variable's value is not a token.
+    Token {
+        /// `VERCEL_TOKEN` or `VERCEL_OIDC_TOKEN`.
+        variable: &'static str,
+    },
     #[error(
         "invalid VERCEL_TEAM_ID {0:?}: a team id is 1-128 characters of [A-Za-z0-9_-] \
          (team_…, from the team's settings page)"
     )]
+    /// `VERCEL_TEAM_ID` is malformed.
     TeamId(String),
     /// The URL is shown redacted.
     #[error(
@@ -227,18 +233,24 @@ pub enum ConfigError {
         "no Vercel project: set VERCEL_PROJECT_ID to the project owning the sandboxes (prj_… or \
          its name); an access token names none (on Vercel, VERCEL_OIDC_TOKEN does)"
     )]
+    /// No project: an access token alone names none.
     MissingProject,
     #[error(
         "invalid VERCEL_PROJECT_ID {0:?}: a project id or name is 1-128 characters of \
          [A-Za-z0-9_-]"
     )]
+    /// `VERCEL_PROJECT_ID` is malformed.
     ProjectId(String),
     #[error("invalid VERCEL_SANDBOX_DESTROY {0:?}: use delete (the default) or stop")]
+    /// `VERCEL_SANDBOX_DESTROY` is neither `delete` nor `stop`.
     Destroy(String),
     #[error("invalid request timeout: it must be at least 1 ms")]
+    /// The request timeout is zero.
     RequestTimeout,
     #[error("invalid output limit: it must be at least 1 byte")]
+    /// The output limit is zero.
     OutputLimit,
     #[error("cannot build the HTTP transport: {0}")]
+    /// The HTTP client could not be built.
     Transport(String),
 }

@@ -21,6 +21,7 @@
 //!   stream by [`log_stream_bound`]: more is `OutputLimit` (or an error), never a truncation.
 //! - The token goes only into the `Authorization` header: it is in no `Debug`, log or error.
 //! - Ids are validated before they are put in a URL.
+#![warn(missing_docs)]
 
 pub mod api;
 mod config;

@@ -63,10 +63,16 @@ fn target(id: &str) -> Target<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Presence {
     /// Commands run in this session now.
-    Live { session: String },
+    Live {
+        /// The live session's id.
+        session: String,
+    },
     /// A persistent sandbox whose session stopped: its filesystem is kept in a snapshot, and
     /// it resumes (a new session, billed) when asked.
-    Stopped { session: String },
+    Stopped {
+        /// The stopped session's id.
+        session: String,
+    },
     /// Vercel says it does not exist, or it stopped without anything to resume.
     Gone,
 }
@@ -128,6 +134,7 @@ impl VercelSandboxProvider {
         })
     }
 
+    /// The settings this provider was built with.
     pub fn config(&self) -> &Config {
         &self.inner.config
     }
