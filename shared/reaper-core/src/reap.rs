@@ -619,6 +619,56 @@ pub struct SweepReport {
 /// A single-flight sweep: takes the sweep-wide lease (TTL `lease_ttl_ms`, renewed between runs),
 /// sweeps, and releases. When another sweep holds the lease, returns at once saying so.
 /// Overlapping scheduled triggers, retries and a manual run never sweep the same runs at once.
+///
+/// # Example
+///
+/// One sweep over the in-memory store: a run detached an hour ago, past a 30-minute TTL and
+/// with no sandbox recorded, is expired.
+///
+/// ```
+/// use std::sync::Arc;
+/// use reaper_core::memory::MemoryStore;
+/// use reaper_core::reap::{sweep, ReapDeps, ReapOptions, ReapOutcome, SweepStatus};
+/// use reaper_core::time::ManualClock;
+/// use reaper_core::{NewRun, Patch, RunPatch, RunStore};
+/// use reaper_testkit::fakes::{FakeProvider, TokioSleeper};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let now = 1_700_000_000_000;
+/// let store = Arc::new(MemoryStore::new());
+/// let hour_ago = now - 3_600_000;
+/// store
+///     .create_or_resume(NewRun {
+///         run_id: "run-1".into(),
+///         thread_id: "thread-1".into(),
+///         started_at: hour_ago,
+///         status: None,
+///     })
+///     .await
+///     .unwrap();
+/// let detach = RunPatch {
+///     detached_since: Patch::Set(hour_ago),
+///     ..Default::default()
+/// };
+/// store.update("run-1", detach).await.unwrap();
+///
+/// let deps = ReapDeps::journaled(
+///     store.clone(),
+///     Arc::new(FakeProvider::new("local")),
+///     Arc::new(ManualClock::new(now)),
+///     Arc::new(TokioSleeper),
+///     None,
+/// );
+/// let options = ReapOptions::new(30 * 60 * 1000, "example-sweeper");
+/// let report = sweep(&deps, &options, 60_000).await;
+///
+/// assert_eq!(report.sweep, SweepStatus::Swept);
+/// assert_eq!(report.report.runs[0].outcome, ReapOutcome::Expired);
+/// let run = store.get("run-1").await.unwrap().unwrap();
+/// assert!(run.status.is_terminal(), "expired: {:?}", run.status);
+/// # }
+/// ```
 pub async fn sweep(deps: &ReapDeps, options: &ReapOptions, lease_ttl_ms: u64) -> SweepReport {
     sweep_until(deps, options, lease_ttl_ms, None).await
 }

@@ -202,6 +202,31 @@ impl LocalSandboxProvider {
     }
 
     /// Creates a fresh sandbox with a generated id.
+    ///
+    /// # Example
+    ///
+    /// A sandbox is a directory under the root; commands run in it through the same `exec` the
+    /// reaper's probe uses, and `destroy` removes it and kills what runs in it:
+    ///
+    /// ```
+    /// use reaper_core::{ExecOptions, SandboxHandle, SandboxProvider};
+    /// use reaper_local::{CreateOptions, LocalSandboxProvider};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let root = tempfile::tempdir().unwrap();
+    /// let provider = LocalSandboxProvider::with_root(root.path());
+    /// let sandbox = provider.create(CreateOptions::default()).await.unwrap();
+    /// let out = sandbox
+    ///     .exec("echo hello", ExecOptions::default())
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!((out.exit_code, out.stdout.as_str()), (0, "hello\n"));
+    ///
+    /// provider.destroy(sandbox.id()).await.unwrap();
+    /// assert!(provider.resume(sandbox.id()).await.unwrap().is_none());
+    /// # }
+    /// ```
     pub async fn create(&self, options: CreateOptions) -> Result<LocalSandbox, SandboxError> {
         let root = std::path::absolute(&self.shared.options.root).map_err(|e| {
             SandboxError::Other(format!(

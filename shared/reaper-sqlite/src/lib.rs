@@ -75,6 +75,33 @@ impl SqliteStore {
     /// Opens (creating it if missing) the reaper database at `path` and applies any pending
     /// migration. A file that is not SQLite, a SQLite database of another application, or one
     /// whose schema is newer than [`SCHEMA_VERSION`] is refused before anything is written to it.
+    ///
+    /// # Example
+    ///
+    /// A run written as an application's chat route writes it, read back through the port
+    /// the sweep uses:
+    ///
+    /// ```
+    /// use reaper_core::{NewRun, RunStatus, RunStore};
+    /// use reaper_sqlite::SqliteStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = SqliteStore::open(dir.path().join("reaper.db")).unwrap();
+    /// store
+    ///     .create_or_resume(NewRun {
+    ///         run_id: "run-1".into(),
+    ///         thread_id: "thread-1".into(),
+    ///         started_at: 1_700_000_000_000,
+    ///         status: None,
+    ///     })
+    ///     .await
+    ///     .unwrap();
+    /// let run = store.get("run-1").await.unwrap().unwrap();
+    /// assert_eq!(run.status, RunStatus::Running);
+    /// # }
+    /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, OpenError> {
         let path = path.as_ref();
         check_header(path, true)?;
