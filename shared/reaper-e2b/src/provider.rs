@@ -232,10 +232,10 @@ impl SandboxHandle for E2bSandbox {
         &self.id
     }
 
-    /// One `process.Process/Start` stream: `sh -c command` under [`script::WRAPPER`], no stdin,
-    /// envd's deadline at `timeout_ms`. A timeout or an output past the bound costs a second
-    /// Start (the kill); a transport failure that may mean the sandbox is gone costs a control
-    /// plane read to tell "gone" from "unreachable".
+    /// One `process.Process/Start` stream: `sh -c command` under the wrapper script
+    /// (`script::WRAPPER`), no stdin, envd's deadline at `timeout_ms`. A timeout or an output
+    /// past the bound costs a second Start (the kill); a transport failure that may mean the
+    /// sandbox is gone costs a control plane read to tell "gone" from "unreachable".
     async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError> {
         if command.len() > MAX_COMMAND_BYTES {
             return Err(SandboxError::Refused(format!(

@@ -8,7 +8,7 @@
 //! - [`build_deps`]: the DynamoDB store (every store port on one table), the sandboxd HTTP
 //!   provider, the journal exit probe, the journal replay drive, the sandbox reclaimer and system
 //!   time, composed into the core's [`ReapDeps`](reaper_core::reap::ReapDeps);
-//! - [`plan`]: deadline-aware batch sizing from the invocation's start and deadline;
+//! - [`plan`](mod@plan): deadline-aware batch sizing from the invocation's start and deadline;
 //! - [`run_sweep`] and [`ServerlessReport`]: the single-flight sweep and what a handler returns
 //!   (the sweep report, the plan, the DynamoDB requests of the sweep);
 //! - [`status`]: the last sweep's mark in the table, and a read-only health verdict over it, the
