@@ -21,7 +21,16 @@ use reaper_sandboxd::{router, AppState, Backend, DockerBackend, Limits, Token, T
 /// --root, or containers on the host's Docker daemon with --backend docker. The token comes
 /// from REAPER_SANDBOXD_TOKEN or --token-file; the daemon does not start without one.
 #[derive(Debug, Parser)]
-#[command(name = "reaper-sandboxd", version)]
+#[command(
+    name = "reaper-sandboxd",
+    version,
+    after_help = "Durations are written 250ms, 30s, 5m, 2h (the reaper's one scheme); the old \
+                  --max-exec-timeout-ms, --header-read-timeout-ms and --shutdown-grace-ms \
+                  integers are still read, with a warning.\n\n\
+                  Exit codes: 0 stopped cleanly after SIGTERM or Ctrl-C; 1 the async runtime \
+                  could not start; 2 bad usage (an unknown flag or a bad value) or the daemon \
+                  could not start or serve (no token, an unusable backend, the address in use)."
+)]
 struct Cli {
     /// Where sandboxes live: `local` (a directory and processes per sandbox under --root) or
     /// `docker` (a container per sandbox on the Docker daemon at --docker-host).
@@ -63,9 +72,12 @@ struct Cli {
     /// Most stdout (and, separately, stderr) one exec may return; more is a 422 error.
     #[arg(long, default_value_t = DEFAULT_MAX_OUTPUT_BYTES, value_parser = at_least_one)]
     max_output_bytes: usize,
-    /// Longest exec timeout a request may ask for.
-    #[arg(long, default_value_t = DEFAULT_MAX_EXEC_TIMEOUT_MS, value_parser = at_least_one_ms)]
-    max_exec_timeout_ms: u64,
+    /// Longest exec timeout a request may ask for: a duration, 1ms..24d (e.g. 10m).
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = duration(1, MAX_MS))]
+    max_exec_timeout: Duration,
+    /// Deprecated: --max-exec-timeout in whole milliseconds.
+    #[arg(long, hide = true, value_parser = at_least_one_ms, conflicts_with = "max_exec_timeout")]
+    max_exec_timeout_ms: Option<u64>,
     /// Execs running at once; one more is answered 503 (too-many-execs) with Retry-After.
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_EXECS, value_parser = at_least_one)]
     max_concurrent_execs: usize,
@@ -75,14 +87,22 @@ struct Cli {
     max_connections: usize,
     /// A connection that has not sent a complete request head this long after it opened (or
     /// after its previous answer) is closed: slow and silent clients cannot hold connections.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
-    header_read_timeout_ms: u64,
+    /// A duration, 1ms..1h.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = duration(1, 3_600_000))]
+    header_read_timeout: Duration,
+    /// Deprecated: --header-read-timeout in whole milliseconds.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..=3_600_000), conflicts_with = "header_read_timeout")]
+    header_read_timeout_ms: Option<u64>,
     /// Local backend: PATH inside the sandboxes (default /usr/local/bin:/usr/bin:/bin).
     #[arg(long)]
     sandbox_path: Option<String>,
-    /// After SIGTERM or Ctrl-C, how long in-flight requests may take before the daemon exits.
-    #[arg(long, default_value_t = 10_000)]
-    shutdown_grace_ms: u64,
+    /// After SIGTERM or Ctrl-C, how long in-flight requests may take before the daemon exits:
+    /// a duration, 0ms..24d.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = duration(0, MAX_MS))]
+    shutdown_grace: Duration,
+    /// Deprecated: --shutdown-grace in whole milliseconds.
+    #[arg(long, hide = true, conflicts_with = "shutdown_grace")]
+    shutdown_grace_ms: Option<u64>,
     /// Log JSON lines instead of text (stderr either way; filter with RUST_LOG).
     #[arg(long)]
     log_json: bool,
@@ -91,6 +111,66 @@ struct Cli {
     /// sandbox indestructible.
     #[arg(long)]
     honor_destroy_fails_flag: bool,
+}
+
+// The --max-exec-timeout default above, written as a duration.
+const _: () = assert!(DEFAULT_MAX_EXEC_TIMEOUT_MS == 10 * 60 * 1000);
+
+/// The longest duration a flag takes, as the reaper CLI's timers: 24 days.
+const MAX_MS: u64 = 24 * 24 * 60 * 60 * 1000;
+
+/// A duration flag in the reaper's one unit scheme (`250ms`, `30s`, `5m`, `2h`), within
+/// `min_ms..=max_ms`; the `*-ms` integers these flags replace are still read, with a warning.
+fn duration(min_ms: u64, max_ms: u64) -> impl Fn(&str) -> Result<Duration, String> + Clone {
+    move |value| {
+        let d = humantime::parse_duration(value.trim())
+            .map_err(|_| format!("{value:?} is not a duration like 250ms, 30s or 5m"))?;
+        let (min, max) = (Duration::from_millis(min_ms), Duration::from_millis(max_ms));
+        if d < min || d > max {
+            return Err(format!(
+                "{value:?} is out of range: {}..{}",
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ));
+        }
+        Ok(d)
+    }
+}
+
+impl Cli {
+    /// Applies the deprecated `*-ms` flags (each conflicts with its replacement, so at most one
+    /// of the two was given) and returns one warning per deprecated flag used.
+    fn resolve_deprecated(&mut self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let mut take = |old: Option<u64>, new: &mut Duration, old_flag: &str, new_flag: &str| {
+            if let Some(ms) = old {
+                *new = Duration::from_millis(ms);
+                warnings.push(format!(
+                    "{old_flag} is deprecated: use {new_flag} {} (durations like 250ms, 30s, 5m)",
+                    humantime::format_duration(*new)
+                ));
+            }
+        };
+        take(
+            self.max_exec_timeout_ms,
+            &mut self.max_exec_timeout,
+            "--max-exec-timeout-ms",
+            "--max-exec-timeout",
+        );
+        take(
+            self.header_read_timeout_ms,
+            &mut self.header_read_timeout,
+            "--header-read-timeout-ms",
+            "--header-read-timeout",
+        );
+        take(
+            self.shutdown_grace_ms,
+            &mut self.shutdown_grace,
+            "--shutdown-grace-ms",
+            "--shutdown-grace",
+        );
+        warnings
+    }
 }
 
 /// A count or size of at least one: zero would fail every request that needs it, so it is
@@ -117,8 +197,12 @@ fn at_least_one_ms(value: &str) -> Result<u64, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    let deprecated = cli.resolve_deprecated();
     init_tracing(cli.log_json);
+    for warning in deprecated {
+        eprintln!("reaper-sandboxd: warning: {warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -166,13 +250,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Limits {
             max_body_bytes: cli.max_body_bytes,
             max_output_bytes: cli.max_output_bytes,
-            max_exec_timeout_ms: cli.max_exec_timeout_ms,
+            max_exec_timeout_ms: cli.max_exec_timeout.as_millis() as u64,
             max_concurrent_execs: cli.max_concurrent_execs,
         },
     ));
     let connection_limits = ConnectionLimits {
         max_connections: cli.max_connections,
-        header_read_timeout: Duration::from_millis(cli.header_read_timeout_ms),
+        header_read_timeout: cli.header_read_timeout,
     };
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
@@ -190,7 +274,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let server = serve(listener, router(state), connection_limits, async move {
         let _ = stopped.wait_for(|s| *s).await;
     });
-    let grace = Duration::from_millis(cli.shutdown_grace_ms);
+    let grace = cli.shutdown_grace;
     tokio::select! {
         () = server => {},
         () = async {
@@ -198,7 +282,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("shutting down: no new connections, waiting for requests in flight");
             let _ = stop_tx.send(true);
             tokio::time::sleep(grace).await;
-        } => tracing::warn!(grace_ms = cli.shutdown_grace_ms, "requests still in flight after the grace period; exiting anyway"),
+        } => tracing::warn!(grace_ms = grace.as_millis() as u64, "requests still in flight after the grace period; exiting anyway"),
     }
     tracing::info!("reaper-sandboxd stopped; agents keep running in their sandboxes");
     Ok(())
@@ -272,5 +356,77 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         () = terminate => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("reaper-sandboxd").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn timeouts_are_durations_like_the_reapers_other_settings() {
+        let mut cli = parse(&[
+            "--max-exec-timeout",
+            "90s",
+            "--header-read-timeout",
+            "250ms",
+            "--shutdown-grace",
+            "1m",
+        ])
+        .unwrap();
+        assert!(cli.resolve_deprecated().is_empty());
+        assert_eq!(cli.max_exec_timeout, Duration::from_secs(90));
+        assert_eq!(cli.header_read_timeout, Duration::from_millis(250));
+        assert_eq!(cli.shutdown_grace, Duration::from_secs(60));
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(
+            defaults.max_exec_timeout,
+            Duration::from_millis(DEFAULT_MAX_EXEC_TIMEOUT_MS)
+        );
+        assert_eq!(defaults.header_read_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_old_ms_flags_still_work_with_a_deprecation_warning_naming_the_new_flag() {
+        let mut cli = parse(&[
+            "--header-read-timeout-ms",
+            "300",
+            "--shutdown-grace-ms",
+            "0",
+        ])
+        .unwrap();
+        let warnings = cli.resolve_deprecated();
+        assert_eq!(cli.header_read_timeout, Duration::from_millis(300));
+        assert_eq!(cli.shutdown_grace, Duration::ZERO);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("--header-read-timeout-ms is deprecated")
+                && warnings[0].contains("--header-read-timeout 300ms"),
+            "{warnings:?}"
+        );
+        let both = parse(&["--shutdown-grace-ms", "5", "--shutdown-grace", "5s"]);
+        assert!(
+            both.is_err(),
+            "an old flag and its replacement together are refused"
+        );
+    }
+
+    #[test]
+    fn a_bad_duration_is_refused_naming_the_flag_and_the_range() {
+        let e = parse(&["--header-read-timeout", "2h"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--header-read-timeout") && e.contains("out of range"),
+            "{e}"
+        );
+        let e = parse(&["--max-exec-timeout", "5000"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a duration"), "{e}");
     }
 }
