@@ -15,7 +15,10 @@ pub enum OpenError {
         "{path} is not a SQLite database; the reaper left it untouched: point it at a reaper \
          database file or at a path that does not exist yet"
     )]
-    NotSqlite { path: PathBuf },
+    NotSqlite {
+        /// The database file.
+        path: PathBuf,
+    },
 
     /// A SQLite database that belongs to something else (it has tables but no reaper schema).
     #[error(
@@ -23,7 +26,12 @@ pub enum OpenError {
          table; the reaper left it untouched: use a separate file for the reaper",
         tables.join(", ")
     )]
-    Foreign { path: PathBuf, tables: Vec<String> },
+    Foreign {
+        /// The database file.
+        path: PathBuf,
+        /// Its tables, none of them the reaper's.
+        tables: Vec<String>,
+    },
 
     /// Written by a newer reaper whose schema this build does not know.
     #[error(
@@ -31,8 +39,11 @@ pub enum OpenError {
          {supported}; the reaper left it untouched: upgrade the reaper to read it"
     )]
     TooNew {
+        /// The database file.
         path: PathBuf,
+        /// The version the file records.
         found: u32,
+        /// The newest version this build knows.
         supported: u32,
     },
 
@@ -43,29 +54,51 @@ pub enum OpenError {
          writes does)"
     )]
     NeedsMigration {
+        /// The database file.
         path: PathBuf,
+        /// The version the file records.
         found: u32,
+        /// The version this build would migrate it to.
         supported: u32,
     },
 
     /// The file is damaged: SQLite reports a malformed page, or the reaper's tables are not
     /// the shape its schema version gives them (a table or column missing, no version row).
     #[error("{}", reaper_sql::damaged(&path.display().to_string(), reason))]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What is damaged.
+        reason: String,
+    },
 
     /// Another process held the database locked past the busy timeout while it was being set up.
     #[error("{path} stayed locked by another process while opening it ({reason}); retry")]
-    Busy { path: PathBuf, reason: String },
+    Busy {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's message.
+        reason: String,
+    },
 
+    /// The file could not be read (permissions, a missing directory).
     #[error("could not read {path}: {source}")]
     Io {
+        /// The database file.
         path: PathBuf,
         #[source]
+        /// The system's error.
         source: std::io::Error,
     },
 
+    /// SQLite refused to open it for another reason.
     #[error("could not open {path} as a SQLite database: {reason}")]
-    Sqlite { path: PathBuf, reason: String },
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's message.
+        reason: String,
+    },
 }
 
 impl OpenError {

@@ -14,6 +14,7 @@
 //! running that wait inline would stall a runtime worker (all of them, on the CLI's
 //! current-thread runtime). Outside a tokio runtime the job runs inline. A job whose caller stops
 //! waiting still runs to the end, so a write is never left half applied.
+#![warn(missing_docs)]
 
 #[cfg(feature = "crash-points")]
 mod crash;
@@ -192,6 +193,7 @@ impl SqliteStore {
         self.inner.path.as_deref()
     }
 
+    /// Whether this store was opened read-only ([`SqliteStore::open_read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.inner.read_only
     }

@@ -257,14 +257,20 @@ fn assignments(patch: &RunPatch) -> Result<Vec<(&'static str, Value)>, StoreErro
 /// Counts of runs by status, for `reaper status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StatusCounts {
+    /// Runs `running` (detached or not).
     pub running: u64,
+    /// Runs paused for a human (`interrupted`).
     pub interrupted: u64,
+    /// Runs `completed`.
     pub completed: u64,
+    /// Runs `failed`.
     pub failed: u64,
+    /// Runs `aborted`.
     pub aborted: u64,
 }
 
 impl StatusCounts {
+    /// The count for `status`.
     pub fn get(&self, status: RunStatus) -> u64 {
         match status {
             RunStatus::Running => self.running,
@@ -285,6 +291,7 @@ impl StatusCounts {
         }
     }
 
+    /// Every run, whatever its status.
     pub fn total(&self) -> u64 {
         RunStatus::ALL.iter().map(|s| self.get(*s)).sum()
     }
@@ -294,7 +301,9 @@ impl StatusCounts {
 /// read (the same rule as the sweep's `corrupt`).
 #[derive(Debug, Default)]
 pub struct DetachedListing {
+    /// The detached runs, longest detached first.
     pub runs: Vec<DetachedRun>,
+    /// One error per row that looks detached but does not read.
     pub corrupt: Vec<StoreError>,
 }
 
@@ -311,6 +320,7 @@ fn listing_has(corrupt: &[StoreError], e: &StoreError) -> bool {
 pub struct DetachedRun {
     /// `now - detached_since`: how long it has been detached (negative if stamped in the future).
     pub detached_for_ms: i64,
+    /// The run as stored.
     pub record: RunRecord,
 }
 
