@@ -47,4 +47,5 @@ fi
 
 stage "node --test"
 node --disable-warning=ExperimentalWarning --test --test-concurrency=1 "dist-test/test/*.test.js"
+"$here/test-platforms.sh"
 stage "done"
