@@ -3,10 +3,10 @@
 # handlers themselves, not by the CLI or the core. Called by test.sh once its own tests passed
 # (Node 22 first on PATH, dist-test compiled, DynamoDB Local up); runs alone given the same:
 #   PATH=node_modules/.bin:$PATH REAPER_DYNAMODB_ENDPOINT=http://127.0.0.1:PORT ./test-platforms.sh
-# Builds `reaper-lambda` and `reaper-sandboxd` (debug; already built when the workspace's tests
-# were) and takes cargo-lambda 1.9.2 (the Lambda runtime emulator) from the virtualenv the
-# Lambda handler's own tests fill (`target/venv-lambda`, REAPER_LAMBDA_VENV), installing it from
-# PyPI there when missing. Needs: cargo, python3.
+# Uses REAPER_LAMBDA_BIN and REAPER_SANDBOXD_BIN when both are set (CI passes the ones its
+# workspace test build made), else builds them (debug). Takes cargo-lambda 1.9.2 (the Lambda
+# runtime emulator) from the virtualenv the Lambda handler's own tests fill (`target/venv-lambda`,
+# REAPER_LAMBDA_VENV), installing it from PyPI there when missing. Needs: cargo, python3.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -22,11 +22,20 @@ if [ ! -d dist-test/test/platforms ]; then
   exit 2
 fi
 
-stage "cargo build (reaper-lambda, reaper-sandboxd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-(cd "$repo" && cargo build --quiet --locked -p reaper-lambda -p reaper-sandboxd)
-export REAPER_LAMBDA_BIN="$CARGO_TARGET_DIR/debug/reaper-lambda"
-export REAPER_SANDBOXD_BIN="$CARGO_TARGET_DIR/debug/reaper-sandboxd"
+if [ -n "${REAPER_LAMBDA_BIN:-}" ] && [ -n "${REAPER_SANDBOXD_BIN:-}" ]; then
+  # The caller built them (CI: the workspace's test build did); a `cargo build -p` here would
+  # resolve features differently and rebuild shared crates for nothing.
+  stage "binaries given: $REAPER_LAMBDA_BIN, $REAPER_SANDBOXD_BIN"
+  for bin in "$REAPER_LAMBDA_BIN" "$REAPER_SANDBOXD_BIN"; do
+    [ -x "$bin" ] || { echo "test-platforms.sh: $bin is not an executable; build it or unset the variable" >&2; exit 2; }
+  done
+else
+  stage "cargo build (reaper-lambda, reaper-sandboxd)"
+  (cd "$repo" && cargo build --quiet --locked -p reaper-lambda -p reaper-sandboxd)
+  export REAPER_LAMBDA_BIN="$CARGO_TARGET_DIR/debug/reaper-lambda"
+  export REAPER_SANDBOXD_BIN="$CARGO_TARGET_DIR/debug/reaper-sandboxd"
+fi
 
 stage "cargo-lambda $cargo_lambda_version"
 venv="${REAPER_LAMBDA_VENV:-$repo/target/venv-lambda}"
