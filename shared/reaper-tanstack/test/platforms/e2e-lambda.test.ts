@@ -10,6 +10,7 @@ import { readFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { wasCancelRequested } from '@tanstack/ai'
 import { openBackend, scratch, type Backend } from '../backends.js'
+import type { ReaperDynamo } from '../../src/dynamodb.js'
 import { reattach } from '../../src/middleware.js'
 import { AGENT, FULL_OUTPUT, LIVE_OUTPUT, MINUTE, replay, stageDetachedRun, tail, type Staged } from './chat-route.js'
 import { LambdaEmulator, Sandboxd } from './services.js'
@@ -39,6 +40,7 @@ async function exited(journal: string): Promise<void> {
 
 describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambda runtime emulator', () => {
   let b: Backend
+  let store: ReaperDynamo
   let sandboxd: Sandboxd
   let lambda: LambdaEmulator
   const staged: Record<'finished' | 'expired' | 'returned', Staged> = {} as never
@@ -46,6 +48,7 @@ describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambd
 
   before(async () => {
     b = await openBackend('dynamodb')
+    store = b.store as ReaperDynamo
     const tmp = scratch('lambda')
     const journals = join(tmp, 'journals')
     sandboxd = await Sandboxd.start(tmp)
@@ -56,7 +59,7 @@ describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambd
       const sbx = await sandboxd.create(journals)
       await sandboxd.startAgent(sbx.id, runId, AGENT)
       const agent = { provider: 'sandboxd', sandboxId: sbx.id, journal: join(sbx.journalDir, `${runId}.ndjson`) }
-      return stageDetachedRun(b.store, runId, agent, detachAt)
+      return stageDetachedRun(store, runId, agent, detachAt)
     }
     staged.finished = await run('finished', now - 2 * MINUTE)
     staged.expired = await run('expired', now - 2 * 60 * MINUTE)
@@ -65,7 +68,7 @@ describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambd
     await sandboxd.exec(staged.finished.agent.sandboxId, 'touch go')
     await exited(staged.finished.agent.journal)
     // The third viewer comes back before the sweep.
-    await reattach(b.store.runs, staged.returned.runId)
+    await reattach(store.runs, staged.returned.runId)
 
     // The function as infra/aws/template.yaml configures it, with the emulator's endpoint.
     lambda.startFunction({
@@ -93,12 +96,12 @@ describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambd
     if (staged.returned) await sandboxd.destroy(staged.returned.agent.sandboxId)
     await lambda?.stop()
     await sandboxd?.stop()
-    b?.close()
+    await b?.close()
   })
 
   it('the viewer saw the first three deltas live, and the detach stamped detachedSince and sandboxKey', async () => {
     for (const s of Object.values(staged)) assert.equal(s.seen, LIVE_OUTPUT)
-    const r = (await b.store.runs.get(staged.expired.runId))!
+    const r = (await store.runs.get(staged.expired.runId))!
     assert.equal(r.sandboxKey, `sandboxd:${staged.expired.threadId}`)
     assert.ok(r.detachedSince !== undefined)
   })
@@ -117,43 +120,43 @@ describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambd
 
   it('a run whose agent finished while detached is finalized: the app re-reads exactly its output and transcript', async () => {
     const s = staged.finished
-    const run = (await b.store.runs.get(s.runId))!
+    const run = (await store.runs.get(s.runId))!
     assert.equal(run.status, 'completed', JSON.stringify(report))
-    const { text, chunks } = await replay(b.store, s.runId)
+    const { text, chunks } = await replay(store, s.runId)
     assert.equal(text, FULL_OUTPUT, 'every delta exactly once, live part and replayed part')
     assert.ok(chunks.every((c) => c.type !== 'RUN_ERROR'))
-    assert.deepEqual(await b.store.messages(() => s.runId).loadThread(s.threadId), [
+    assert.deepEqual(await store.messages(() => s.runId).loadThread(s.threadId), [
       { role: 'user', content: `Say hello (${s.runId})` },
       { role: 'assistant', content: FULL_OUTPUT },
     ])
     // A returning viewer's tail ends: the log is closed.
-    assert.equal(await tail(b.store, s.runId), FULL_OUTPUT)
-    assert.equal(await b.store.sandboxInstances.get(s.sandboxKey), null, 'its instance record was removed')
+    assert.equal(await tail(store, s.runId), FULL_OUTPUT)
+    assert.equal(await store.sandboxInstances.get(s.sandboxKey), null, 'its instance record was removed')
     assert.equal(await sandboxd.status(s.agent.sandboxId), null, 'its sandbox was destroyed through sandboxd')
   })
 
   it('a run past its TTL is expired and the viewer sees why', async () => {
     const s = staged.expired
-    const run = (await b.store.runs.get(s.runId))!
+    const run = (await store.runs.get(s.runId))!
     // Why, in the framework's own words: an out-of-band cancel ended it (`wasCancelRequested`),
     // after it stayed detached past the TTL; the log is closed, so a tail ends.
     assert.equal(run.status, 'aborted', JSON.stringify(report))
-    assert.equal(await wasCancelRequested(b.store.runs, s.runId), true)
+    assert.equal(await wasCancelRequested(store.runs, s.runId), true)
     assert.ok(run.detachedSince! <= Date.now() - 30 * MINUTE)
     assert.ok(run.finishedAt !== undefined)
-    assert.equal(await tail(b.store, s.runId), LIVE_OUTPUT, 'what was delivered stays; nothing is invented')
-    assert.equal(await b.store.sandboxInstances.get(s.sandboxKey), null)
+    assert.equal(await tail(store, s.runId), LIVE_OUTPUT, 'what was delivered stays; nothing is invented')
+    assert.equal(await store.sandboxInstances.get(s.sandboxKey), null)
     assert.equal(await sandboxd.status(s.agent.sandboxId), null, 'its sandbox (and the waiting agent) was destroyed')
   })
 
   it('a viewer who returned before the sweep is left alone', async () => {
     const s = staged.returned
-    const run = (await b.store.runs.get(s.runId))!
+    const run = (await store.runs.get(s.runId))!
     assert.equal(run.status, 'running')
     assert.equal(run.detachedSince, undefined)
     assert.equal(run.driverEpoch, undefined, 'never claimed')
-    assert.equal((await replay(b.store, s.runId)).text, LIVE_OUTPUT)
-    assert.ok(await b.store.sandboxInstances.get(s.sandboxKey))
+    assert.equal((await replay(store, s.runId)).text, LIVE_OUTPUT)
+    assert.ok(await store.sandboxInstances.get(s.sandboxKey))
     assert.deepEqual((await sandboxd.status(s.agent.sandboxId))?.agents.map((a) => a.runId), [s.runId])
   })
 })
