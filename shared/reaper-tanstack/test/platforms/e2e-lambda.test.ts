@@ -6,14 +6,13 @@
 // invoked once as EventBridge would; the app re-opens the threads.
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { readFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { wasCancelRequested } from '@tanstack/ai'
 import { openBackend, scratch, type Backend } from '../backends.js'
 import type { ReaperDynamo } from '../../src/dynamodb.js'
 import { reattach } from '../../src/middleware.js'
 import { AGENT, FULL_OUTPUT, LIVE_OUTPUT, MINUTE, replay, stageDetachedRun, tail, type Staged } from './chat-route.js'
-import { LambdaEmulator, Sandboxd } from './services.js'
+import { LambdaEmulator, Sandboxd, agentExited } from './services.js'
 
 /** An EventBridge rule's "Scheduled Event" envelope, the shape AWS documents. */
 const SCHEDULED_EVENT = {
@@ -26,16 +25,6 @@ const SCHEDULED_EVENT = {
   region: 'us-east-1',
   resources: ['arn:aws:events:us-east-1:123456789012:rule/reaper-sweep'],
   detail: {},
-}
-
-/** Resolves once the agent's journal holds its exit sentinel (the wrapper writes it last). */
-async function exited(journal: string): Promise<void> {
-  // A hang guard only: the agent has nothing left to do but print three lines and exit.
-  const deadline = Date.now() + 120_000
-  while (!(existsSync(journal) && readFileSync(journal, 'utf8').includes('"__exit":0'))) {
-    if (Date.now() > deadline) throw new Error(`the agent never wrote its exit sentinel: ${existsSync(journal) ? readFileSync(journal, 'utf8') : '(no journal)'}`)
-    await new Promise((r) => setTimeout(r, 20))
-  }
 }
 
 describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambda runtime emulator', () => {
@@ -66,7 +55,7 @@ describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambd
     staged.returned = await run('returned', now - 2 * MINUTE)
     // The agent of the first run finishes while nobody watches; the others keep waiting.
     await sandboxd.exec(staged.finished.agent.sandboxId, 'touch go')
-    await exited(staged.finished.agent.journal)
+    await agentExited(staged.finished.agent.journal)
     // The third viewer comes back before the sweep.
     await reattach(store.runs, staged.returned.runId)
 

@@ -4,7 +4,7 @@
 // (REAPER_SANDBOXD_BIN, REAPER_LAMBDA_BIN, REAPER_CARGO_LAMBDA); every child is stopped by `stop`.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { createWriteStream, readFileSync } from 'node:fs'
+import { createWriteStream, existsSync, readFileSync } from 'node:fs'
 import { createServer, connect } from 'node:net'
 import { dirname, join } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -50,6 +50,16 @@ async function listening(port: number, what: string, log: string): Promise<void>
     if (ok) return
     if (Date.now() > deadline) throw new Error(`${what} never listened on ${port}: ${readFileSync(log, 'utf8')}`)
     await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+/** Resolves once the agent's journal holds its exit sentinel (the wrapper writes it last). */
+export async function agentExited(journal: string): Promise<void> {
+  // A hang guard only: the agent has nothing left to do but print three lines and exit.
+  const deadline = Date.now() + 120_000
+  while (!(existsSync(journal) && readFileSync(journal, 'utf8').includes('"__exit":0'))) {
+    if (Date.now() > deadline) throw new Error(`the agent never wrote its exit sentinel: ${existsSync(journal) ? readFileSync(journal, 'utf8') : '(no journal)'}`)
+    await new Promise((r) => setTimeout(r, 20))
   }
 }
 
