@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The platform end-to-end tests (test/platforms/): the app's runs swept by the reaper's serverless
-# handlers themselves, not by the CLI or the core. Called by test.sh once its own tests passed
-# (Node 22 first on PATH, dist-test compiled, DynamoDB Local up); runs alone given the same:
+# handlers themselves (the Lambda handler on DynamoDB Local, the Worker in workerd on D1), not by
+# the CLI or the core. Called by test.sh once its own tests passed (Node 22 first on PATH,
+# dist-test compiled, DynamoDB Local up); runs alone given the same:
 #   PATH=node_modules/.bin:$PATH REAPER_DYNAMODB_ENDPOINT=http://127.0.0.1:PORT ./test-platforms.sh
 # Uses REAPER_LAMBDA_BIN and REAPER_SANDBOXD_BIN when both are set (CI passes the ones its
 # workspace test build made), else builds them (debug). Takes cargo-lambda 1.9.2 (the Lambda
@@ -44,6 +45,16 @@ if ! "$venv/bin/cargo-lambda" lambda --version 2>/dev/null | grep -qF "$cargo_la
   "$venv/bin/pip" install --quiet "cargo-lambda==$cargo_lambda_version"
 fi
 export REAPER_CARGO_LAMBDA="$venv/bin/cargo-lambda"
+
+# The reaper Worker's build (index.js + its wasm) that workerd runs: handlers/reaper-cloudflare's
+# test.sh leaves it in build/ (CI's cloudflare stage runs before this); REAPER_WORKER_BUILD
+# overrides. Building it needs the wasm32 toolchain that script sets up, so it is not built here.
+export REAPER_WORKER_BUILD="${REAPER_WORKER_BUILD:-$repo/handlers/reaper-cloudflare/build}"
+if [ ! -f "$REAPER_WORKER_BUILD/index.js" ]; then
+  echo "test-platforms.sh: no Worker build in $REAPER_WORKER_BUILD: run handlers/reaper-cloudflare/test.sh" \
+    "(or its scripts/build.sh --test-hooks with REAPER_WASM_TOOLCHAIN=debian) first" >&2
+  exit 2
+fi
 
 stage "node --test (platforms)"
 node --disable-warning=ExperimentalWarning --test --test-concurrency=1 "dist-test/test/platforms/*.test.js"
