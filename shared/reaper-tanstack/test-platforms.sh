@@ -57,5 +57,5 @@ if [ ! -f "$REAPER_WORKER_BUILD/index.js" ]; then
 fi
 
 stage "node --test (platforms)"
-node --disable-warning=ExperimentalWarning --test --test-concurrency=1 "dist-test/test/platforms/*.test.js"
+node --disable-warning=ExperimentalWarning --test --test-concurrency=1 --test-timeout=600000 "dist-test/test/platforms/*.test.js"
 stage "done"

@@ -53,6 +53,10 @@ export function dynamoClient(): DynamoDBClient {
     endpoint,
     region: 'us-east-1',
     credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+    // A request that stalls (seen once under heavy load) times out and is retried, so a suite
+    // fails or passes instead of hanging the test command.
+    requestHandler: { requestTimeout: 30_000, connectionTimeout: 5_000 },
+    maxAttempts: 5,
   })
 }
 
