@@ -398,8 +398,9 @@ fn cloudflare_config(
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<reaper_http_sandbox::HttpProviderConfig, ProvidersError> {
     let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-    let url = get(CLOUDFLARE_BRIDGE_URL_VAR)
-        .ok_or_else(|| ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_URL_VAR} is not set")))?;
+    let url = get(CLOUDFLARE_BRIDGE_URL_VAR).ok_or_else(|| {
+        ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_URL_VAR} is not set"))
+    })?;
     let token = get(CLOUDFLARE_BRIDGE_TOKEN_VAR).ok_or_else(|| {
         ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_TOKEN_VAR} is not set"))
     })?;

@@ -74,7 +74,10 @@ impl BridgeFixture {
             .map_err(|e| e.to_string())?;
         match response.status {
             204 => Ok(()),
-            s => Err(format!("stand-in {what} {id}: {s} {}", String::from_utf8_lossy(&response.body))),
+            s => Err(format!(
+                "stand-in {what} {id}: {s} {}",
+                String::from_utf8_lossy(&response.body)
+            )),
         }
     }
 }

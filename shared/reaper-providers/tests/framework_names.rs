@@ -166,7 +166,11 @@ fn every_name_the_framework_records_is_a_provider_of_the_registry() {
         assert_eq!(ProviderKind::from_name(recorded), Some(kind), "{recorded}");
         assert!(kind.record_names().any(|n| n == recorded), "{recorded}");
     }
-    assert_eq!(ProviderKind::from_name("modal"), None, "not a provider here");
+    assert_eq!(
+        ProviderKind::from_name("modal"),
+        None,
+        "not a provider here"
+    );
 }
 
 #[test]
@@ -227,5 +231,9 @@ fn sprites_and_cloudflare_are_built_from_their_own_settings_with_clear_errors() 
     let cloudflare = build_hosted(ProviderKind::Cloudflare, settings, transport)
         .unwrap()
         .unwrap();
-    assert_eq!(cloudflare.name(), "cloudflare", "records say cloudflare, not sandboxd");
+    assert_eq!(
+        cloudflare.name(),
+        "cloudflare",
+        "records say cloudflare, not sandboxd"
+    );
 }

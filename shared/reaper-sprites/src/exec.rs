@@ -50,7 +50,11 @@ async fn exchange(sandbox: &SpritesSandbox, command: &str) -> Result<ExecOutput,
     let name = &sandbox.name;
     let mut request = exec_url(sandbox, command)
         .into_client_request()
-        .map_err(|e| SandboxError::Other(format!("cannot build the exec request for sprite {name}: {e}")))?;
+        .map_err(|e| {
+            SandboxError::Other(format!(
+                "cannot build the exec request for sprite {name}: {e}"
+            ))
+        })?;
     let auth = HeaderValue::from_str(&sandbox.inner.authorization())
         .map_err(|_| SandboxError::Refused("SPRITES_TOKEN is not a valid header value".into()))?;
     request.headers_mut().insert("authorization", auth);
@@ -62,7 +66,12 @@ async fn exchange(sandbox: &SpritesSandbox, command: &str) -> Result<ExecOutput,
             if status == 404 && body_says_not_found(&body) {
                 return Err(SandboxError::NotFound(name.clone()));
             }
-            return Err(status_error(status, &detail(&body), "run a command in", name));
+            return Err(status_error(
+                status,
+                &detail(&body),
+                "run a command in",
+                name,
+            ));
         }
         Err(e) => {
             return Err(SandboxError::Unreachable(format!(

@@ -182,7 +182,12 @@ fn rest(state: &State, req: FakeRequest) -> FakeResponse {
 
 /// Reads the request head without consuming it: a WebSocket upgrade is served here, anything
 /// else is passed through to the REST fake.
-async fn front(stream: TcpStream, backend: std::net::SocketAddr, state: Arc<State>, doc: Arc<OpenApi>) {
+async fn front(
+    stream: TcpStream,
+    backend: std::net::SocketAddr,
+    state: Arc<State>,
+    doc: Arc<OpenApi>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     let head = loop {
         let Ok(n) = stream.peek(&mut buf).await else {
@@ -224,14 +229,21 @@ async fn exec(stream: TcpStream, state: Arc<State>, doc: Arc<OpenApi>) {
                     return Err(refuse(400, json!({"error": "bad exec request"})));
                 }
             };
-            let name = op.path_params.iter().find(|(k, _)| k.as_str() == "name").map(|(_, v)| v.clone()).unwrap_or_default();
+            let name = op
+                .path_params
+                .iter()
+                .find(|(k, _)| k.as_str() == "name")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
             let Some(dir) = lock(&state.sprites).get(&name).cloned() else {
                 check(&doc, &op, 404, &state);
                 return Err(refuse(404, not_found()));
             };
             check(&doc, &op, 101, &state);
             let query = uri.split_once('?').map(|(_, q)| q).unwrap_or("");
-            let pairs = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+            let pairs = form_urlencoded::parse(query.as_bytes())
+                .into_owned()
+                .collect();
             *lock(&accepted) = Some((name, dir, pairs));
             Ok(response)
         }
@@ -242,7 +254,11 @@ async fn exec(stream: TcpStream, state: Arc<State>, doc: Arc<OpenApi>) {
     let Some((name, dir, pairs)) = lock(&accepted).take() else {
         return;
     };
-    let cmd: Vec<String> = pairs.iter().filter(|(k, _)| k == "cmd").map(|(_, v)| v.clone()).collect();
+    let cmd: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| k == "cmd")
+        .map(|(_, v)| v.clone())
+        .collect();
     let linger = pairs
         .iter()
         .find(|(k, _)| k == "max_run_after_disconnect")
@@ -253,7 +269,11 @@ async fn exec(stream: TcpStream, state: Arc<State>, doc: Arc<OpenApi>) {
     command
         .args(&cmd[1..])
         .current_dir(&dir)
-        .stdin(if stdin_on { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+        .stdin(if stdin_on {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0);
@@ -262,7 +282,10 @@ async fn exec(stream: TcpStream, state: Arc<State>, doc: Arc<OpenApi>) {
         return;
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    lock(&state.running).entry(name.clone()).or_default().insert(pgid);
+    lock(&state.running)
+        .entry(name.clone())
+        .or_default()
+        .insert(pgid);
     let info = json!({"type": "session_info", "session_id": pgid, "command": cmd[0], "created": 1764842400, "is_owner": true, "tty": false});
     let _ = socket.send(Message::Text(info.to_string().into())).await;
     let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
@@ -300,8 +323,12 @@ async fn exec(stream: TcpStream, state: Arc<State>, doc: Arc<OpenApi>) {
     }
     if connected {
         use std::os::unix::process::ExitStatusExt;
-        let code = status.map_or(255, |s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9)));
-        let _ = socket.send(Message::Binary(vec![3u8, (code & 0xff) as u8].into())).await;
+        let code = status.map_or(255, |s| {
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
+        });
+        let _ = socket
+            .send(Message::Binary(vec![3u8, (code & 0xff) as u8].into()))
+            .await;
         let _ = socket.close(None).await;
     }
     // Drain so the pipes' writer never blocks (nothing more is sent).
@@ -309,7 +336,11 @@ async fn exec(stream: TcpStream, state: Arc<State>, doc: Arc<OpenApi>) {
     let _ = err.read_to_end(&mut Vec::new()).await;
 }
 
-async fn send(socket: &mut tokio_tungstenite::WebSocketStream<TcpStream>, stream: u8, data: &[u8]) -> bool {
+async fn send(
+    socket: &mut tokio_tungstenite::WebSocketStream<TcpStream>,
+    stream: u8,
+    data: &[u8],
+) -> bool {
     let mut frame = Vec::with_capacity(data.len() + 1);
     frame.push(stream);
     frame.extend_from_slice(data);
@@ -317,8 +348,16 @@ async fn send(socket: &mut tokio_tungstenite::WebSocketStream<TcpStream>, stream
 }
 
 fn check(doc: &OpenApi, op: &reaper_fake_api::OperationRef, status: u16, state: &State) {
-    let headers = if status == 101 { vec![] } else { vec![("content-type".to_string(), "application/json".to_string())] };
-    let body = if status == 101 { Vec::new() } else { not_found().to_string().into_bytes() };
+    let headers = if status == 101 {
+        vec![]
+    } else {
+        vec![("content-type".to_string(), "application/json".to_string())]
+    };
+    let body = if status == 101 {
+        Vec::new()
+    } else {
+        not_found().to_string().into_bytes()
+    };
     if let Err(v) = doc.check_response(op, status, &headers, &body) {
         lock(&state.ws_violations).extend(v);
     }
@@ -326,8 +365,11 @@ fn check(doc: &OpenApi, op: &reaper_fake_api::OperationRef, status: u16, state: 
 
 fn refuse(status: u16, body: Value) -> ErrorResponse {
     let mut response = ErrorResponse::new(Some(body.to_string()));
-    *response.status_mut() = tokio_tungstenite::tungstenite::http::StatusCode::from_u16(status).unwrap();
-    response.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    *response.status_mut() =
+        tokio_tungstenite::tungstenite::http::StatusCode::from_u16(status).unwrap();
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
     response
 }
 
