@@ -142,7 +142,8 @@ test("bad ids, bodies and routes are refused with what to send", async () => {
 test("the provider conformance suite passes through the bridge (sandboxd's client as cloudflare)", { timeout: 600_000 }, async () => {
   const child = spawn(
     "cargo",
-    ["test", "--locked", "-p", "reaper-providers", "--test", "cloudflare_bridge", "--", "--test-threads=4"],
+    // --workspace: the features CI's test build already compiled, so nothing is rebuilt.
+    ["test", "--workspace", "--locked", "--test", "cloudflare_bridge", "--", "--test-threads=4"],
     {
       cwd: repo,
       env: { ...process.env, REAPER_CLOUDFLARE_BRIDGE_TEST_URL: String(url), REAPER_CLOUDFLARE_BRIDGE_TEST_TOKEN: secret },
