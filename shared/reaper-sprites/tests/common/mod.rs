@@ -210,9 +210,14 @@ async fn front(
     }
 }
 
+/// An accepted exec upgrade: the sprite's name, its directory, the query pairs.
+type Accepted = Option<(String, PathBuf, Vec<(String, String)>)>;
+
+// The handshake callback's signature (and its large error type) is tungstenite's.
+#[allow(clippy::result_large_err)]
 async fn exec(stream: TcpStream, state: Arc<State>, doc: Arc<OpenApi>) {
     state.execs.fetch_add(1, Ordering::Relaxed);
-    let accepted: Arc<Mutex<Option<(String, PathBuf, Vec<(String, String)>)>>> = Arc::default();
+    let accepted: Arc<Mutex<Accepted>> = Arc::default();
     let callback = {
         let (state, doc, accepted) = (state.clone(), doc.clone(), accepted.clone());
         move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
