@@ -296,9 +296,10 @@ pub struct Db {
 
 #[derive(Debug, Args)]
 pub struct Sandboxes {
-    /// The sandbox providers to serve: local, docker, sandboxd, daytona, e2b, vercel (repeat
-    /// the flag, or set REAPER_PROVIDERS=local,docker). The HTTP ones read the serverless
-    /// handlers' settings (REAPER_SANDBOXD_URL, DAYTONA_API_KEY, E2B_API_KEY, VERCEL_TOKEN, …).
+    /// The sandbox providers to serve: local, docker, sandboxd, daytona, e2b, vercel, sprites,
+    /// cloudflare (repeat the flag, or set REAPER_PROVIDERS=local,docker). The HTTP ones read the
+    /// serverless handlers' settings (REAPER_SANDBOXD_URL, DAYTONA_API_KEY, E2B_API_KEY,
+    /// VERCEL_TOKEN, SPRITES_TOKEN, CLOUDFLARE_SANDBOX_BRIDGE_URL, …).
     #[arg(
         long = "provider",
         env = "REAPER_PROVIDERS",
@@ -721,7 +722,8 @@ impl Settings<'_> {
     /// The providers to serve, in the order given, each once: any provider of the shared
     /// registry (`reaper_providers`), by its name or the name the framework records.
     pub fn providers(&self, values: &[String]) -> Result<Vec<ProviderKind>, ConfigError> {
-        const ACCEPTED: &str = "local, docker, sandboxd, daytona, e2b or vercel, one or more \
+        const ACCEPTED: &str = "local, docker, sandboxd, daytona, e2b, vercel, sprites or \
+                                cloudflare, one or more \
                                 (repeat --provider, or separate with commas in REAPER_PROVIDERS)";
         reaper_providers::parse_names(values.iter().map(String::as_str), Host::Native).map_err(
             |e| {

@@ -84,7 +84,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: PROVIDERS,
         default: "sandboxd",
-        accepted: "a comma-separated list of sandboxd, daytona, e2b, vercel: the \
+        accepted: "a comma-separated list of sandboxd, daytona, e2b, vercel, cloudflare: the \
                    providers one sweep serves (each hosted one reads its own settings, \
                    e.g. the DAYTONA_API_KEY secret)",
     },

@@ -12,6 +12,8 @@
 //! | `daytona` | | `reaper-daytona` | every handler |
 //! | `e2b` | | `reaper-e2b` | every handler |
 //! | `vercel` | `vercel-sandbox` | `reaper-vercel-sandbox` | every handler |
+//! | `sprites` | | `reaper-sprites` | the CLI, Lambda, Vercel (exec needs a WebSocket: not the Worker) |
+//! | `cloudflare` | | `reaper-http-sandbox` through the Sandbox bridge Worker | every handler |
 //!
 //! One sweep serves every provider listed: the core's [`reaper_core::ProviderSet`] routes each
 //! recorded sandbox to the provider its instance record names, and refuses a record naming a
@@ -34,6 +36,14 @@ pub const SANDBOXD_URL_VAR: &str = "REAPER_SANDBOXD_URL";
 /// The daemon's bearer token (a secret).
 pub const SANDBOXD_TOKEN_VAR: &str = "REAPER_SANDBOXD_TOKEN";
 
+/// The URL of the Cloudflare Sandbox bridge Worker (`handlers/reaper-cloudflare/sandbox-bridge`),
+/// which serves sandboxd's API in front of a `@cloudflare/sandbox` Durable Object binding.
+pub const CLOUDFLARE_BRIDGE_URL_VAR: &str = "CLOUDFLARE_SANDBOX_BRIDGE_URL";
+/// The bridge's bearer token (its `BRIDGE_TOKEN` secret).
+pub const CLOUDFLARE_BRIDGE_TOKEN_VAR: &str = "CLOUDFLARE_SANDBOX_BRIDGE_TOKEN";
+/// The name records of Cloudflare sandboxes carry (the app framework's Cloudflare provider).
+pub const CLOUDFLARE_PROVIDER_NAME: &str = "cloudflare";
+
 /// A sandbox provider some handler can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
@@ -50,6 +60,10 @@ pub enum ProviderKind {
     E2b,
     /// Vercel Sandbox over its HTTP API (`reaper-vercel-sandbox`).
     Vercel,
+    /// Sprites (sprites.dev): REST over the handler's transport, exec over a WebSocket.
+    Sprites,
+    /// Cloudflare Sandbox, reached through the bridge Worker with sandboxd's HTTP client.
+    Cloudflare,
 }
 
 /// Where a reaper runs, which decides the providers it can serve.
@@ -63,13 +77,15 @@ pub enum Host {
 
 impl ProviderKind {
     /// Every provider, in the order errors list them.
-    pub const ALL: [ProviderKind; 6] = [
+    pub const ALL: [ProviderKind; 8] = [
         ProviderKind::Local,
         ProviderKind::Docker,
         ProviderKind::Sandboxd,
         ProviderKind::Daytona,
         ProviderKind::E2b,
         ProviderKind::Vercel,
+        ProviderKind::Sprites,
+        ProviderKind::Cloudflare,
     ];
 
     /// The name in [`PROVIDERS_VAR`], and the name this reaper's own instance records carry.
@@ -81,6 +97,8 @@ impl ProviderKind {
             ProviderKind::Daytona => reaper_daytona::PROVIDER_NAME,
             ProviderKind::E2b => reaper_e2b::PROVIDER_NAME,
             ProviderKind::Vercel => reaper_vercel_sandbox::PROVIDER_NAME,
+            ProviderKind::Sprites => reaper_sprites::PROVIDER_NAME,
+            ProviderKind::Cloudflare => CLOUDFLARE_PROVIDER_NAME,
         }
     }
 
@@ -138,6 +156,12 @@ impl ProviderKind {
                 reaper_vercel_sandbox::vars::API_URL,
                 reaper_vercel_sandbox::vars::DESTROY,
             ],
+            ProviderKind::Sprites => &[
+                reaper_sprites::vars::TOKEN,
+                reaper_sprites::vars::TOKEN_ALT,
+                reaper_sprites::vars::API_URL,
+            ],
+            ProviderKind::Cloudflare => &[CLOUDFLARE_BRIDGE_URL_VAR, CLOUDFLARE_BRIDGE_TOKEN_VAR],
         }
     }
 
@@ -152,6 +176,10 @@ impl ProviderKind {
             ProviderKind::Vercel => {
                 "VERCEL_TOKEN or VERCEL_OIDC_TOKEN, VERCEL_PROJECT_ID, VERCEL_TEAM_ID, \
                  VERCEL_SANDBOX_API_URL, VERCEL_SANDBOX_DESTROY"
+            }
+            ProviderKind::Sprites => "SPRITES_TOKEN (or SPRITE_TOKEN), SPRITES_API_URL",
+            ProviderKind::Cloudflare => {
+                "CLOUDFLARE_SANDBOX_BRIDGE_URL, CLOUDFLARE_SANDBOX_BRIDGE_TOKEN"
             }
         }
     }
@@ -205,6 +233,16 @@ pub enum ProvidersError {
     /// Vercel Sandbox is listed, but its settings do not work.
     #[error("the vercel provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
     Vercel(reaper_vercel_sandbox::ConfigError),
+    /// Sprites is listed, but its settings do not work.
+    #[error("the sprites provider is listed in {PROVIDERS_VAR} but cannot be built: {0}")]
+    Sprites(reaper_sprites::ConfigError),
+    /// Cloudflare Sandbox is listed, but the bridge's settings are missing or do not work.
+    #[error(
+        "the cloudflare provider is listed in {PROVIDERS_VAR} but cannot be built: {0} (set \
+         {CLOUDFLARE_BRIDGE_URL_VAR} to the Sandbox bridge Worker's URL and \
+         {CLOUDFLARE_BRIDGE_TOKEN_VAR} to its BRIDGE_TOKEN)"
+    )]
+    Cloudflare(String),
 }
 
 /// The hosted providers' variables, read once at start-up (a handler validates its settings
@@ -319,6 +357,8 @@ pub fn check_hosted(
         ProviderKind::Vercel => reaper_vercel_sandbox::Config::from_lookup(lookup)
             .map(drop)
             .map_err(ProvidersError::Vercel),
+        ProviderKind::Sprites => sprites_config(lookup).map(drop),
+        ProviderKind::Cloudflare => cloudflare_config(lookup).map(drop),
     }
 }
 
@@ -355,7 +395,46 @@ pub fn build_hosted(
                     .map_err(ProvidersError::Vercel)?,
             )
         }
+        ProviderKind::Sprites => Arc::new(
+            reaper_sprites::SpritesProvider::with_transport(sprites_config(lookup)?, transport)
+                .map_err(ProvidersError::Sprites)?,
+        ),
+        ProviderKind::Cloudflare => Arc::new(
+            reaper_http_sandbox::HttpSandboxProvider::with_transport(
+                cloudflare_config(lookup)?,
+                transport,
+            )
+            .map_err(|e| ProvidersError::Cloudflare(e.to_string()))?,
+        ),
     }))
+}
+
+/// Sprites' settings; refused where this build cannot run a command in a sprite (the Worker
+/// has no WebSocket client here), since such a reaper could never read a journal.
+fn sprites_config(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<reaper_sprites::Config, ProvidersError> {
+    let config = reaper_sprites::Config::from_lookup(lookup).map_err(ProvidersError::Sprites)?;
+    if !reaper_sprites::EXEC_SUPPORTED {
+        return Err(ProvidersError::Sprites(reaper_sprites::ConfigError::NoExec));
+    }
+    Ok(config)
+}
+
+/// The bridge's settings: sandboxd's HTTP client recorded as `cloudflare`.
+fn cloudflare_config(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<reaper_http_sandbox::HttpProviderConfig, ProvidersError> {
+    let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    let url = get(CLOUDFLARE_BRIDGE_URL_VAR).ok_or_else(|| {
+        ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_URL_VAR} is not set"))
+    })?;
+    let token = get(CLOUDFLARE_BRIDGE_TOKEN_VAR).ok_or_else(|| {
+        ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_TOKEN_VAR} is not set"))
+    })?;
+    let mut config = reaper_http_sandbox::HttpProviderConfig::new(url.trim(), token.trim());
+    config.name = CLOUDFLARE_PROVIDER_NAME.into();
+    Ok(config)
 }
 
 /// `reaper-sandboxd`'s HTTP client from [`SANDBOXD_URL_VAR`] and [`SANDBOXD_TOKEN_VAR`] (read

@@ -62,7 +62,7 @@ pub const SETTINGS: &[Setting] = &[
         required: false,
         secret: false,
         default: reaper_providers::DEFAULT_PROVIDERS,
-        accepted: "the providers one sweep serves, comma-separated: sandboxd, daytona, e2b, vercel",
+        accepted: "the providers one sweep serves, comma-separated: sandboxd, daytona, e2b, vercel, sprites, cloudflare",
     },
     Setting {
         name: SANDBOXD_URL,
