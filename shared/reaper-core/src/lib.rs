@@ -17,6 +17,7 @@ pub mod probe;
 pub mod providers;
 pub mod prune;
 pub mod reap;
+pub mod reason;
 pub mod reclaim;
 pub mod replay;
 pub mod secret;
