@@ -292,6 +292,11 @@ pub struct WatchCmd {
         allow_hyphen_values = true
     )]
     pub prune_every: String,
+    /// Serve /healthz (the health verdict; 503 when unhealthy) and /metrics (Prometheus) on
+    /// HOST:PORT, read-only. With REAPER_STATUS_TOKEN set, both require
+    /// `Authorization: Bearer <token>`.
+    #[arg(long, env = "REAPER_LISTEN", value_name = "HOST:PORT")]
+    pub listen: Option<String>,
     #[command(flatten)]
     pub output: Output,
 }
@@ -320,6 +325,29 @@ pub struct StatusCmd {
         allow_hyphen_values = true
     )]
     pub detached_ttl: Option<String>,
+    /// Print only the health verdict (the same as Vercel's `?status` and `watch --listen`'s
+    /// /healthz): exit 0 when healthy, 2 when not (a leaked sandbox, an overdue detached run, a
+    /// stale or failed last sweep, a failed read). Needs --detached-ttl.
+    #[arg(long)]
+    pub check: bool,
+    /// With --check: the run budget the sweeps use.
+    #[arg(
+        long,
+        env = "REAPER_RUN_BUDGET",
+        default_value = "30s",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
+    pub run_budget: String,
+    /// With --check: how often sweeps run (the watch interval or the cron period).
+    #[arg(
+        long,
+        env = "REAPER_EVERY",
+        default_value = "60s",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
+    pub every: String,
     #[command(flatten)]
     pub output: Output,
 }

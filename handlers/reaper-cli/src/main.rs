@@ -4,6 +4,7 @@
 
 mod config;
 mod demo;
+mod health;
 mod prune;
 mod render;
 mod status;

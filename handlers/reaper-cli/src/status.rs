@@ -5,9 +5,9 @@ use reaper_core::{Clock, EpochMs, LedgerCounts, ReclaimIntent, ReclaimLedger, Ru
 use reaper_local::SystemClock;
 use serde_json::{json, Map, Value};
 
-use crate::config::{Settings, StatusCmd};
+use crate::config::{Settings, StatusCmd, EVERY, MAX_TIMER_MS, RUN_BUDGET};
 use crate::render::{human_ms, timestamp, Table};
-use crate::{wiring, Exit, Failure};
+use crate::{health, wiring, Exit, Failure};
 
 pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let ttl = match &a.detached_ttl {
@@ -17,6 +17,9 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let store = wiring::open_read_only(&a.db).await?;
     let ports = store.ports();
     let now = SystemClock.now_ms();
+    if a.check {
+        return check(a, s, ttl, &ports, now).await;
+    }
     let failed = |e: reaper_core::StoreError| {
         Failure::cannot_run(format!("cannot read {}: {e}", store.describe()))
     };
@@ -165,6 +168,35 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     }
     print!("\n{}", ledger.render(now));
     Ok(exit)
+}
+
+/// `status --check`: the shared health verdict; exit 0 healthy, 2 unhealthy.
+async fn check(
+    a: &StatusCmd,
+    s: Settings<'_>,
+    ttl: Option<u64>,
+    ports: &wiring::Ports,
+    now: EpochMs,
+) -> Result<Exit, Failure> {
+    let Some(ttl) = ttl else {
+        return Err(Failure::usage(
+            "status --check needs the detached-run TTL the sweeps use, to tell an overdue run: \
+             pass --detached-ttl 30m or set REAPER_DETACHED_TTL",
+        ));
+    };
+    let run_budget = s.duration_ms(RUN_BUDGET, &a.run_budget, 1, MAX_TIMER_MS)?;
+    let every = s.duration_ms(EVERY, &a.every, 10, MAX_TIMER_MS)?;
+    let status = health::verdict(ports, health::limits(ttl, run_budget, every), now).await;
+    if a.output.json {
+        println!("{}", serde_json::to_string(&status).unwrap_or_default());
+    } else {
+        print!("{}", health::render(&status));
+    }
+    Ok(if status.healthy {
+        Exit::Ok
+    } else {
+        Exit::Failures
+    })
 }
 
 /// A corrupt row as `status` shows it: the row (its run id, or rowid) and what is wrong.

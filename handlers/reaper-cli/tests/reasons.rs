@@ -39,7 +39,10 @@ async fn bare_detached_run(site: &Site, run_id: &str, key: Option<&str>) {
         .await
         .unwrap();
     site.store
-        .update(run_id, RunPatch::detach(now() - MINUTE, key.map(str::to_string)))
+        .update(
+            run_id,
+            RunPatch::detach(now() - MINUTE, key.map(str::to_string)),
+        )
         .await
         .unwrap();
 }
@@ -47,7 +50,8 @@ async fn bare_detached_run(site: &Site, run_id: &str, key: Option<&str>) {
 #[tokio::test]
 async fn a_real_sweep_explains_every_run_in_its_table_json_and_logs() {
     let site = Site::new();
-    site.detached_run("run-done", Some(HELLO), true, MINUTE).await;
+    site.detached_run("run-done", Some(HELLO), true, MINUTE)
+        .await;
     let gone = site.detached_run("run-gone", None, false, MINUTE).await;
     site.provider.destroy(gone.id()).await.unwrap();
     site.detached_run("run-overdue", None, false, 90 * MINUTE)
@@ -58,7 +62,14 @@ async fn a_real_sweep_explains_every_run_in_its_table_json_and_logs() {
     // Text first: it leaves everything but the two finished runs for the JSON sweep.
     let (code, stdout, stderr) = run(site
         .reaper("sweep")
-        .args(["--detached-ttl", "30m", "--quiet-window", "0ms", "--run-budget", "2s"])
+        .args([
+            "--detached-ttl",
+            "30m",
+            "--quiet-window",
+            "0ms",
+            "--run-budget",
+            "2s",
+        ])
         .args(["--log", "reaper=info", "--log-format", "json"]));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let line = |run: &str| {
@@ -72,7 +83,9 @@ async fn a_real_sweep_explains_every_run_in_its_table_json_and_logs() {
     assert!(line("run-overdue").contains("expired/ttl: detached for longer than the TTL"));
     assert!(line("run-gone").contains("unknown/sandbox-gone"));
     assert!(line("run-nokey").contains("unknown/no-sandbox-key"));
-    assert!(line("run-norecord").contains("unknown/no-instance-record: no sandbox instance record for key local:never-written"));
+    assert!(line("run-norecord").contains(
+        "unknown/no-instance-record: no sandbox instance record for key local:never-written"
+    ));
     // The logs carry the same code per run.
     let logged: Vec<Value> = stderr
         .lines()
@@ -84,12 +97,17 @@ async fn a_real_sweep_explains_every_run_in_its_table_json_and_logs() {
             .find(|v| v["fields"]["run_id"] == run && v["fields"]["reason"].is_string())
             .map(|v| v["fields"]["reason"].as_str().unwrap().to_string())
     };
-    assert_eq!(logged_reason("run-gone").as_deref(), Some("unknown/sandbox-gone"), "{stderr}");
+    assert_eq!(
+        logged_reason("run-gone").as_deref(),
+        Some("unknown/sandbox-gone"),
+        "{stderr}"
+    );
     assert_eq!(logged_reason("run-overdue").as_deref(), Some("expired/ttl"));
 
-    let (code, stdout, stderr) = run(site
-        .reaper("sweep")
-        .args(["--detached-ttl", "30m", "--json"]));
+    let (code, stdout, stderr) =
+        run(site
+            .reaper("sweep")
+            .args(["--detached-ttl", "30m", "--json"]));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_valid(&report);

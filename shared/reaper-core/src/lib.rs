@@ -9,6 +9,7 @@ pub mod claim;
 pub mod damage;
 pub mod domain;
 pub mod error;
+pub mod health;
 pub mod journal;
 pub mod memory;
 pub mod pipe;
