@@ -12,7 +12,7 @@ use reaper_core::{Clock, EpochMs};
 use reaper_serverless::status::{assess, read_last_sweep, read_status, record_last_sweep};
 use reaper_serverless::{
     build_deps, check_budget, plan, run_sweep, BudgetTooShort, ComposeError, ConfigError,
-    LastSweep, NoAwsCredentials, OidcTokens, ServerlessConfig, ServerlessDeps, ServerlessReport,
+    NoAwsCredentials, OidcTokens, ServerlessConfig, ServerlessDeps, ServerlessReport,
     ServiceStatus, StatusLimits,
 };
 
