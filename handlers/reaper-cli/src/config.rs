@@ -348,6 +348,20 @@ pub struct StatusCmd {
         allow_hyphen_values = true
     )]
     pub every: String,
+    /// The most detached runs listed (the summary line counts them all).
+    #[arg(
+        long,
+        default_value = "100",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub limit: String,
+    /// List only runs detached for at least this long (e.g. 30m).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub older_than: Option<String>,
+    /// List only runs whose sandbox is recorded under this provider (e.g. local, docker).
+    #[arg(long = "provider", value_name = "NAME")]
+    pub provider: Option<String>,
     #[command(flatten)]
     pub output: Output,
 }
@@ -455,6 +469,8 @@ pub const PROGRESS_AFTER: Key = Key::new(
     "REAPER_PROGRESS_AFTER",
 );
 pub const EVERY: Key = Key::new("every", "--every", "REAPER_EVERY");
+pub const LIMIT: Key = Key::new("limit", "--limit", "--limit");
+pub const OLDER_THAN: Key = Key::new("older_than", "--older-than", "--older-than");
 pub const PRUNE_EVERY: Key = Key::new("prune_every", "--prune-every", "REAPER_PRUNE_EVERY");
 pub const ORPHAN_TTL: Key = Key::new("orphan_ttl", "--orphan-ttl", "REAPER_ORPHAN_TTL");
 pub const MAX_DELETES: Key = Key::new("max_deletes", "--max-deletes", "REAPER_MAX_DELETES");
