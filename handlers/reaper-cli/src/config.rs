@@ -474,6 +474,11 @@ pub struct WatchCmd {
         allow_hyphen_values = true
     )]
     pub prune_every: String,
+    /// Serve /healthz (the health verdict; 503 when unhealthy) and /metrics (Prometheus) on
+    /// HOST:PORT, read-only. With REAPER_STATUS_TOKEN set, both require
+    /// `Authorization: Bearer <token>`.
+    #[arg(long, env = "REAPER_LISTEN", value_name = "HOST:PORT")]
+    pub listen: Option<String>,
     #[command(flatten)]
     pub output: Output,
 }
@@ -502,6 +507,43 @@ pub struct StatusCmd {
         allow_hyphen_values = true
     )]
     pub detached_ttl: Option<String>,
+    /// Print only the health verdict (the same as Vercel's `?status` and `watch --listen`'s
+    /// /healthz): exit 0 when healthy, 2 when not (a leaked sandbox, an overdue detached run, a
+    /// stale or failed last sweep, a failed read). Needs --detached-ttl.
+    #[arg(long)]
+    pub check: bool,
+    /// With --check: the run budget the sweeps use.
+    #[arg(
+        long,
+        env = "REAPER_RUN_BUDGET",
+        default_value = "30s",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
+    pub run_budget: String,
+    /// With --check: how often sweeps run (the watch interval or the cron period).
+    #[arg(
+        long,
+        env = "REAPER_EVERY",
+        default_value = "60s",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
+    pub every: String,
+    /// The most detached runs listed (the summary line counts them all).
+    #[arg(
+        long,
+        default_value = "100",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub limit: String,
+    /// List only runs detached for at least this long (e.g. 30m).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub older_than: Option<String>,
+    /// List only runs whose sandbox is recorded under this provider (e.g. local, docker).
+    #[arg(long = "provider", value_name = "NAME")]
+    pub provider: Option<String>,
     #[command(flatten)]
     pub output: Output,
 }
@@ -613,6 +655,8 @@ pub const PROGRESS_AFTER: Key = Key::new(
     "REAPER_PROGRESS_AFTER",
 );
 pub const EVERY: Key = Key::new("every", "--every", "REAPER_EVERY");
+pub const LIMIT: Key = Key::new("limit", "--limit", "--limit");
+pub const OLDER_THAN: Key = Key::new("older_than", "--older-than", "--older-than");
 pub const PRUNE_EVERY: Key = Key::new("prune_every", "--prune-every", "REAPER_PRUNE_EVERY");
 pub const ORPHAN_TTL: Key = Key::new("orphan_ttl", "--orphan-ttl", "REAPER_ORPHAN_TTL");
 pub const MAX_DELETES: Key = Key::new("max_deletes", "--max-deletes", "REAPER_MAX_DELETES");

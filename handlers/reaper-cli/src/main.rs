@@ -4,6 +4,7 @@
 
 mod config;
 mod demo;
+mod health;
 mod help;
 mod prune;
 mod render;

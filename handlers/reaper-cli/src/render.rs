@@ -95,24 +95,10 @@ pub fn outcome_totals(o: &OutcomeCounts) -> String {
     }
 }
 
-/// The note for one entry: why it ended as it did, when the outcome alone does not say.
+/// The note for one entry: its reason's code and sentence (why it ended as it did), the same
+/// pair the JSON report carries as `reason`.
 pub fn entry_note(e: &ReapRunEntry) -> String {
-    let mut notes = Vec::new();
-    match e.terminalized_anyway {
-        Some(true) => notes.push("the run budget ran out; terminalized anyway".to_string()),
-        Some(false) => notes.push(
-            "the run budget ran out; what landed stays and the next sweep resumes the replay"
-                .to_string(),
-        ),
-        None => {}
-    }
-    if let Some(why) = &e.kept_because {
-        notes.push(format!("sandbox kept: {why}"));
-    }
-    if let Some(err) = &e.error {
-        notes.push(err.to_string());
-    }
-    notes.join("; ")
+    e.reason.to_string()
 }
 
 /// One line saying whether and how the sweep ran.

@@ -5,9 +5,11 @@ use reaper_core::{Clock, EpochMs, LedgerCounts, ReclaimIntent, ReclaimLedger, Ru
 use reaper_local::SystemClock;
 use serde_json::{json, Map, Value};
 
-use crate::config::{Settings, StatusCmd};
+use crate::config::{
+    Settings, StatusCmd, EVERY, LIMIT, MAX_AGE_MS, MAX_TIMER_MS, OLDER_THAN, RUN_BUDGET,
+};
 use crate::render::{human_ms, timestamp, Table};
-use crate::{wiring, Exit, Failure};
+use crate::{health, wiring, Exit, Failure};
 
 pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let ttl = match &a.detached_ttl {
@@ -17,6 +19,9 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let store = wiring::open_read_only(&a.db).await?;
     let ports = store.ports();
     let now = SystemClock.now_ms();
+    if a.check {
+        return check(a, s, ttl, &ports, now).await;
+    }
     let failed = |e: reaper_core::StoreError| {
         Failure::cannot_run(format!("cannot read {}: {e}", store.describe()))
     };
@@ -43,8 +48,26 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         Exit::Failures
     };
 
+    let older_than = match &a.older_than {
+        Some(v) => Some(s.duration_ms(OLDER_THAN, v, 0, MAX_AGE_MS)? as i64),
+        None => None,
+    };
+    let limit = s.count(LIMIT, &a.limit, 1, 1_000_000)? as usize;
+    // The summary covers every detached run; the rows only the filtered, limited ones.
+    let total = detached.len();
+    let oldest_ms = detached.iter().map(|d| d.detached_for_ms).max();
+    let past_ttl_total = ttl.map(|t| {
+        detached
+            .iter()
+            .filter(|d| d.detached_for_ms >= t as i64)
+            .count()
+    });
+    let mut matched = 0usize;
     let mut rows = Vec::new();
     for d in &detached {
+        if older_than.is_some_and(|min| d.detached_for_ms < min) {
+            continue;
+        }
         let r = &d.record;
         let sandbox = match r.sandbox_key.as_deref() {
             Some(key) => ports
@@ -55,9 +78,35 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
                 .map(|i| (i.provider, i.provider_sandbox_id)),
             None => None,
         };
-        let past_ttl = ttl.map(|t| d.detached_for_ms >= t as i64);
-        rows.push((d, sandbox, past_ttl));
+        if let Some(want) = &a.provider {
+            if sandbox.as_ref().is_none_or(|(p, _)| p != want) {
+                continue;
+            }
+        }
+        matched += 1;
+        if rows.len() < limit {
+            let past_ttl = ttl.map(|t| d.detached_for_ms >= t as i64);
+            rows.push((d, sandbox, past_ttl));
+        }
     }
+    let summary = format!(
+        "{total} detached run{}{}{}; {} shown{}",
+        if total == 1 { "" } else { "s" },
+        oldest_ms
+            .map(|o| format!(", the oldest for {}", human_ms(o)))
+            .unwrap_or_default(),
+        past_ttl_total
+            .map(|n| format!(", {n} past the TTL"))
+            .unwrap_or_default(),
+        rows.len(),
+        if rows.len() < matched {
+            format!(" of {matched} matching (raise --limit to see more)")
+        } else if matched < total {
+            format!(" ({matched} match the filters)")
+        } else {
+            String::new()
+        }
+    );
 
     if a.output.json {
         let runs: Vec<Value> = rows
@@ -91,6 +140,13 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
             json!({
                 "now": now,
                 "detachedTtlMs": ttl,
+                "summary": {
+                    "detached": total,
+                    "matching": matched,
+                    "shown": rows.len(),
+                    "oldestDetachedForMs": oldest_ms,
+                    "pastTtl": past_ttl_total,
+                },
                 "detached": runs,
                 "corrupt": corrupt,
                 "runsByStatus": by_status,
@@ -100,15 +156,12 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         return Ok(exit);
     }
 
-    if rows.is_empty() {
+    if total == 0 {
         println!("no detached runs");
+    } else if rows.is_empty() {
+        println!("{summary}");
     } else {
-        println!(
-            "{} detached run{} at {}:\n",
-            rows.len(),
-            if rows.len() == 1 { "" } else { "s" },
-            timestamp(now)
-        );
+        println!("{summary}, at {}:\n", timestamp(now));
         let mut headers = vec!["RUN", "THREAD", "DETACHED FOR", "PROVIDER", "SANDBOX"];
         if ttl.is_some() {
             headers.push("PAST TTL");
@@ -165,6 +218,35 @@ pub async fn run(a: &StatusCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     }
     print!("\n{}", ledger.render(now));
     Ok(exit)
+}
+
+/// `status --check`: the shared health verdict; exit 0 healthy, 2 unhealthy.
+async fn check(
+    a: &StatusCmd,
+    s: Settings<'_>,
+    ttl: Option<u64>,
+    ports: &wiring::Ports,
+    now: EpochMs,
+) -> Result<Exit, Failure> {
+    let Some(ttl) = ttl else {
+        return Err(Failure::usage(
+            "status --check needs the detached-run TTL the sweeps use, to tell an overdue run: \
+             pass --detached-ttl 30m or set REAPER_DETACHED_TTL",
+        ));
+    };
+    let run_budget = s.duration_ms(RUN_BUDGET, &a.run_budget, 1, MAX_TIMER_MS)?;
+    let every = s.duration_ms(EVERY, &a.every, 10, MAX_TIMER_MS)?;
+    let status = health::verdict(ports, health::limits(ttl, run_budget, every), now).await;
+    if a.output.json {
+        println!("{}", serde_json::to_string(&status).unwrap_or_default());
+    } else {
+        print!("{}", health::render(&status));
+    }
+    Ok(if status.healthy {
+        Exit::Ok
+    } else {
+        Exit::Failures
+    })
 }
 
 /// A corrupt row as `status` shows it: the row (its run id, or rowid) and what is wrong.

@@ -1,5 +1,6 @@
 //! `reaper sweep` and `reaper watch`.
 
+use reaper_core::health::{record_last_sweep, LastSweep};
 use reaper_core::reap::{sweep_until, ReapOptions, SweepReport, SweepStatus};
 use reaper_core::CancellationToken;
 use reaper_core::Clock;
@@ -13,7 +14,7 @@ use crate::config::{
     PruneSettings, Settings, SweepCmd, SweepSettings, WatchCmd, EVERY, MAX_TIMER_MS, PRUNE_EVERY,
 };
 use crate::wiring::{self, DriveTuning, Held, Progress, Providers, Sweeper, Trouble};
-use crate::{prune, render, Exit, Failure};
+use crate::{health, prune, render, Exit, Failure};
 
 /// The sweep options for these settings. `now` stays unset: every sweep reads the clock.
 pub fn reap_options(s: &SweepSettings, owner: String) -> ReapOptions {
@@ -115,6 +116,13 @@ pub async fn sweep_once(
 ) -> Swept {
     sweeper.progress.start_sweep();
     let report = sweep_until(&sweeper.deps, options, lease_ttl(options), stop).await;
+    // The last-sweep mark `status --check` and /healthz judge staleness by; never fatal.
+    if let Some(mark) = LastSweep::of(&report, &options.owner) {
+        let leases = &*sweeper.deps.leases;
+        if let Err(error) = record_last_sweep(leases, &mark, SystemClock.now_ms()).await {
+            tracing::warn!(target: "reaper", %error, "recording the last-sweep mark failed; status --check may call the sweeps stale");
+        }
+    }
     Swept {
         report,
         held: sweeper.take_held(),
@@ -215,10 +223,23 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let every = s.duration(EVERY, &a.every, 10, MAX_TIMER_MS)?;
     let prune_every = s.duration(PRUNE_EVERY, &a.prune_every, 10, MAX_TIMER_MS)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
-    let store = wiring::open(&a.db).await?;
+    let store = std::sync::Arc::new(wiring::open(&a.db).await?);
     let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let mut signals = Signals::install()?;
     let owner = wiring::owner_id();
+    let metrics = std::sync::Arc::new(health::Metrics::new());
+    let listening = match &a.listen {
+        Some(addr) => {
+            let token = health::StatusToken::from_env()?;
+            let limits = health::limits(
+                settings.detached_ttl_ms,
+                settings.run_budget_ms,
+                every.as_millis() as u64,
+            );
+            Some(health::listen(addr, store.clone(), limits, metrics.clone(), token).await?)
+        }
+        None => None,
+    };
     let sweeper = Sweeper::new(
         &store,
         &providers,
@@ -234,13 +255,16 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     lines.event(
         format!(
             "watch started: sweeping every {}, pruning every {}, as {owner}, serving providers \
-             {}; stop with Ctrl-C or SIGTERM",
+             {}{}; stop with Ctrl-C or SIGTERM",
             humantime::format_duration(every),
             humantime::format_duration(prune_every),
-            providers.names().join(", ")
+            providers.names().join(", "),
+            listening
+                .map(|a| format!(", health and metrics on http://{a}/healthz and /metrics"))
+                .unwrap_or_default()
         ),
         "start",
-        json!({"owner": owner, "everyMs": every.as_millis() as u64, "pruneEveryMs": prune_every.as_millis() as u64, "providers": providers.names()}),
+        json!({"owner": owner, "everyMs": every.as_millis() as u64, "pruneEveryMs": prune_every.as_millis() as u64, "providers": providers.names(), "listen": listening.map(|a| a.to_string())}),
     );
 
     let mut ticker = tokio::time::interval(every);
@@ -293,6 +317,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         // The round robin over runs inside the TTL goes on where this sweep stopped, so every
         // detached run is visited within ceil(backlog / batch) sweeps.
         resume_after = swept.report.report.cursor.clone();
+        metrics.observe(&swept);
         let mut fields = swept.json();
         fields["n"] = json!(n);
         let r = &swept.report.report;

@@ -153,7 +153,10 @@ async fn status_lists_what_is_detached_for_how_long_and_where() {
 
     let (code, stdout, _) = run(&mut site.reaper_status());
     assert_eq!(code, 0);
-    assert!(stdout.starts_with("2 detached runs at "), "{stdout}");
+    assert!(
+        stdout.starts_with("2 detached runs, the oldest for 1h 30m; 2 shown, at "),
+        "{stdout}"
+    );
     let old = stdout.lines().find(|l| l.starts_with("run-old ")).unwrap();
     assert!(old.contains("1h 30m"), "{old}");
     assert!(

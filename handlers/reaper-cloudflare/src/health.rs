@@ -1,5 +1,5 @@
 //! The health verdict of `GET`/`HEAD /status`: the same contract as the Vercel function's
-//! `?status` (`reaper_serverless::status::assess`) and `reaper status --check`. Unhealthy (503)
+//! `?status` and `reaper status --check` (`reaper_core::health::assess`). Unhealthy (503)
 //! when a sandbox leaked, a detached run is overdue, the last sweep is stale or never happened,
 //! the last sweep could not list the detached runs (or could not run at all), or what the verdict
 //! needs could not be read. Plain Rust: tested natively; the Durable Object stores a [`Mark`]

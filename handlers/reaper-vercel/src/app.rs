@@ -12,7 +12,7 @@ use reaper_core::{Clock, EpochMs};
 use reaper_serverless::status::{assess, read_last_sweep, read_status, record_last_sweep};
 use reaper_serverless::{
     build_deps, check_budget, plan, run_sweep, BudgetTooShort, ComposeError, ConfigError,
-    LastSweep, NoAwsCredentials, OidcTokens, ServerlessConfig, ServerlessDeps, ServerlessReport,
+    NoAwsCredentials, OidcTokens, ServerlessConfig, ServerlessDeps, ServerlessReport,
     ServiceStatus, StatusLimits,
 };
 
@@ -74,7 +74,7 @@ impl Sweeper for ServerlessSweeper {
         let owner = format!("{}:{n}", self.owner_prefix);
         let report = run_sweep(&self.deps, &plan(&self.config, owner, started_at, deadline)).await;
         // Vercel keeps no heartbeat: the mark is how the status path knows sweeps happen.
-        if let Some(mark) = LastSweep::of(&report) {
+        if let Some(mark) = reaper_serverless::status::last_sweep_of(&report) {
             match tokio::time::timeout(MARK_TIMEOUT, record_last_sweep(&self.deps.store, &mark))
                 .await
             {

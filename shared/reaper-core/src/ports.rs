@@ -575,6 +575,9 @@ pub enum RunExitProbe {
     Producing,
     /// The probe could not tell. Leave it alone; never `Finished` on a failure.
     Unknown { error: Option<String> },
+    /// There is no journal of ours to read (no key, no instance record, another provider's
+    /// sandbox, a sandbox that is gone): reported `unknown` with the cause. Leave it alone.
+    Unreachable(crate::reason::Unreachable),
 }
 
 impl RunExitProbe {
@@ -582,7 +585,7 @@ impl RunExitProbe {
         match self {
             RunExitProbe::Finished { .. } => "finished",
             RunExitProbe::Producing => "producing",
-            RunExitProbe::Unknown { .. } => "unknown",
+            RunExitProbe::Unknown { .. } | RunExitProbe::Unreachable(_) => "unknown",
         }
     }
 }
@@ -623,8 +626,8 @@ pub enum Reclaimed {
     /// Nothing to tear down: no sandbox key, or no instance record and no sandbox on file.
     Nothing,
     /// Deliberately left alone, never destroyed: another provider's record, or a non-terminal
-    /// run still uses the sandbox. The reason says which.
-    Kept(String),
+    /// run still uses the sandbox. The reason (a `kept/…` code) says which.
+    Kept(crate::reason::Reason),
 }
 
 /// Tears down the sandbox of a run the store has confirmed terminal. `Err` means the sandbox

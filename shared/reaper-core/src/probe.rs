@@ -16,6 +16,7 @@ use crate::journal::{
 use crate::ports::{
     ExecOptions, ExitProbe, RunExitProbe, SandboxHandle, SandboxInstanceStore, SandboxProvider,
 };
+use crate::reason::Unreachable;
 
 /// How the probe reads the journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,9 +84,9 @@ pub async fn probe_run_exit(
 /// from its recorded `sandboxKey` and probes the journal there.
 ///
 /// Never returns `Err` (a probe that "throws" is reported `failed` by the sweep; this one turns
-/// every problem into `Unknown`, which leaves the run alone). `Unknown` carries an error only
-/// when something failed; a run with no key, no instance record, an instance of another provider
-/// or a sandbox that is gone is `Unknown` without one.
+/// every problem into `Unknown` or `Unreachable`, which leave the run alone). `Unknown` carries
+/// the error when something failed; a run with no key, no instance record, an instance of another
+/// provider or a sandbox that is gone is `Unreachable` with that cause.
 #[derive(Clone)]
 pub struct JournalExitProbe {
     pub provider: Arc<dyn SandboxProvider>,
@@ -116,11 +117,10 @@ impl JournalExitProbe {
     }
 
     async fn probe(&self, record: &RunRecord) -> RunExitProbe {
-        const UNKNOWN: RunExitProbe = RunExitProbe::Unknown { error: None };
         let run_id = record.run_id.as_str();
         let Some(key) = record.sandbox_key.as_deref() else {
             tracing::debug!(run_id, "no sandbox key recorded: exit unknown");
-            return UNKNOWN;
+            return RunExitProbe::Unreachable(Unreachable::NoSandboxKey);
         };
         let instance = match self.instances.get(key).await {
             Ok(Some(instance)) => instance,
@@ -130,7 +130,9 @@ impl JournalExitProbe {
                     sandbox_key = key,
                     "no instance record: exit unknown"
                 );
-                return UNKNOWN;
+                return RunExitProbe::Unreachable(Unreachable::NoInstanceRecord {
+                    sandbox_key: key.to_string(),
+                });
             }
             Err(e) => {
                 return RunExitProbe::Unknown {
@@ -147,7 +149,10 @@ impl JournalExitProbe {
                 provider = self.provider.name(),
                 "instance belongs to another provider: exit unknown"
             );
-            return UNKNOWN;
+            return RunExitProbe::Unreachable(Unreachable::ProviderNotConfigured {
+                provider: instance.provider,
+                serves: self.provider.name().to_string(),
+            });
         }
         let handle = match self
             .provider
@@ -161,7 +166,10 @@ impl JournalExitProbe {
                     sandbox = %instance.provider_sandbox_id,
                     "sandbox is gone: exit unknown"
                 );
-                return UNKNOWN;
+                return RunExitProbe::Unreachable(Unreachable::SandboxGone {
+                    provider: instance.provider,
+                    sandbox_id: instance.provider_sandbox_id,
+                });
             }
             Err(e) => {
                 return RunExitProbe::Unknown {

@@ -23,6 +23,7 @@ use crate::ports::{
     LeaseGrant, LeaseStore, Reclaim, ReclaimLedger, ReclaimableCursor, ReclaimablePage,
     ReclaimableQuery, Reclaimed, RunExitProbe, RunStore, Sleeper,
 };
+use crate::reason::{Reason, ReasonCode};
 
 pub const DEFAULT_MAX_RUNS: usize = 25;
 pub const DEFAULT_RUN_BUDGET_MS: u64 = 30_000;
@@ -165,6 +166,8 @@ pub struct ReapRunEntry {
     /// Why a `kept` sandbox was kept (a live run that may use it, a turn being set up).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_because: Option<String>,
+    /// Why the run ended as it did: a stable code and a sentence (every entry has one).
+    pub reason: Reason,
 }
 
 /// What became of a terminal run's sandbox.
@@ -185,7 +188,7 @@ pub enum SandboxFate {
 
 impl ReapRunEntry {
     fn new(run_id: &str, outcome: ReapOutcome) -> Self {
-        ReapRunEntry {
+        let mut entry = ReapRunEntry {
             run_id: run_id.to_string(),
             outcome,
             status: None,
@@ -194,12 +197,127 @@ impl ReapRunEntry {
             error: None,
             sandbox: None,
             kept_because: None,
-        }
+            reason: Reason::new(ReasonCode::ProducingNoExitYet, String::new()),
+        };
+        entry.reason = entry.explain();
+        entry
     }
 
     fn with_error(mut self, error: ReapError) -> Self {
         self.error = Some(Box::new(error));
+        self.reason = self.explain();
         self
+    }
+
+    /// The reason this entry's fields give. The causes the fields cannot tell (why the probe
+    /// could not reach the journal, why a sandbox was kept) are set where they are known.
+    fn explain(&self) -> Reason {
+        let status = self.status.map_or("not terminal".into(), |s| s.to_string());
+        let error = || {
+            self.error
+                .as_ref()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let sandbox = match self.sandbox {
+            Some(SandboxFate::Destroyed) => "; its sandbox was destroyed",
+            Some(SandboxFate::NoSandbox) => "; it had no sandbox left to destroy",
+            Some(SandboxFate::Leaked) => {
+                "; its sandbox's destroy failed (a leak the ledger retries)"
+            }
+            Some(SandboxFate::NotReclaimed) => "; its sandbox is not reclaimed by this handler",
+            Some(SandboxFate::Kept) | None => "",
+        };
+        let (code, message) = match (self.outcome, self.error.as_deref()) {
+            (ReapOutcome::Finalized, _) => {
+                (
+                    ReasonCode::FinalizedExited,
+                    format!(
+                    "the agent exited{} (journal sentinel); its output was replayed and the run \
+                     recorded {status}{sandbox}",
+                    self.exit_code.map(|c| format!(" with code {c}")).unwrap_or_default()
+                ),
+                )
+            }
+            (ReapOutcome::Expired, _) => (
+                ReasonCode::ExpiredTtl,
+                format!(
+                    "detached for longer than the TTL: cancelled, driven under the run budget \
+                     and recorded {status}{sandbox}"
+                ),
+            ),
+            (ReapOutcome::Producing, _) => (
+                ReasonCode::ProducingNoExitYet,
+                "the journal has no exit sentinel yet: the agent is still working; left alone"
+                    .into(),
+            ),
+            (ReapOutcome::Unknown, _) => (
+                ReasonCode::UnknownProbeError,
+                format!("the exit probe could not tell: {}; left alone", error()),
+            ),
+            (ReapOutcome::BudgetExceeded, _) if self.terminalized_anyway == Some(true) => (
+                ReasonCode::BudgetExceededTerminalizedAnyway,
+                format!("the run budget ran out; the run was recorded {status} anyway{sandbox}"),
+            ),
+            (ReapOutcome::BudgetExceeded, _) => (
+                ReasonCode::BudgetExceededReplayIncomplete,
+                "the run budget ran out mid-replay; what landed stays and the next sweep \
+                 resumes the replay"
+                    .into(),
+            ),
+            (ReapOutcome::NotClaimed, Some(ReapError::ClaimNotAcquired { reason, .. })) => {
+                match reason {
+                    ClaimRefusal::Busy => (
+                        ReasonCode::NotClaimedBusy,
+                        "another sweep holds the run's claim; left to it".into(),
+                    ),
+                    ClaimRefusal::Terminal => (
+                        ReasonCode::NotClaimedTerminal,
+                        "the run was already terminal when claimed; nothing to do".into(),
+                    ),
+                    ClaimRefusal::Unknown => (
+                        ReasonCode::NotClaimedRunMissing,
+                        "the run's record is gone; nothing to do".into(),
+                    ),
+                    ClaimRefusal::Superseded => (
+                        ReasonCode::NotClaimedViewerReturned,
+                        "a viewer came back before the claim: the run is attached again; left \
+                         alone"
+                            .into(),
+                    ),
+                }
+            }
+            (ReapOutcome::NotClaimed, Some(ReapError::ClaimLost { .. })) => (
+                ReasonCode::NotClaimedClaimLost,
+                format!("{}; the newer holder finishes the run", error()),
+            ),
+            (ReapOutcome::NotClaimed, _) => (
+                ReasonCode::NotClaimedStillRunning,
+                format!("the drive ended but the store shows the run {status}; left alone"),
+            ),
+            (ReapOutcome::ReclaimFailed, Some(ReapError::ReclaimFailed(_))) => {
+                (ReasonCode::ReclaimFailedDestroyFailed, error())
+            }
+            (ReapOutcome::ReclaimFailed, _) => (
+                ReasonCode::ReclaimFailedError,
+                format!("{}; the reclaim ledger retries it every sweep", error()),
+            ),
+            (ReapOutcome::Failed, Some(e)) => (
+                match e {
+                    ReapError::TerminalNotConfirmed { .. } => {
+                        ReasonCode::FailedTerminalNotConfirmed
+                    }
+                    ReapError::Probe(_) => ReasonCode::FailedProbeError,
+                    ReapError::NeverQuiesced { .. } => ReasonCode::FailedNeverQuiesced,
+                    ReapError::Drive(_) => ReasonCode::FailedDriveError,
+                    ReapError::Ledger(_) => ReasonCode::FailedLedgerUnavailable,
+                    _ => ReasonCode::FailedStoreError,
+                },
+                error(),
+            ),
+            (ReapOutcome::Failed, None) => (ReasonCode::FailedStoreError, String::new()),
+        };
+        Reason::new(code, message)
     }
 }
 
@@ -323,6 +441,16 @@ pub struct CorruptRow {
 
 impl ReapReport {
     fn push(&mut self, entry: ReapRunEntry) {
+        // One line per run with its reason, so a log alone tells why a run was left or reaped.
+        let (code, why) = (entry.reason.code.as_str(), entry.reason.message.as_str());
+        match entry.outcome {
+            ReapOutcome::Producing | ReapOutcome::NotClaimed => {
+                tracing::debug!(target: "reaper", run_id = %entry.run_id, outcome = %entry.outcome, reason = code, why, "run left alone")
+            }
+            _ => {
+                tracing::info!(target: "reaper", run_id = %entry.run_id, outcome = %entry.outcome, reason = code, why, "run reaped")
+            }
+        }
         *self.outcomes.slot(entry.outcome) += 1;
         self.runs.push(entry);
     }
@@ -605,15 +733,42 @@ pub enum SweepStatus {
     InvalidOptions { error: String },
 }
 
-/// The report of a single-flight sweep.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// The version of the sweep report's JSON shape, carried as `schemaVersion` and described by
+/// `shared/reaper-core/schema/sweep-report.schema.json`. Raised when a field changes meaning or
+/// goes away; new fields and new reason codes keep it.
+pub const SWEEP_REPORT_SCHEMA_VERSION: u32 = 1;
+
+/// The report of a single-flight sweep. Its JSON starts with `schemaVersion`.
+#[derive(Debug, Clone)]
 pub struct SweepReport {
     pub sweep: SweepStatus,
     pub started_at: EpochMs,
     pub duration_ms: i64,
-    #[serde(flatten)]
     pub report: ReapReport,
+}
+
+impl Serialize for SweepReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // A wire view rather than a field, so the version cannot be set wrong by a caller.
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            schema_version: u32,
+            sweep: &'a SweepStatus,
+            started_at: EpochMs,
+            duration_ms: i64,
+            #[serde(flatten)]
+            report: &'a ReapReport,
+        }
+        Wire {
+            schema_version: SWEEP_REPORT_SCHEMA_VERSION,
+            sweep: &self.sweep,
+            started_at: self.started_at,
+            duration_ms: self.duration_ms,
+            report: &self.report,
+        }
+        .serialize(serializer)
+    }
 }
 
 /// A single-flight sweep: takes the sweep-wide lease (TTL `lease_ttl_ms`, renewed between runs),
@@ -1158,20 +1313,32 @@ async fn reap_one(
             options.step_timeout_ms,
             deps.probe.has_finished(record),
         )
-        .await
-        .unwrap_or_else(|| {
-            Ok(RunExitProbe::Unknown {
-                error: Some(format!(
-                    "the probe took longer than its {} ms deadline",
-                    options.step_timeout_ms
-                )),
-            })
-        });
+        .await;
+        let Some(probe) = probe else {
+            let error = format!(
+                "the probe took longer than its {} ms deadline",
+                options.step_timeout_ms
+            );
+            tracing::debug!(target: "reaper", run_id, state = "unknown", %error, "leaving the run alone");
+            let mut entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown)
+                .with_error(ReapError::ProbeUnknown(error.clone()));
+            entry.reason = Reason::new(
+                ReasonCode::UnknownProbeTimeout,
+                format!("{error}; left alone"),
+            );
+            return entry;
+        };
         match probe {
             Ok(RunExitProbe::Finished { exit_code: code }) => exit_code = Some(code),
             Ok(RunExitProbe::Producing) => {
                 tracing::debug!(target: "reaper", run_id, state = "producing", "leaving the run alone");
                 return ReapRunEntry::new(run_id, ReapOutcome::Producing);
+            }
+            Ok(RunExitProbe::Unreachable(why)) => {
+                let mut entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown);
+                entry.reason = why.reason();
+                tracing::debug!(target: "reaper", run_id, state = "unknown", reason = %entry.reason, "leaving the run alone");
+                return entry;
             }
             Ok(RunExitProbe::Unknown { error }) => {
                 tracing::debug!(target: "reaper", run_id, state = "unknown", error = error.as_deref(), "leaving the run alone");
@@ -1244,12 +1411,12 @@ async fn reap_claimed(
 
     let mut error = None;
     let mut sandbox = None;
-    let mut kept_because = None;
+    let mut kept: Option<Reason> = None;
     if terminal {
         match settle(deps, options, &stored, driven.intent).await {
             Ok((fate, why)) => {
                 sandbox = Some(fate);
-                kept_because = why;
+                kept = why;
             }
             Err(e) => {
                 tracing::error!(target: "reaper", run_id, status = %status, error = %e, retried_by = "the reclaim ledger", "reclaiming the run's sandbox failed");
@@ -1260,16 +1427,29 @@ async fn reap_claimed(
         }
     }
 
-    ReapRunEntry {
-        run_id: run_id.to_string(),
-        outcome,
-        status: Some(status),
-        exit_code,
-        terminalized_anyway: budget_anomaly.then_some(terminal),
-        error: error.map(Box::new),
-        sandbox,
-        kept_because,
-    }
+    let mut entry = ReapRunEntry::new(run_id, outcome);
+    entry.status = Some(status);
+    entry.exit_code = exit_code;
+    entry.terminalized_anyway = budget_anomaly.then_some(terminal);
+    entry.error = error.map(Box::new);
+    entry.sandbox = sandbox;
+    entry.reason = match kept {
+        // The sandbox kept is what an operator acts on; the outcome stays in its own field.
+        Some(kept) => {
+            let reason = Reason::new(
+                kept.code,
+                format!(
+                    "{}; the sandbox is kept: {}",
+                    entry.explain().message,
+                    kept.message
+                ),
+            );
+            entry.kept_because = Some(kept.message);
+            reason
+        }
+        None => entry.explain(),
+    };
+    entry
 }
 
 fn failed(run_id: &str, error: ReapError) -> ReapRunEntry {
@@ -1309,7 +1489,7 @@ async fn settle(
     options: &ReapOptions,
     record: &RunRecord,
     mut intent: ReclaimIntent,
-) -> Result<(SandboxFate, Option<String>), ReapError> {
+) -> Result<(SandboxFate, Option<Reason>), ReapError> {
     let run_id = record.run_id.as_str();
     let Some(reclaim) = &deps.reclaim else {
         resolve(deps, run_id).await;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::domain::{ReclaimIntent, RunRecord, SandboxInstanceRecord};
 use crate::error::{ReclaimError, SandboxReclaimFailedError, StoreError};
 use crate::ports::{Reclaim, Reclaimed, RunStore, SandboxInstanceStore, SandboxProvider};
+use crate::reason::{Reason, ReasonCode};
 
 /// What [`reclaim_sandbox`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,11 +317,15 @@ impl Reclaim for SandboxReclaimer {
                 }
                 .into())
             }
-            ReclaimOutcome::InUse { run_id } => Ok(Reclaimed::Kept(format!(
-                "run {run_id} is not terminal and uses the same sandbox"
+            ReclaimOutcome::InUse { run_id } => Ok(Reclaimed::Kept(Reason::new(
+                ReasonCode::KeptLiveRunSharesSandbox,
+                format!("run {run_id} is not terminal and uses the same sandbox"),
             ))),
-            ReclaimOutcome::LatestRunUnknown { run_id } => Ok(Reclaimed::Kept(format!(
-                "the sandbox's latest run {run_id} has no record yet (a turn being set up)"
+            ReclaimOutcome::LatestRunUnknown { run_id } => Ok(Reclaimed::Kept(Reason::new(
+                ReasonCode::KeptTurnBeingSetUp,
+                format!(
+                    "the sandbox's latest run {run_id} has no record yet (a turn being set up)"
+                ),
             ))),
             ReclaimOutcome::DestroyFailed {
                 provider,

@@ -7,6 +7,7 @@ use base64::Engine;
 use reaper_core::journal::{exit_sentinel_line, journal_paths, DEFAULT_EXIT_PROBE_BYTES};
 use reaper_core::memory::MemoryStore;
 use reaper_core::probe::{probe_run_exit, JournalExitProbe, ProbeOptions};
+use reaper_core::reason::Unreachable;
 use reaper_core::{
     ExecOptions, ExecOutput, ExitProbe, RunExitProbe, RunRecord, SandboxError, SandboxHandle,
     SandboxInstanceRecord, SandboxInstanceStore, SandboxProvider, StoreError,
@@ -355,48 +356,50 @@ async fn the_port_finds_the_sandbox_from_the_key_and_reads_its_journal() {
 }
 
 #[tokio::test]
-async fn a_run_without_a_sandbox_key_is_unknown_without_an_error() {
+async fn a_run_without_a_sandbox_key_is_unreachable_for_want_of_a_key() {
     let provider = OneSandboxProvider::with(None);
     let instances = instances_with(&[]).await;
     assert_eq!(
         ask(provider.clone(), instances, &record(None)).await,
-        RunExitProbe::Unknown { error: None }
+        RunExitProbe::Unreachable(Unreachable::NoSandboxKey)
     );
     assert!(provider.resumed().is_empty());
 }
 
 #[tokio::test]
-async fn a_missing_instance_record_is_unknown_without_an_error() {
+async fn a_missing_instance_record_is_unreachable_naming_the_key() {
     let provider = OneSandboxProvider::with(None);
     let instances = instances_with(&[]).await;
     assert_eq!(
         ask(provider.clone(), instances, &record(Some("k-gone"))).await,
-        RunExitProbe::Unknown { error: None }
+        RunExitProbe::Unreachable(Unreachable::NoInstanceRecord {
+            sandbox_key: "k-gone".into()
+        })
     );
     assert!(provider.resumed().is_empty());
 }
 
 #[tokio::test]
-async fn an_instance_of_another_provider_is_unknown_and_never_resumed() {
+async fn an_instance_of_another_provider_is_unreachable_as_not_configured_and_never_resumed() {
     let handle = ScriptedHandle::journal(&format!("{}\n", sentinel("r-1", 0)));
     let provider = OneSandboxProvider::with(Some(handle.clone()));
     let instances = instances_with(&[instance("k1", "e2b")]).await;
-    assert_eq!(
+    assert!(matches!(
         ask(provider.clone(), instances, &record(Some("k1"))).await,
-        RunExitProbe::Unknown { error: None }
-    );
+        RunExitProbe::Unreachable(Unreachable::ProviderNotConfigured { provider, .. }) if provider == "e2b"
+    ));
     assert!(provider.resumed().is_empty());
     assert!(handle.commands().is_empty());
 }
 
 #[tokio::test]
-async fn a_sandbox_that_is_gone_is_unknown_without_an_error() {
+async fn a_sandbox_that_is_gone_is_unreachable_as_gone() {
     let provider = OneSandboxProvider::with(None);
     let instances = instances_with(&[instance("k1", "local")]).await;
-    assert_eq!(
+    assert!(matches!(
         ask(provider.clone(), instances, &record(Some("k1"))).await,
-        RunExitProbe::Unknown { error: None }
-    );
+        RunExitProbe::Unreachable(Unreachable::SandboxGone { sandbox_id, .. }) if sandbox_id == "sbx-1"
+    ));
     assert_eq!(provider.resumed(), ["sbx-1"]);
 }
 

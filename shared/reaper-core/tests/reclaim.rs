@@ -279,7 +279,7 @@ async fn a_sandbox_whose_latest_run_has_no_record_yet_is_kept() {
     .await
     .unwrap();
     assert!(
-        matches!(&kept, Reclaimed::Kept(why) if why.contains("r-next") && why.contains("no record")),
+        matches!(&kept, Reclaimed::Kept(why) if why.message.contains("r-next") && why.message.contains("no record") && why.code == reaper_core::reason::ReasonCode::KeptTurnBeingSetUp),
         "the report says why: {kept:?}"
     );
 }
