@@ -199,7 +199,8 @@ fn the_function_may_use_exactly_the_actions_the_layout_lists_on_the_table_and_it
     let policies = seq(&props(&t, "ReaperFunction")["Policies"]);
     assert_eq!(policies.len(), 1, "one inline policy, no managed ones");
     let statements = seq(&policies[0]["Statement"]);
-    assert_eq!(statements.len(), 1);
+    // The table's, and the token secret's (checked below).
+    assert_eq!(statements.len(), 2);
     let st = &statements[0];
     assert_eq!(s(&st["Effect"]), "Allow");
     let actions: BTreeSet<String> = seq(&st["Action"]).iter().map(|a| s(a).into()).collect();
