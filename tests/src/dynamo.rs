@@ -62,7 +62,10 @@ pub struct DetachedRun<'a> {
 /// Records `run` as a chat route does when its client goes away: creates the run (thread
 /// `thread-<run_id>`), marks it detached with sandbox key `key-<run_id>`, and upserts that
 /// sandbox instance.
-pub async fn seed_detached_run(store: &DynamoStore, run: DetachedRun<'_>) {
+pub async fn seed_detached_run<S>(store: &S, run: DetachedRun<'_>)
+where
+    S: RunStore + SandboxInstanceStore,
+{
     let now = now_ms();
     let run_id = run.run_id;
     let key = format!("key-{run_id}");
@@ -97,7 +100,7 @@ pub async fn seed_detached_run(store: &DynamoStore, run: DetachedRun<'_>) {
 }
 
 /// The run as stored now; fails the test when it is missing.
-pub async fn read_run(store: &DynamoStore, run_id: &str) -> RunRecord {
+pub async fn read_run(store: &impl RunStore, run_id: &str) -> RunRecord {
     RunStore::get(store, run_id)
         .await
         .unwrap_or_else(|e| panic!("read run {run_id}: {e}"))

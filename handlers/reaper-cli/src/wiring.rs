@@ -13,7 +13,6 @@ use reaper_core::probe::{JournalExitProbe, ProbeOptions};
 use reaper_core::reap::{ReapDeps, SWEEP_LEASE_KEY};
 use reaper_core::reclaim::SandboxReclaimer;
 use reaper_core::replay::{JournalReplayDrive, ReplayDeps, ReplayOptions};
-use reaper_core::secret::Secret;
 use reaper_core::{
     BoundedCount, CancellationToken, ChunkStream, Clock, Drive, DriveError, DriveRequest,
     EpochBump, EpochMs, ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, LedgerCounts, NewRun,
@@ -155,13 +154,9 @@ fn target(db: &Db) -> Target<'_> {
 }
 
 /// The PostgreSQL options: the URL, and the password from `REAPER_DATABASE_PASSWORD` when the
-/// URL has none (a platform secret, kept out of a URL that ends up in logs and shell history).
+/// URL has none (read as the serverless handlers read it).
 fn postgres_options(url: &str) -> PostgresOptions {
-    let password = std::env::var("REAPER_DATABASE_PASSWORD")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .map(Secret::new);
-    PostgresOptions::new(url).with_password(password)
+    PostgresOptions::from_settings(url, |k| std::env::var(k).ok())
 }
 
 fn postgres_failure(e: reaper_postgres::OpenError) -> Failure {

@@ -194,6 +194,7 @@ mod tests {
             },
             plan: plan(&config, "me", 1_000, 301_000),
             dynamodb,
+            postgres: None,
         }
     }
 

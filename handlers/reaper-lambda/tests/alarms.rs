@@ -220,6 +220,7 @@ fn document(tick: Tick, at_ms: i64) -> Option<Value> {
         },
         plan: plan(&config(), "alarms", at_ms, at_ms + 300_000),
         dynamodb: Default::default(),
+        postgres: None,
     };
     Some(emf::document(&report, "Reaper", "reaper-fn", at_ms))
 }

@@ -39,6 +39,14 @@ fn statements(role: &Value) -> Vec<(Value, Value)> {
         .iter()
         .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
         .map(|st| {
+            // A statement under a condition (the token's secret, when its ARN is given).
+            let st = match st.get("Fn::If") {
+                Some(branches) => {
+                    assert_eq!(branches[2], json!({"Ref": "AWS::NoValue"}));
+                    branches[1].clone()
+                }
+                None => st,
+            };
             assert_eq!(st["Effect"], "Allow");
             (st["Action"].clone(), st["Resource"].clone())
         })
@@ -50,7 +58,8 @@ fn queue_arn() -> Value {
 }
 
 #[test]
-fn the_function_role_may_use_the_table_and_send_failures_to_the_queue_and_nothing_else() {
+fn the_function_role_may_use_the_table_send_failures_to_the_queue_and_read_the_token_secret_and_nothing_else(
+) {
     let t = translated();
     let role = &t["Resources"]["ReaperFunctionRole"];
     assert_eq!(
@@ -59,7 +68,7 @@ fn the_function_role_may_use_the_table_and_send_failures_to_the_queue_and_nothin
         "logs only"
     );
     let st = statements(role);
-    assert_eq!(st.len(), 2, "{st:?}");
+    assert_eq!(st.len(), 3, "{st:?}");
     // The table's statement is checked action by action against LAYOUT.md in template.rs.
     let (table, other): (Vec<_>, Vec<_>) = st.into_iter().partition(|(a, _)| a.is_array());
     assert!(table[0]
@@ -72,7 +81,16 @@ fn the_function_role_may_use_the_table_and_send_failures_to_the_queue_and_nothin
         table[0].1,
         json!([{"Fn::GetAtt": ["RunsTable", "Arn"]}, {"Fn::Sub": "${RunsTable.Arn}/index/*"}])
     );
-    assert_eq!(other, [(json!("sqs:SendMessage"), queue_arn())]);
+    assert_eq!(
+        other,
+        [
+            (json!("sqs:SendMessage"), queue_arn()),
+            (
+                json!("secretsmanager:GetSecretValue"),
+                json!({"Ref": "SandboxdTokenSecretArn"})
+            )
+        ]
+    );
 
     let invoke = &t["Resources"]["ReaperFunctionEventInvokeConfig"]["Properties"];
     assert_eq!(invoke["MaximumRetryAttempts"], 0);

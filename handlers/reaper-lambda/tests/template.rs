@@ -199,7 +199,8 @@ fn the_function_may_use_exactly_the_actions_the_layout_lists_on_the_table_and_it
     let policies = seq(&props(&t, "ReaperFunction")["Policies"]);
     assert_eq!(policies.len(), 1, "one inline policy, no managed ones");
     let statements = seq(&policies[0]["Statement"]);
-    assert_eq!(statements.len(), 1);
+    // The table's, and the token secret's (checked below).
+    assert_eq!(statements.len(), 2);
     let st = &statements[0];
     assert_eq!(s(&st["Effect"]), "Allow");
     let actions: BTreeSet<String> = seq(&st["Action"]).iter().map(|a| s(a).into()).collect();
@@ -255,11 +256,12 @@ fn every_environment_variable_is_one_the_code_reads_and_every_required_one_is_se
 fn every_secret_arrives_only_as_a_secrets_manager_dynamic_reference_or_not_at_all() {
     let t = template();
     let vars = &props(&t, "ReaperFunction")["Environment"]["Variables"];
+    assert!(
+        vars.get(reaper_serverless::config::SANDBOXD_TOKEN)
+            .is_none(),
+        "the sandboxd token is read at run time, never put in the environment"
+    );
     for (var, param) in [
-        (
-            reaper_serverless::config::SANDBOXD_TOKEN,
-            "SandboxdTokenSecretArn",
-        ),
         ("DAYTONA_API_KEY", "DaytonaApiKeySecretArn"),
         ("E2B_API_KEY", "E2bApiKeySecretArn"),
         ("VERCEL_TOKEN", "VercelTokenSecretArn"),
@@ -287,6 +289,37 @@ fn every_secret_arrives_only_as_a_secrets_manager_dynamic_reference_or_not_at_al
     assert_eq!(s(&join[0]), ",");
     assert_eq!(s(&join[1]["!Ref"]), "Providers");
     assert_eq!(s(&t["Parameters"]["Providers"]["Default"]), "sandboxd");
+}
+
+#[test]
+fn the_sandboxd_token_is_read_at_run_time_from_its_arn_which_alone_the_role_may_read() {
+    let t = template();
+    let p = props(&t, "ReaperFunction");
+    let branches = seq(
+        &p["Environment"]["Variables"][reaper_serverless::config::SANDBOXD_TOKEN_SECRET_ARN]["!If"]
+    );
+    assert_eq!(s(&branches[0]), "HasSandboxdToken");
+    assert_eq!(s(&branches[1]["!Ref"]), "SandboxdTokenSecretArn");
+    assert_eq!(s(&branches[2]["!Ref"]), "AWS::NoValue");
+    assert!(
+        !TEMPLATE.contains("resolve:secretsmanager:${SandboxdTokenSecretArn}"),
+        "the token must not be resolved at deploy time"
+    );
+    // The one statement granting secretsmanager: GetSecretValue on that ARN, nothing wider.
+    let statements = seq(&seq(&p["Policies"])[0]["Statement"]);
+    let grants: Vec<&Value> = statements
+        .iter()
+        .filter(|st| format!("{st:?}").contains("secretsmanager"))
+        .collect();
+    assert_eq!(grants.len(), 1, "{statements:?}");
+    let branches = seq(&grants[0]["!If"]);
+    assert_eq!(s(&branches[0]), "HasSandboxdToken");
+    assert_eq!(s(&branches[1]["Action"]), "secretsmanager:GetSecretValue");
+    assert_eq!(
+        s(&branches[1]["Resource"]["!Ref"]),
+        "SandboxdTokenSecretArn"
+    );
+    assert_eq!(s(&branches[2]["!Ref"]), "AWS::NoValue");
 }
 
 /// Whether a CloudFormation AllowedPattern (anchored by CloudFormation) admits "".

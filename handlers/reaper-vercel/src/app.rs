@@ -98,14 +98,15 @@ impl StatusReader for ServerlessSweeper {
         let store = &self.deps.store;
         let read = async {
             let last = read_last_sweep(store).await;
-            read_status(store, store, last, self.limits, now).await
+            read_status(store.runs(), store.ledger(), last, self.limits, now).await
         };
         match tokio::time::timeout(STATUS_TIMEOUT, read).await {
             Ok(status) => status,
             Err(_) => {
                 let late = || {
                     StoreError::Unavailable(format!(
-                        "DynamoDB did not answer within {}s",
+                        "{} did not answer within {}s",
+                        self.deps.store.product(),
                         STATUS_TIMEOUT.as_secs()
                     ))
                 };
@@ -205,7 +206,9 @@ impl App {
             CronSecret::from_env_value(status_token.as_deref().map(std::ffi::OsStr::new))
                 .map_err(StartupError::StatusToken)?;
         let config = ServerlessConfig::from_env(get)?;
-        config.aws_credentials.require_explicit()?;
+        if config.uses_aws() {
+            config.aws_credentials.require_explicit()?;
+        }
         let budget = budget(config.budget);
         check_budget(&config, budget, budget_source(config.budget))?;
         let limits = StatusLimits {
@@ -308,11 +311,13 @@ pub(crate) mod tests {
 
     pub(crate) fn report(status: SweepStatus, started_at: EpochMs) -> ServerlessReport {
         let config = ServerlessConfig {
+            store: reaper_serverless::StoreChoice::DynamoDb,
             table: "t".into(),
             providers: vec![reaper_serverless::reaper_providers::ProviderKind::Sandboxd],
             hosted: Default::default(),
             sandboxd_url: "http://127.0.0.1:1".into(),
             sandboxd_token: Secret::new("x"),
+            sandboxd_token_secret: None,
             provider_name: "sandboxd".into(),
             detached_ttl: Duration::from_secs(1800),
             run_budget: Duration::from_secs(30),
@@ -341,6 +346,7 @@ pub(crate) mod tests {
             },
             plan: plan(&config, "owner", started_at, started_at + 300_000),
             dynamodb: Default::default(),
+            postgres: None,
         }
     }
 

@@ -122,7 +122,8 @@ fn actions(statement: &Value) -> BTreeSet<String> {
 }
 
 #[test]
-fn the_role_may_use_exactly_the_lambda_roles_actions_on_the_table_and_its_indexes() {
+fn the_role_may_use_exactly_the_lambda_roles_actions_on_the_table_and_its_indexes_and_read_the_token_secret(
+) {
     let t = parse(OIDC_TEMPLATE);
     let policies = seq(&props(&t, "ReaperVercelRole")["Policies"]);
     assert_eq!(policies.len(), 1, "one inline policy");
@@ -130,8 +131,15 @@ fn the_role_may_use_exactly_the_lambda_roles_actions_on_the_table_and_its_indexe
         .get("ManagedPolicyArns")
         .is_none());
     let statements = seq(&policies[0]["PolicyDocument"]["Statement"]);
-    assert_eq!(statements.len(), 1);
+    assert_eq!(statements.len(), 2);
     let st = &statements[0];
+    // The second: the sandboxd token's secret, read only, and only when its ARN is given.
+    let secret = seq(&statements[1]["!If"]);
+    assert_eq!(s(&secret[0]), "HasSandboxdToken");
+    assert_eq!(s(&secret[1]["Action"]), "secretsmanager:GetSecretValue");
+    assert_eq!(s(&secret[1]["Resource"]["!Ref"]), "SandboxdTokenSecretArn");
+    assert_eq!(s(&secret[2]["!Ref"]), "AWS::NoValue");
+    assert_eq!(s(&t["Parameters"]["SandboxdTokenSecretArn"]["Default"]), "");
     assert_eq!(s(&st["Effect"]), "Allow");
 
     let sam = parse(SAM_TEMPLATE);

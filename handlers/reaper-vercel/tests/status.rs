@@ -280,26 +280,15 @@ fn mark(finished_at: i64, considered: usize) -> reaper_serverless::LastSweep {
 async fn the_last_sweep_mark_keeps_the_latest_of_overlapping_sweeps() {
     use reaper_serverless::status::{read_last_sweep, record_last_sweep};
     let world = World::new().await;
-    assert_eq!(read_last_sweep(&world.store).await.unwrap(), None);
-    assert!(record_last_sweep(&world.store, &mark(2_000, 2))
-        .await
-        .unwrap());
+    let store = reaper_serverless::ServerlessStore::DynamoDb(world.store.clone());
+    assert_eq!(read_last_sweep(&store).await.unwrap(), None);
+    assert!(record_last_sweep(&store, &mark(2_000, 2)).await.unwrap());
     // A sweep that started earlier but finished later in another process wins; one that
     // finished earlier, whatever order the writes land in, does not overwrite it.
-    assert!(!record_last_sweep(&world.store, &mark(1_500, 1))
-        .await
-        .unwrap());
-    assert_eq!(
-        read_last_sweep(&world.store).await.unwrap(),
-        Some(mark(2_000, 2))
-    );
-    assert!(record_last_sweep(&world.store, &mark(3_000, 3))
-        .await
-        .unwrap());
-    assert_eq!(
-        read_last_sweep(&world.store).await.unwrap(),
-        Some(mark(3_000, 3))
-    );
+    assert!(!record_last_sweep(&store, &mark(1_500, 1)).await.unwrap());
+    assert_eq!(read_last_sweep(&store).await.unwrap(), Some(mark(2_000, 2)));
+    assert!(record_last_sweep(&store, &mark(3_000, 3)).await.unwrap());
+    assert_eq!(read_last_sweep(&store).await.unwrap(), Some(mark(3_000, 3)));
 }
 
 #[tokio::test]

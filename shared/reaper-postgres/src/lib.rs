@@ -17,6 +17,7 @@ mod instances;
 mod leases;
 mod ledger;
 mod log;
+mod mark;
 mod runs;
 pub mod schema;
 
@@ -32,6 +33,7 @@ use tokio_postgres::{GenericClient, Row};
 
 pub use error::{OpenError, DAMAGED_KEY};
 pub use log::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
+pub use mark::LAST_SWEEP_KEY;
 pub use runs::{DetachedRun, StatusCounts};
 /// The listing's two page statements (tables as `@.table`), for the query-plan tests.
 #[doc(hidden)]
@@ -82,6 +84,31 @@ impl PostgresOptions {
     pub fn with_password(mut self, password: Option<Secret>) -> Self {
         self.password = password;
         self
+    }
+}
+
+/// The variable every entry point (the CLI, the serverless handlers) reads the database URL from.
+pub const DATABASE_URL_VAR: &str = "REAPER_DATABASE_URL";
+/// The variable the password comes from when the URL carries none: a platform secret of its own,
+/// kept out of a URL that ends up in logs and shell history.
+pub const DATABASE_PASSWORD_VAR: &str = "REAPER_DATABASE_PASSWORD";
+
+impl PostgresOptions {
+    /// The options for `url`, with the password from [`DATABASE_PASSWORD_VAR`] read through
+    /// `get` (`|k| std::env::var(k).ok()`); an empty value counts as unset. One reading of the
+    /// settings for the CLI and the handlers alike.
+    pub fn from_settings(url: &str, get: impl Fn(&str) -> Option<String>) -> Self {
+        let password = get(DATABASE_PASSWORD_VAR)
+            .filter(|p| !p.is_empty())
+            .map(Secret::new);
+        PostgresOptions::new(url).with_password(password)
+    }
+
+    /// Checks the options as [`PostgresStore::open`] would before connecting (the URL parses and
+    /// names a host, a remote host is not asked for `sslmode=disable`, the schema name is plain),
+    /// without connecting: a handler refuses bad settings at start-up with the same message.
+    pub fn check(&self) -> Result<(), OpenError> {
+        connect_config(self).map(|_| ())
     }
 }
 
@@ -177,6 +204,48 @@ fn check_schema_name(name: &str) -> Result<(), OpenError> {
     }
 }
 
+/// The connection settings of `options`, checked: the URL parses and names a host, the
+/// password is filled in from its own secret, and a remote host is reached over TLS only.
+/// Returns the config and where it points (without credentials).
+fn connect_config(
+    options: &PostgresOptions,
+) -> Result<(tokio_postgres::Config, String), OpenError> {
+    check_schema_name(&options.schema)?;
+    let mut config: tokio_postgres::Config = options.url.parse().map_err(|e| {
+        OpenError::InvalidOptions(format!(
+            "the database URL does not parse ({e}): expected \
+             postgres://USER@HOST:PORT/DATABASE?sslmode=require"
+        ))
+    })?;
+    if config.get_hosts().is_empty() {
+        return Err(OpenError::InvalidOptions(
+            "the database URL names no host: expected postgres://USER@HOST:PORT/DATABASE".into(),
+        ));
+    }
+    if config.get_password().is_none() {
+        if let Some(p) = &options.password {
+            config.password(p.expose());
+        }
+    }
+    if config.get_connect_timeout().is_none() {
+        // An unreachable host fails the open (or the operation) instead of hanging it.
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("reaper");
+    }
+    let target = describe_target(&config);
+    if !all_local(&config) {
+        // A remote host is reached over TLS only: a password must not cross a network in
+        // clear, and hosted databases (Neon, Supabase, RDS) require it anyway.
+        if config.get_ssl_mode() == SslMode::Disable {
+            return Err(OpenError::TlsRequired { target });
+        }
+        config.ssl_mode(SslMode::Require);
+    }
+    Ok((config, target))
+}
+
 impl PostgresStore {
     /// Connects to `url` with the default schema and applies any pending migration.
     pub async fn connect(url: &str) -> Result<Self, OpenError> {
@@ -213,40 +282,7 @@ impl PostgresStore {
     }
 
     fn pool_only(options: &PostgresOptions) -> Result<Self, OpenError> {
-        check_schema_name(&options.schema)?;
-        let mut config: tokio_postgres::Config = options.url.parse().map_err(|e| {
-            OpenError::InvalidOptions(format!(
-                "the database URL does not parse ({e}): expected \
-                 postgres://USER@HOST:PORT/DATABASE?sslmode=require"
-            ))
-        })?;
-        if config.get_hosts().is_empty() {
-            return Err(OpenError::InvalidOptions(
-                "the database URL names no host: expected postgres://USER@HOST:PORT/DATABASE"
-                    .into(),
-            ));
-        }
-        if config.get_password().is_none() {
-            if let Some(p) = &options.password {
-                config.password(p.expose());
-            }
-        }
-        if config.get_connect_timeout().is_none() {
-            // An unreachable host fails the open (or the operation) instead of hanging it.
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("reaper");
-        }
-        let target = describe_target(&config);
-        if !all_local(&config) {
-            // A remote host is reached over TLS only: a password must not cross a network in
-            // clear, and hosted databases (Neon, Supabase, RDS) require it anyway.
-            if config.get_ssl_mode() == SslMode::Disable {
-                return Err(OpenError::TlsRequired { target });
-            }
-            config.ssl_mode(SslMode::Require);
-        }
+        let (config, target) = connect_config(options)?;
         let manager = Manager::from_config(
             config,
             tls(),

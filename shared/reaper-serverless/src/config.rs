@@ -10,14 +10,27 @@ use crate::credentials::{
     SECRET_ACCESS_KEY, SESSION_TOKEN, VERCEL_OIDC_TOKEN,
 };
 
+/// Which store holds the runs: `dynamodb` (the default) or `postgres`.
+pub const STORE: &str = "REAPER_STORE";
 /// The DynamoDB table holding runs, logs, leases and sandbox instances.
 pub const TABLE: &str = "REAPER_TABLE";
+/// The PostgreSQL URL (`REAPER_STORE=postgres`), read as the CLI reads it.
+pub const DATABASE_URL: &str = reaper_postgres::DATABASE_URL_VAR;
+/// The PostgreSQL password when the URL carries none (a secret).
+pub const DATABASE_PASSWORD: &str = reaper_postgres::DATABASE_PASSWORD_VAR;
 /// The providers one sweep serves (`sandboxd,daytona,e2b,vercel`).
 pub const PROVIDERS: &str = reaper_providers::PROVIDERS_VAR;
 /// Where `reaper-sandboxd` listens.
 pub const SANDBOXD_URL: &str = "REAPER_SANDBOXD_URL";
 /// The daemon's bearer token (a secret).
 pub const SANDBOXD_TOKEN: &str = "REAPER_SANDBOXD_TOKEN";
+/// The Secrets Manager secret holding the daemon's token, read at run time instead of
+/// [`SANDBOXD_TOKEN`] (only the ARN is in the environment).
+pub const SANDBOXD_TOKEN_SECRET_ARN: &str = "REAPER_SANDBOXD_TOKEN_SECRET_ARN";
+/// How long a token read from Secrets Manager is used before it is read again.
+pub const SECRET_CACHE_TTL: &str = "REAPER_SECRET_CACHE_TTL";
+/// Five minutes: a rotation reaches every warm instance within this even without a 401.
+pub const DEFAULT_SECRET_CACHE_TTL: Duration = Duration::from_secs(300);
 pub const SANDBOX_PROVIDER_NAME: &str = "REAPER_SANDBOX_PROVIDER_NAME";
 pub const DETACHED_TTL: &str = "REAPER_DETACHED_TTL";
 pub const RUN_BUDGET: &str = "REAPER_RUN_BUDGET";
@@ -51,11 +64,32 @@ pub struct Setting {
 /// Every setting [`ServerlessConfig::from_env`] reads.
 pub const SETTINGS: &[Setting] = &[
     Setting {
+        name: STORE,
+        required: false,
+        secret: false,
+        default: "dynamodb",
+        accepted: "the store holding the runs: dynamodb or postgres",
+    },
+    Setting {
         name: TABLE,
-        required: true,
+        required: false,
         secret: false,
         default: "",
-        accepted: "a DynamoDB table name: 3 to 255 characters of A-Z a-z 0-9 _ - .",
+        accepted: "a DynamoDB table name: 3 to 255 characters of A-Z a-z 0-9 _ - . (required while REAPER_STORE is dynamodb)",
+    },
+    Setting {
+        name: DATABASE_URL,
+        required: false,
+        secret: false,
+        default: "",
+        accepted: "a PostgreSQL URL postgres://USER@HOST:PORT/DATABASE?sslmode=require (required while REAPER_STORE is postgres; Neon and Vercel Postgres: the unpooled URL); a host other than this machine only over TLS",
+    },
+    Setting {
+        name: DATABASE_PASSWORD,
+        required: false,
+        secret: true,
+        default: "",
+        accepted: "the database password when the URL carries none",
     },
     Setting {
         name: PROVIDERS,
@@ -77,6 +111,20 @@ pub const SETTINGS: &[Setting] = &[
         secret: true,
         default: "",
         accepted: "the daemon's bearer token: printable ASCII without spaces or a trailing newline",
+    },
+    Setting {
+        name: SANDBOXD_TOKEN_SECRET_ARN,
+        required: false,
+        secret: false,
+        default: "",
+        accepted: "the ARN of the Secrets Manager secret holding the daemon's token, arn:aws:secretsmanager:<region>:<12-digit account>:secret:<name>, instead of REAPER_SANDBOXD_TOKEN",
+    },
+    Setting {
+        name: SECRET_CACHE_TTL,
+        required: false,
+        secret: false,
+        default: "5m",
+        accepted: "a duration from 1s to 1h: how long a token read from Secrets Manager is used before it is read again (a 401 re-reads it at once)",
     },
     Setting {
         name: SANDBOX_PROVIDER_NAME,
@@ -217,6 +265,9 @@ pub use reaper_core::secret::Secret;
 /// sandboxd URL may carry (`https://user:pass@host`), as the token is masked by [`Secret`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerlessConfig {
+    /// Where the runs are (`REAPER_STORE`).
+    pub store: StoreChoice,
+    /// The DynamoDB table; empty with another store.
     pub table: String,
     /// The providers one sweep serves, in the order listed.
     pub providers: Vec<reaper_providers::ProviderKind>,
@@ -224,7 +275,10 @@ pub struct ServerlessConfig {
     pub hosted: reaper_providers::HostedSettings,
     /// Empty unless `providers` lists sandboxd.
     pub sandboxd_url: String,
+    /// Empty when the token is read from Secrets Manager.
     pub sandboxd_token: Secret,
+    /// `REAPER_SANDBOXD_TOKEN_SECRET_ARN`: the token is read from this secret at run time.
+    pub sandboxd_token_secret: Option<SecretSource>,
     pub provider_name: String,
     pub detached_ttl: Duration,
     pub run_budget: Duration,
@@ -248,6 +302,7 @@ pub struct ServerlessConfig {
 impl std::fmt::Debug for ServerlessConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerlessConfig")
+            .field("store", &self.store)
             .field("table", &self.table)
             .field("providers", &self.providers)
             .field("hosted", &self.hosted)
@@ -256,6 +311,7 @@ impl std::fmt::Debug for ServerlessConfig {
                 &reaper_http_sandbox::redact_url(&self.sandboxd_url),
             )
             .field("sandboxd_token", &self.sandboxd_token)
+            .field("sandboxd_token_secret", &self.sandboxd_token_secret)
             .field("provider_name", &self.provider_name)
             .field("detached_ttl", &self.detached_ttl)
             .field("run_budget", &self.run_budget)
@@ -270,6 +326,69 @@ impl std::fmt::Debug for ServerlessConfig {
             .field("log_retention", &self.log_retention)
             .field("aws_credentials", &self.aws_credentials)
             .finish()
+    }
+}
+
+/// The store the runs are in.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// `REAPER_STORE=dynamodb` (the default): the table of `REAPER_TABLE`.
+    DynamoDb,
+    /// `REAPER_STORE=postgres`: the database of `REAPER_DATABASE_URL`, its password from the URL
+    /// or `REAPER_DATABASE_PASSWORD`, tables in schema `reaper`.
+    Postgres {
+        url: String,
+        password: Option<Secret>,
+    },
+}
+
+impl StoreChoice {
+    /// `dynamodb` or `postgres`, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreChoice::DynamoDb => "dynamodb",
+            StoreChoice::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// The PostgreSQL options, read as the CLI reads them; `None` for DynamoDB.
+    pub fn postgres_options(&self) -> Option<reaper_postgres::PostgresOptions> {
+        match self {
+            StoreChoice::DynamoDb => None,
+            StoreChoice::Postgres { url, password } => {
+                Some(reaper_postgres::PostgresOptions::new(url).with_password(password.clone()))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreChoice::DynamoDb => f.write_str("DynamoDb"),
+            // The URL may carry the password: shown masked.
+            StoreChoice::Postgres { url, password } => f
+                .debug_struct("Postgres")
+                .field("url", &reaper_http_sandbox::redact_url(url))
+                .field("password", password)
+                .finish(),
+        }
+    }
+}
+
+/// Where the sandboxd token is read at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretSource {
+    /// The secret's ARN: the only thing about it in the environment.
+    pub arn: String,
+    /// How long a value read is used before it is read again.
+    pub cache_ttl: Duration,
+}
+
+impl ServerlessConfig {
+    /// Whether the deployment calls AWS at all: DynamoDB, or Secrets Manager for the token.
+    pub fn uses_aws(&self) -> bool {
+        self.store == StoreChoice::DynamoDb || self.sandboxd_token_secret.is_some()
     }
 }
 
@@ -349,7 +468,7 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
             name,
             value: if spec.secret {
                 None
-            } else if name == SANDBOXD_URL {
+            } else if name == SANDBOXD_URL || name == DATABASE_URL {
                 // A URL may carry credentials: say what was wrong without repeating them.
                 value.map(reaper_http_sandbox::redact_url)
             } else {
@@ -451,6 +570,18 @@ fn check_token(v: &str) -> Result<(), String> {
     Ok(())
 }
 
+fn check_password(v: &str) -> Result<(), String> {
+    if v.trim() != v {
+        return Err(
+            "has leading or trailing whitespace (a newline stored with the secret?)".into(),
+        );
+    }
+    if v.chars().any(char::is_control) {
+        return Err("contains control characters".into());
+    }
+    Ok(())
+}
+
 fn check_name(v: &str) -> Result<(), String> {
     if v.len() > 64 || !v.bytes().all(|b| b.is_ascii_graphic()) {
         return Err("is not 1 to 64 printable characters without spaces".into());
@@ -492,7 +623,81 @@ fn check_session_name(v: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `REAPER_STORE`'s two values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreKind {
+    DynamoDb,
+    Postgres,
+}
+
+fn check_secret_arn(v: &str) -> Result<(), String> {
+    let parts: Vec<&str> = v.splitn(7, ':').collect();
+    let well_formed = matches!(parts.as_slice(),
+        ["arn", partition, "secretsmanager", region, account, "secret", name]
+            if partition.starts_with("aws")
+                && !region.is_empty()
+                && account.len() == 12
+                && account.bytes().all(|b| b.is_ascii_digit())
+                && !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_graphic()));
+    if well_formed {
+        Ok(())
+    } else {
+        Err("is not a Secrets Manager secret ARN".into())
+    }
+}
+
 impl<G: Fn(&str) -> Option<String>> Reader<G> {
+    /// `REAPER_STORE`, DynamoDB when unset.
+    fn store_kind(&mut self) -> Option<StoreKind> {
+        let Some(value) = self.raw(STORE) else {
+            return Some(StoreKind::DynamoDb);
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "dynamodb" => Some(StoreKind::DynamoDb),
+            "postgres" | "postgresql" => Some(StoreKind::Postgres),
+            _ => {
+                self.fail(
+                    STORE,
+                    Some(&value),
+                    "is not a store this handler knows".into(),
+                );
+                None
+            }
+        }
+    }
+
+    /// `REAPER_DATABASE_URL` and `REAPER_DATABASE_PASSWORD`, checked as the store checks them
+    /// before connecting (a remote host without TLS is refused here, at start-up).
+    fn postgres(&mut self) -> Option<StoreChoice> {
+        let Some(url) = self.raw(DATABASE_URL) else {
+            self.fail(
+                DATABASE_URL,
+                None,
+                format!("is not set, and {STORE} is postgres"),
+            );
+            return None;
+        };
+        if !reaper_postgres::is_postgres_url(&url) {
+            self.fail(
+                DATABASE_URL,
+                Some(&url),
+                "does not start with postgres:// or postgresql://".into(),
+            );
+            return None;
+        }
+        let password = self.string(DATABASE_PASSWORD, check_password);
+        let options = reaper_postgres::PostgresOptions::from_settings(&url, &self.get);
+        if let Err(e) = options.check() {
+            self.fail(DATABASE_URL, Some(&url), format!("cannot be used: {e}"));
+            return None;
+        }
+        Some(StoreChoice::Postgres {
+            url,
+            password: password.map(Secret::new),
+        })
+    }
+
     /// `REAPER_PROVIDERS`, sandboxd alone when unset.
     fn providers(&mut self) -> Vec<reaper_providers::ProviderKind> {
         let value = self.raw(PROVIDERS);
@@ -548,7 +753,20 @@ impl ServerlessConfig {
             get,
             problems: Vec::new(),
         };
+        let store_kind = r.store_kind();
         let table = r.string(TABLE, check_table);
+        if store_kind == Some(StoreKind::DynamoDb) && !r.is_set(TABLE) {
+            let problem = match (r.get)(TABLE) {
+                Some(_) => "is empty",
+                None => "is not set",
+            };
+            r.fail(TABLE, None, problem.into());
+        }
+        let store = match store_kind {
+            Some(StoreKind::Postgres) => r.postgres(),
+            Some(StoreKind::DynamoDb) => Some(StoreChoice::DynamoDb),
+            None => None,
+        };
         let providers = r.providers();
         let hosted = reaper_providers::HostedSettings::capture(&providers, &r.get);
         for kind in &providers {
@@ -559,15 +777,38 @@ impl ServerlessConfig {
         let sandboxd = providers.contains(&reaper_providers::ProviderKind::Sandboxd);
         let sandboxd_url = r.string(SANDBOXD_URL, check_url);
         let sandboxd_token = r.string(SANDBOXD_TOKEN, check_token);
+        let token_secret_arn = r.string(SANDBOXD_TOKEN_SECRET_ARN, check_secret_arn);
+        let secret_cache_ttl = r.duration(SECRET_CACHE_TTL, SECOND, HOUR);
         if sandboxd {
-            for name in [SANDBOXD_URL, SANDBOXD_TOKEN] {
-                if !r.is_set(name) {
-                    r.fail(
-                        name,
-                        None,
-                        format!("is not set, and {PROVIDERS} lists sandboxd"),
-                    );
-                }
+            if !r.is_set(SANDBOXD_URL) {
+                r.fail(
+                    SANDBOXD_URL,
+                    None,
+                    format!("is not set, and {PROVIDERS} lists sandboxd"),
+                );
+            }
+            match (
+                r.is_set(SANDBOXD_TOKEN),
+                r.is_set(SANDBOXD_TOKEN_SECRET_ARN),
+            ) {
+                (false, false) => r.fail(
+                    SANDBOXD_TOKEN,
+                    None,
+                    format!(
+                        "is not set, and {PROVIDERS} lists sandboxd (or set \
+                         {SANDBOXD_TOKEN_SECRET_ARN} to read it from Secrets Manager)"
+                    ),
+                ),
+                // Either would do; both mean a token value still sits in the environment.
+                (true, true) => r.fail(
+                    SANDBOXD_TOKEN,
+                    None,
+                    format!(
+                        "is set together with {SANDBOXD_TOKEN_SECRET_ARN}: keep the token in \
+                         Secrets Manager only and remove {SANDBOXD_TOKEN} from the environment"
+                    ),
+                ),
+                _ => {}
             }
         }
         let provider_name = r.string(SANDBOX_PROVIDER_NAME, check_name);
@@ -588,8 +829,8 @@ impl ServerlessConfig {
                 problems: r.problems,
             });
         }
-        let (Some(table), Some(detached_ttl), Some(aws_credentials)) =
-            (table, detached_ttl, aws_credentials)
+        let (Some(store), Some(detached_ttl), Some(aws_credentials)) =
+            (store, detached_ttl, aws_credentials)
         else {
             unreachable!(
                 "a missing required setting or a bad credential setting is a problem above"
@@ -603,12 +844,25 @@ impl ServerlessConfig {
         } else {
             (String::new(), String::new())
         };
+        let sandboxd_token_secret = match token_secret_arn {
+            Some(arn) if sandboxd => Some(SecretSource {
+                arn,
+                cache_ttl: secret_cache_ttl.unwrap_or(DEFAULT_SECRET_CACHE_TTL),
+            }),
+            _ => None,
+        };
+        let table = match store {
+            StoreChoice::DynamoDb => table.unwrap_or_default(),
+            StoreChoice::Postgres { .. } => String::new(),
+        };
         Ok(ServerlessConfig {
+            store,
             table,
             providers,
             hosted,
             sandboxd_url,
             sandboxd_token: Secret::new(sandboxd_token),
+            sandboxd_token_secret,
             provider_name: provider_name
                 .unwrap_or_else(|| reaper_http_sandbox::DEFAULT_PROVIDER_NAME.into()),
             detached_ttl,
@@ -1093,6 +1347,153 @@ mod tests {
             assert!(
                 !shown.contains("S3CR3T") && !shown.contains("s3cr3t"),
                 "{shown}"
+            );
+        }
+    }
+
+    const REMOTE_DB: &str =
+        "postgres://reaper@ep-cool-name-123456.us-east-2.aws.neon.tech/neondb?sslmode=require";
+
+    fn postgres_env(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut pairs = vec![
+            (STORE, "postgres"),
+            (DATABASE_URL, REMOTE_DB),
+            (DATABASE_PASSWORD, "pg-s3cr3t-password"),
+            (SANDBOXD_URL, "https://sandboxes.example.com"),
+            (SANDBOXD_TOKEN, TOKEN),
+            (DETACHED_TTL, "30m"),
+        ];
+        for (k, v) in extra {
+            pairs.retain(|(name, _)| name != k);
+            pairs.push((k, v));
+        }
+        pairs
+    }
+
+    #[test]
+    fn reaper_store_postgres_needs_no_table_and_reads_the_url_and_the_password_secret() {
+        let c = ServerlessConfig::from_env(env(&postgres_env(&[]))).unwrap();
+        assert_eq!(
+            c.store,
+            StoreChoice::Postgres {
+                url: REMOTE_DB.into(),
+                password: Some(Secret::new("pg-s3cr3t-password")),
+            }
+        );
+        assert_eq!(c.table, "");
+        assert!(
+            !c.uses_aws(),
+            "no DynamoDB and no Secrets Manager: no AWS at all"
+        );
+        let options = c.store.postgres_options().unwrap();
+        assert_eq!(options.password, Some(Secret::new("pg-s3cr3t-password")));
+        assert_eq!(options.schema, "reaper");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("pg-s3cr3t"), "{shown}");
+        // The default stays DynamoDB.
+        let d = ServerlessConfig::from_env(env(&minimal())).unwrap();
+        assert_eq!(d.store, StoreChoice::DynamoDb);
+        assert!(d.uses_aws());
+    }
+
+    #[test]
+    fn reaper_store_postgres_without_a_url_or_with_another_scheme_is_refused_naming_it() {
+        let mut pairs = postgres_env(&[]);
+        pairs.retain(|(k, _)| *k != DATABASE_URL);
+        let e = error_for(&pairs);
+        assert_eq!(e.problems.len(), 1, "{e}");
+        assert!(
+            e.to_string()
+                .contains("REAPER_DATABASE_URL is not set, and REAPER_STORE is postgres"),
+            "{e}"
+        );
+        let e = error_for(&postgres_env(&[(
+            DATABASE_URL,
+            "mysql://db.example.com/app",
+        )]));
+        assert!(e.names(DATABASE_URL), "{e}");
+        assert!(
+            e.to_string().contains("does not start with postgres://"),
+            "{e}"
+        );
+        let e = error_for(&postgres_env(&[(STORE, "mongodb")]));
+        assert!(e.names(STORE), "{e}");
+        assert!(e.to_string().contains("dynamodb or postgres"), "{e}");
+    }
+
+    #[test]
+    fn sslmode_disable_to_a_remote_database_is_refused_at_start_up_and_loopback_is_allowed() {
+        let e = error_for(&postgres_env(&[(
+            DATABASE_URL,
+            "postgres://reaper:pw-in-url-s3cr3t@db.example.com:5432/app?sslmode=disable",
+        )]));
+        assert!(e.names(DATABASE_URL), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("refusing to connect to"), "{text}");
+        assert!(text.contains("without TLS"), "{text}");
+        assert!(text.contains("Remove sslmode=disable"), "{text}");
+        assert!(
+            !text.contains("s3cr3t"),
+            "the password in the URL leaked: {text}"
+        );
+        let local = ServerlessConfig::from_env(env(&postgres_env(&[(
+            DATABASE_URL,
+            "postgres://reaper@127.0.0.1:5432/app?sslmode=disable",
+        )])));
+        assert!(local.is_ok(), "{local:?}");
+    }
+
+    const SECRET_ARN: &str =
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:reaper/sandboxd-token-AbCdEf";
+
+    #[test]
+    fn a_secret_arn_replaces_the_token_and_carries_the_cache_lifetime() {
+        let mut pairs = with(&[(SANDBOXD_TOKEN_SECRET_ARN, SECRET_ARN)]);
+        pairs.retain(|(k, _)| *k != SANDBOXD_TOKEN);
+        let c = ServerlessConfig::from_env(env(&pairs)).unwrap();
+        assert_eq!(
+            c.sandboxd_token_secret,
+            Some(SecretSource {
+                arn: SECRET_ARN.into(),
+                cache_ttl: DEFAULT_SECRET_CACHE_TTL,
+            })
+        );
+        assert_eq!(c.sandboxd_token.expose(), "");
+        pairs.push((SECRET_CACHE_TTL, "30s"));
+        let c = ServerlessConfig::from_env(env(&pairs)).unwrap();
+        assert_eq!(
+            c.sandboxd_token_secret.unwrap().cache_ttl,
+            Duration::from_secs(30)
+        );
+        // A PostgreSQL deployment reading its token from Secrets Manager uses AWS for that.
+        let mut pg = postgres_env(&[(SANDBOXD_TOKEN_SECRET_ARN, SECRET_ARN)]);
+        pg.retain(|(k, _)| *k != SANDBOXD_TOKEN);
+        assert!(ServerlessConfig::from_env(env(&pg)).unwrap().uses_aws());
+    }
+
+    #[test]
+    fn a_token_beside_its_secret_arn_or_a_malformed_arn_is_refused() {
+        let e = error_for(&with(&[(SANDBOXD_TOKEN_SECRET_ARN, SECRET_ARN)]));
+        assert!(e.names(SANDBOXD_TOKEN), "{e}");
+        assert!(
+            e.to_string()
+                .contains("keep the token in Secrets Manager only"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains(TOKEN), "{e}");
+        for bad in [
+            "reaper/sandboxd-token",
+            "arn:aws:ssm:us-east-1:123456789012:parameter/x",
+            "arn:aws:secretsmanager:us-east-1:1234:secret:x",
+        ] {
+            let mut pairs = with(&[(SANDBOXD_TOKEN_SECRET_ARN, bad)]);
+            pairs.retain(|(k, _)| *k != SANDBOXD_TOKEN);
+            let e = error_for(&pairs);
+            assert!(e.names(SANDBOXD_TOKEN_SECRET_ARN), "{bad}: {e}");
+            assert!(
+                e.to_string()
+                    .contains("is not a Secrets Manager secret ARN"),
+                "{e}"
             );
         }
     }

@@ -5,8 +5,9 @@
 //!   wrong and what is accepted, never repeating the sandboxd token;
 //! - [`credentials`]: how the store authenticates to AWS: a role assumed with the deployment's
 //!   OIDC token (`AWS_ROLE_ARN`, no stored keys), explicit keys, or the SDK's default chain;
-//! - [`build_deps`]: the DynamoDB store (every store port on one table), the sandboxd HTTP
-//!   provider, the journal exit probe, the journal replay drive, the sandbox reclaimer and system
+//! - [`build_deps`]: the store `REAPER_STORE` names (DynamoDB, every port on one table, or
+//!   PostgreSQL, every port in schema `reaper`), the sandboxd HTTP provider (its token from the
+//!   environment or, with [`secret_token`], from Secrets Manager at run time), the journal exit probe, the journal replay drive, the sandbox reclaimer and system
 //!   time, composed into the core's [`ReapDeps`](reaper_core::reap::ReapDeps);
 //! - [`plan`](mod@plan): deadline-aware batch sizing from the invocation's start and deadline;
 //! - [`run_sweep`] and [`ServerlessReport`]: the single-flight sweep and what a handler returns
@@ -22,13 +23,17 @@ pub mod compose;
 pub mod config;
 pub mod credentials;
 pub mod plan;
+pub mod secret_token;
 pub mod status;
 
 pub use compose::{
-    build_deps, compose, dynamo_options, providers, requests_since, run_sweep, ComposeError,
-    ServerlessDeps, ServerlessReport,
+    build_deps, compose, compose_with, dynamo_options, providers, providers_with, requests_since,
+    run_sweep, ComposeError, PostgresRequests, ServerlessDeps, ServerlessReport, ServerlessStore,
 };
-pub use config::{ConfigError, Secret, ServerlessConfig, Setting, SettingProblem, SETTINGS};
+pub use config::{
+    ConfigError, Secret, SecretSource, ServerlessConfig, Setting, SettingProblem, StoreChoice,
+    SETTINGS,
+};
 pub use credentials::{AwsCredentialsConfig, NoAwsCredentials, OidcTokens, WebIdentityCredentials};
 pub use plan::{check_budget, minimum_budget, plan, reserve, BudgetTooShort, SweepPlan};
 /// The wall clock the serverless handlers run on (their deadlines are wall time).

@@ -271,11 +271,13 @@ mod tests {
 
     fn config() -> ServerlessConfig {
         ServerlessConfig {
+            store: crate::StoreChoice::DynamoDb,
             table: "t".into(),
             providers: vec![reaper_providers::ProviderKind::Sandboxd],
             hosted: Default::default(),
             sandboxd_url: "http://127.0.0.1:1".into(),
             sandboxd_token: Secret::new("x"),
+            sandboxd_token_secret: None,
             provider_name: "sandboxd".into(),
             detached_ttl: Duration::from_secs(1800),
             run_budget: Duration::from_secs(30),

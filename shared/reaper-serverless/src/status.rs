@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use reaper_core::StoreError;
 use reaper_dynamodb::DynamoStore;
 
-use crate::compose::ServerlessReport;
+use crate::compose::{ServerlessReport, ServerlessStore};
 
 /// The partition of the last-sweep mark. No store item uses the `REAPER#` prefix
 /// (`shared/reaper-dynamodb/LAYOUT.md`), and the mark carries no index attribute and no TTL.
@@ -47,11 +47,28 @@ where
     ))
 }
 
-/// Writes the mark, unless the table already holds a later one (overlapping invocations finish
-/// in any order). `Ok(false)`: a later mark was kept.
-pub async fn record_last_sweep(store: &DynamoStore, mark: &LastSweep) -> Result<bool, StoreError> {
+/// Writes the mark, unless the store already holds a later one (overlapping invocations finish
+/// in any order). `Ok(false)`: a later mark was kept. DynamoDB: one conditional `PutItem`;
+/// PostgreSQL: one conditional upsert of `lease_notes` key `reaper:last-sweep`.
+pub async fn record_last_sweep(
+    store: &ServerlessStore,
+    mark: &LastSweep,
+) -> Result<bool, StoreError> {
     let summary = serde_json::to_string(mark)
         .map_err(|e| StoreError::Backend(format!("cannot encode the last-sweep mark: {e}")))?;
+    match store {
+        ServerlessStore::DynamoDb(store) => record_in_dynamodb(store, mark, summary).await,
+        ServerlessStore::Postgres(store) => {
+            store.record_last_sweep(&summary, mark.finished_at).await
+        }
+    }
+}
+
+async fn record_in_dynamodb(
+    store: &DynamoStore,
+    mark: &LastSweep,
+    summary: String,
+) -> Result<bool, StoreError> {
     let put = store
         .client()
         .put_item()
@@ -78,8 +95,25 @@ pub async fn record_last_sweep(store: &DynamoStore, mark: &LastSweep) -> Result<
     }
 }
 
-/// Reads the mark (strongly consistent). `None`: no sweep has run against this table yet.
-pub async fn read_last_sweep(store: &DynamoStore) -> Result<Option<LastSweep>, StoreError> {
+/// Reads the mark (strongly consistent). `None`: no sweep has run against this store yet.
+pub async fn read_last_sweep(store: &ServerlessStore) -> Result<Option<LastSweep>, StoreError> {
+    match store {
+        ServerlessStore::DynamoDb(store) => read_from_dynamodb(store).await,
+        ServerlessStore::Postgres(store) => {
+            let Some(summary) = store.read_last_sweep().await? else {
+                return Ok(None);
+            };
+            serde_json::from_str(&summary)
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt {
+                    key: reaper_postgres::LAST_SWEEP_KEY.into(),
+                    reason: format!("the last-sweep mark does not parse: {e}"),
+                })
+        }
+    }
+}
+
+async fn read_from_dynamodb(store: &DynamoStore) -> Result<Option<LastSweep>, StoreError> {
     let got = store
         .client()
         .get_item()

@@ -281,6 +281,11 @@ impl World {
         Function::start(&self.emulator, &self.env(extra), self.tmp.path())
     }
 
+    /// The function with exactly `env`.
+    pub fn function_with(&self, env: &[(String, String)]) -> Function {
+        Function::start(&self.emulator, env, self.tmp.path())
+    }
+
     /// An agent still producing (it sleeps after its first delta), detached a second ago.
     pub async fn producing_run(&self, label: &str) -> (String, String) {
         let sbx = self.sandbox().await;
@@ -289,6 +294,52 @@ impl World {
             .await
             .expect("start agent");
         self.detached_run(&run_id, sbx.id(), 1_000).await;
+        (run_id, sbx.id().to_string())
+    }
+
+    /// Restarts the daemon on the same address and root with `token`, as an operator does after
+    /// rotating it: its sandboxes stay (they are directories under the root).
+    pub async fn restart_sandboxd(&mut self, token: &str) {
+        let addr = self.base.sandboxd.addr.clone();
+        self.base.sandboxd.terminate().await;
+        self.base.sandboxd = reaper_e2e::sandboxd::Sandboxd::launch(
+            &reaper_e2e::sandboxd::sandboxd_bin(),
+            self.base.tmp.path(),
+            token,
+            &addr,
+            &[],
+        )
+        .await;
+        self.base.provider = self.base.sandboxd.provider();
+    }
+
+    /// An agent that printed three deltas and exited 0 in a sandbox of its own, recorded in
+    /// `store` (any store) as a `running` run detached a second ago. Returns `(run_id,
+    /// sandbox_id)`.
+    pub async fn finished_run_in<S>(&self, store: &S, label: &str) -> (String, String)
+    where
+        S: reaper_core::RunStore + reaper_core::SandboxInstanceStore,
+    {
+        let sbx = self.sandbox().await;
+        let run_id = format!("{label}-{}", unique());
+        let exit_code = reaper_e2e::sandboxd::run_agent(
+            &sbx,
+            &self.journals,
+            &run_id,
+            reaper_e2e::sandboxd::THREE_DELTAS,
+        )
+        .await;
+        assert_eq!(exit_code, 0, "agent {run_id} did not exit 0");
+        reaper_e2e::dynamo::seed_detached_run(
+            store,
+            reaper_e2e::dynamo::DetachedRun {
+                run_id: &run_id,
+                provider: reaper_core::SandboxProvider::name(&self.provider),
+                sandbox_id: sbx.id(),
+                detached_ago_ms: 1_000,
+            },
+        )
+        .await;
         (run_id, sbx.id().to_string())
     }
 
