@@ -77,6 +77,14 @@ pub const SETTINGS: &[Row] = &[
         commands: "sweep, watch, prune",
     },
     Row {
+        setting: "Docker strict labels",
+        flag: "`--docker-require-label`",
+        env: "`REAPER_DOCKER_REQUIRE_LABEL`",
+        default: "off",
+        accepted: "`true`/`false`: on, only containers labelled `io.reaper.sandbox=<name>` are touched; off, an unlabelled container (an app framework's) is also probed and reclaimed when its record names its exact full 64-hex id (never a name or short id)",
+        commands: "sweep, watch, prune",
+    },
+    Row {
         setting: "Journal directory",
         flag: "`--journal-dir`",
         env: "`REAPER_JOURNAL_DIR`",
@@ -323,6 +331,16 @@ pub struct Sandboxes {
         value_name = "NAME"
     )]
     pub docker_name: String,
+    /// Strict mode: touch only containers labelled io.reaper.sandbox=<docker name>. Off, an
+    /// unlabelled container is reached when its record names its exact full id.
+    #[arg(
+        long,
+        env = "REAPER_DOCKER_REQUIRE_LABEL",
+        value_name = "BOOL",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub docker_require_label: bool,
     /// The directory holding the local sandboxes.
     #[arg(
         long,
