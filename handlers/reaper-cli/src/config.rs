@@ -77,6 +77,14 @@ pub const SETTINGS: &[Row] = &[
         commands: "sweep, watch, prune",
     },
     Row {
+        setting: "Docker strict labels",
+        flag: "`--docker-require-label`",
+        env: "`REAPER_DOCKER_REQUIRE_LABEL`",
+        default: "off",
+        accepted: "`true`/`false`: on, only containers labelled `io.reaper.sandbox=<name>` are touched; off, an unlabelled container (an app framework's) is also probed and reclaimed when its record names its exact full 64-hex id (never a name or short id)",
+        commands: "sweep, watch, prune",
+    },
+    Row {
         setting: "Journal directory",
         flag: "`--journal-dir`",
         env: "`REAPER_JOURNAL_DIR`",
@@ -114,6 +122,22 @@ pub const SETTINGS: &[Row] = &[
         env: "`REAPER_CONCURRENCY`",
         default: "`4`",
         accepted: "a whole number, 1..256 (each run holds its own claim)",
+        commands: "sweep, watch",
+    },
+    Row {
+        setting: "Sandbox starts per sweep",
+        flag: "`--max-starts`",
+        env: "`REAPER_MAX_STARTS`",
+        default: "`2`",
+        accepted: "a whole number, 0..1000: stopped sandboxes (Daytona's auto-stop, E2B's pause) a sweep may start to read a finished run's journal, each stopped again or destroyed with its run; 0 never starts one",
+        commands: "sweep, watch",
+    },
+    Row {
+        setting: "Start stopped sandboxes inside the TTL",
+        flag: "`--start-stopped-inside-ttl`",
+        env: "`REAPER_START_STOPPED_INSIDE_TTL`",
+        default: "off",
+        accepted: "`true`/`false`: also start the stopped sandbox of a run inside its TTL (else it waits for its TTL)",
         commands: "sweep, watch",
     },
     Row {
@@ -324,6 +348,16 @@ pub struct Sandboxes {
         value_name = "NAME"
     )]
     pub docker_name: String,
+    /// Strict mode: touch only containers labelled io.reaper.sandbox=<docker name>. Off, an
+    /// unlabelled container is reached when its record names its exact full id.
+    #[arg(
+        long,
+        env = "REAPER_DOCKER_REQUIRE_LABEL",
+        value_name = "BOOL",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub docker_require_label: bool,
     /// The directory holding the local sandboxes.
     #[arg(
         long,
@@ -374,6 +408,24 @@ pub struct SweepArgs {
         allow_hyphen_values = true
     )]
     pub concurrency: String,
+    /// Stopped sandboxes one sweep may start to read a finished run's journal (0: never).
+    #[arg(
+        long,
+        env = "REAPER_MAX_STARTS",
+        default_value = "2",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub max_starts: String,
+    /// Also start the stopped sandbox of a run inside its TTL.
+    #[arg(
+        long,
+        env = "REAPER_START_STOPPED_INSIDE_TTL",
+        value_name = "BOOL",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub start_stopped_inside_ttl: bool,
     /// How long a run's delivery log must be quiet before a drive appends to it.
     #[arg(
         long,
@@ -649,6 +701,7 @@ pub const RUN_BUDGET: Key = Key::new("run_budget", "--run-budget", "REAPER_RUN_B
 pub const MAX_RUNS: Key = Key::new("max_runs", "--max-runs", "REAPER_MAX_RUNS");
 pub const QUIET_WINDOW: Key = Key::new("quiet_window", "--quiet-window", "REAPER_QUIET_WINDOW");
 pub const CONCURRENCY: Key = Key::new("concurrency", "--concurrency", "REAPER_CONCURRENCY");
+pub const MAX_STARTS: Key = Key::new("max_starts", "--max-starts", "REAPER_MAX_STARTS");
 pub const PROGRESS_AFTER: Key = Key::new(
     "progress_after",
     "--progress-after",
@@ -851,6 +904,8 @@ pub struct SweepSettings {
     pub run_budget_ms: u64,
     pub max_runs: usize,
     pub concurrency: usize,
+    pub max_starts: usize,
+    pub start_stopped_inside_ttl: bool,
     pub quiet_window_ms: u64,
     pub progress_after: Duration,
 }
@@ -867,6 +922,8 @@ impl SweepSettings {
                 1,
                 reaper_core::reap::MAX_CONCURRENCY as u64,
             )? as usize,
+            max_starts: s.count(MAX_STARTS, &a.max_starts, 0, 1_000)? as usize,
+            start_stopped_inside_ttl: a.start_stopped_inside_ttl,
             quiet_window_ms: s.duration_ms(QUIET_WINDOW, &a.quiet_window, 0, MAX_TIMER_MS)?,
             progress_after: s.duration(PROGRESS_AFTER, &a.progress_after, 0, MAX_TIMER_MS)?,
         })

@@ -22,6 +22,8 @@ pub fn reap_options(s: &SweepSettings, owner: String) -> ReapOptions {
     options.run_budget_ms = s.run_budget_ms;
     options.max_runs = s.max_runs;
     options.concurrency = s.concurrency;
+    options.max_starts_per_sweep = s.max_starts;
+    options.start_stopped_inside_ttl = s.start_stopped_inside_ttl;
     options.fence_quiet_ms = s.quiet_window_ms;
     options
 }

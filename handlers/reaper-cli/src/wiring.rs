@@ -333,7 +333,8 @@ impl Providers {
         };
         let docker = match kinds.contains(&ProviderKind::Docker) {
             true => {
-                let options = s.docker(&a.docker_socket, &a.docker_name)?;
+                let mut options = s.docker(&a.docker_socket, &a.docker_name)?;
+                options.require_label = a.docker_require_label;
                 // Checked before connecting: a name clash is a setting to fix, whatever dockerd
                 // says.
                 if let Some(local) = local.as_ref().filter(|l| l.name() == options.name) {

@@ -75,6 +75,18 @@ fn bad_values_name_the_setting_say_what_is_accepted_and_exit_1() {
             "a whole number from 1 to 256",
         ),
         (
+            &["--max-starts", "1001"],
+            &[],
+            "invalid value for --max-starts: \"1001\"",
+            "a whole number from 0 to 1000",
+        ),
+        (
+            &[],
+            &[("REAPER_MAX_STARTS", "some")],
+            "REAPER_MAX_STARTS",
+            "a whole number",
+        ),
+        (
             &[],
             &[("REAPER_LOG_FORMAT", "xml")],
             "invalid value for REAPER_LOG_FORMAT: \"xml\"",

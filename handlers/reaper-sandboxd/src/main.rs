@@ -307,6 +307,9 @@ async fn backend(cli: &Cli) -> anyhow::Result<Backend> {
         let mut options = DockerProviderOptions::from_host(&cli.docker_host)
             .context("invalid --docker-host (DOCKER_HOST)")?;
         options.name = cli.docker_label.clone();
+        // sandboxd serves only the containers it created (labelled), to clients that name them:
+        // an id must never reach the host's other containers.
+        options.require_label = true;
         options.output_limit = cli.max_output_bytes;
         let provider = DockerProvider::connect(options).await.map_err(|e| {
             anyhow::anyhow!("{e} Set DOCKER_HOST or --docker-host to the daemon's socket.")

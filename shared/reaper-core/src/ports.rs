@@ -556,6 +556,83 @@ pub trait SandboxProvider: MaybeSend + MaybeSync {
         }
         self.destroy(id).await
     }
+
+    /// The state of sandbox `id`, for a provider whose sandboxes stop by themselves and can be
+    /// started again (Daytona's auto-stop, E2B's pause, Vercel's persistent sandboxes). `None`,
+    /// the default, means this provider does not say: its sandboxes are live or gone, and the
+    /// core never tries to start one. One request at most.
+    async fn state(&self, _id: &str) -> Result<Option<SandboxState>, SandboxError> {
+        Ok(None)
+    }
+
+    /// Starts (or resumes) the stopped sandbox `id` so its journal can be read. Returning `Ok`
+    /// means the provider accepted; the core waits for [`state`](Self::state) to say
+    /// `Running`. The default refuses: only a provider that answers `state` starts anything.
+    async fn start_for_read(&self, id: &str) -> Result<(), SandboxError> {
+        Err(cannot_start(self.name(), id))
+    }
+
+    /// Returns a sandbox [`start_for_read`](Self::start_for_read) started to the state it was
+    /// in (stopped, paused). The default refuses, as `start_for_read` does.
+    async fn restore(&self, id: &str) -> Result<(), SandboxError> {
+        Err(cannot_start(self.name(), id))
+    }
+
+    /// [`state`](Self::state) of a sandbox recorded under provider `name`.
+    async fn state_recorded(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<Option<SandboxState>, SandboxError> {
+        if !self.serves(name) {
+            return Err(not_served(self.name(), name));
+        }
+        self.state(id).await
+    }
+
+    /// [`start_for_read`](Self::start_for_read) of a sandbox recorded under provider `name`.
+    async fn start_for_read_recorded(&self, name: &str, id: &str) -> Result<(), SandboxError> {
+        if !self.serves(name) {
+            return Err(not_served(self.name(), name));
+        }
+        self.start_for_read(id).await
+    }
+
+    /// [`restore`](Self::restore) of a sandbox recorded under provider `name`.
+    async fn restore_recorded(&self, name: &str, id: &str) -> Result<(), SandboxError> {
+        if !self.serves(name) {
+            return Err(not_served(self.name(), name));
+        }
+        self.restore(id).await
+    }
+}
+
+/// What a provider whose sandboxes stop by themselves says of one (see
+/// [`SandboxProvider::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxState {
+    /// Live: commands run.
+    Running,
+    /// Stopped (or paused) and kept: it can be started again, and its files are there.
+    Stopped,
+    /// Between states (starting, stopping, restoring): ask again shortly.
+    Changing,
+    /// Gone, or never existed.
+    Gone,
+}
+
+/// A sandbox named by an instance record: its provider's name and its id there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedSandbox {
+    pub provider: String,
+    pub id: String,
+}
+
+fn cannot_start(provider: &str, id: &str) -> SandboxError {
+    SandboxError::Refused(format!(
+        "provider {provider} cannot start or stop sandbox {id}: its sandboxes do not stop by \
+         themselves"
+    ))
 }
 
 /// The refusal of a provider asked for another provider's sandbox.
@@ -596,6 +673,34 @@ impl RunExitProbe {
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 pub trait ExitProbe: MaybeSend + MaybeSync {
     async fn has_finished(&self, record: &RunRecord) -> Result<RunExitProbe, ProbeError>;
+
+    /// The run's sandbox when it is stopped and its provider can start it again to read the
+    /// journal (see [`SandboxProvider::state`]); `None` when it is running, gone, unrecorded,
+    /// another provider's, or the provider does not say. The default: `None`, never a start.
+    async fn stopped_sandbox(
+        &self,
+        _record: &RunRecord,
+    ) -> Result<Option<RecordedSandbox>, SandboxError> {
+        Ok(None)
+    }
+
+    /// The state of a sandbox [`stopped_sandbox`](Self::stopped_sandbox) named.
+    async fn sandbox_state(
+        &self,
+        _sandbox: &RecordedSandbox,
+    ) -> Result<Option<SandboxState>, SandboxError> {
+        Ok(None)
+    }
+
+    /// Starts a sandbox [`stopped_sandbox`](Self::stopped_sandbox) named, to read it.
+    async fn start_for_read(&self, sandbox: &RecordedSandbox) -> Result<(), SandboxError> {
+        Err(cannot_start(&sandbox.provider, &sandbox.id))
+    }
+
+    /// Returns a sandbox started to read to the state it was in.
+    async fn restore(&self, sandbox: &RecordedSandbox) -> Result<(), SandboxError> {
+        Err(cannot_start(&sandbox.provider, &sandbox.id))
+    }
 }
 
 /// What a drive is asked for.

@@ -9,12 +9,14 @@ use std::sync::Arc;
 
 use crate::domain::RunRecord;
 use crate::error::ProbeError;
+use crate::error::SandboxError;
 use crate::journal::{
     decode_base64_text, exit_probe_command, journal_paths, parse_journal_exit,
     DEFAULT_EXIT_PROBE_BYTES,
 };
 use crate::ports::{
-    ExecOptions, ExitProbe, RunExitProbe, SandboxHandle, SandboxInstanceStore, SandboxProvider,
+    ExecOptions, ExitProbe, RecordedSandbox, RunExitProbe, SandboxHandle, SandboxInstanceStore,
+    SandboxProvider, SandboxState,
 };
 use crate::reason::Unreachable;
 
@@ -189,5 +191,56 @@ impl JournalExitProbe {
 impl ExitProbe for JournalExitProbe {
     async fn has_finished(&self, record: &RunRecord) -> Result<RunExitProbe, ProbeError> {
         Ok(self.probe(record).await)
+    }
+
+    /// The instance record of the run's key, then one [`SandboxProvider::state_recorded`].
+    async fn stopped_sandbox(
+        &self,
+        record: &RunRecord,
+    ) -> Result<Option<RecordedSandbox>, SandboxError> {
+        let Some(key) = record.sandbox_key.as_deref() else {
+            return Ok(None);
+        };
+        let instance = match self.instances.get(key).await {
+            Ok(Some(instance)) => instance,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                return Err(SandboxError::Other(format!(
+                    "instance lookup for sandbox key {key} failed: {e}"
+                )))
+            }
+        };
+        if !self.provider.serves(&instance.provider) {
+            return Ok(None);
+        }
+        let sandbox = RecordedSandbox {
+            provider: instance.provider,
+            id: instance.provider_sandbox_id,
+        };
+        match self.sandbox_state(&sandbox).await? {
+            Some(SandboxState::Stopped) => Ok(Some(sandbox)),
+            _ => Ok(None),
+        }
+    }
+
+    async fn sandbox_state(
+        &self,
+        sandbox: &RecordedSandbox,
+    ) -> Result<Option<SandboxState>, SandboxError> {
+        self.provider
+            .state_recorded(&sandbox.provider, &sandbox.id)
+            .await
+    }
+
+    async fn start_for_read(&self, sandbox: &RecordedSandbox) -> Result<(), SandboxError> {
+        self.provider
+            .start_for_read_recorded(&sandbox.provider, &sandbox.id)
+            .await
+    }
+
+    async fn restore(&self, sandbox: &RecordedSandbox) -> Result<(), SandboxError> {
+        self.provider
+            .restore_recorded(&sandbox.provider, &sandbox.id)
+            .await
     }
 }

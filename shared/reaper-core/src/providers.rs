@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::error::SandboxError;
-use crate::ports::{not_served, SandboxHandle, SandboxProvider};
+use crate::ports::{not_served, SandboxHandle, SandboxProvider, SandboxState};
 
 /// Providers routed by the name in each instance record. Names are unique.
 #[derive(Clone)]
@@ -111,5 +111,33 @@ impl SandboxProvider for ProviderSet {
 
     async fn destroy_recorded(&self, name: &str, id: &str) -> Result<(), SandboxError> {
         self.member(name)?.destroy_recorded(name, id).await
+    }
+
+    async fn state(&self, id: &str) -> Result<Option<SandboxState>, SandboxError> {
+        self.only()?.state(id).await
+    }
+
+    async fn start_for_read(&self, id: &str) -> Result<(), SandboxError> {
+        self.only()?.start_for_read(id).await
+    }
+
+    async fn restore(&self, id: &str) -> Result<(), SandboxError> {
+        self.only()?.restore(id).await
+    }
+
+    async fn state_recorded(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<Option<SandboxState>, SandboxError> {
+        self.member(name)?.state_recorded(name, id).await
+    }
+
+    async fn start_for_read_recorded(&self, name: &str, id: &str) -> Result<(), SandboxError> {
+        self.member(name)?.start_for_read_recorded(name, id).await
+    }
+
+    async fn restore_recorded(&self, name: &str, id: &str) -> Result<(), SandboxError> {
+        self.member(name)?.restore_recorded(name, id).await
     }
 }

@@ -3,6 +3,7 @@
 //! per-run problem an entry in the report, never an error for the whole sweep.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::future::{select, Either};
@@ -21,7 +22,7 @@ use crate::pipe::{pipe_and_confirm, PipeContext, Piped};
 use crate::ports::{
     CancellationToken, Clock, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe, Fenced,
     LeaseGrant, LeaseStore, Reclaim, ReclaimLedger, ReclaimableCursor, ReclaimablePage,
-    ReclaimableQuery, Reclaimed, RunExitProbe, RunStore, Sleeper,
+    ReclaimableQuery, Reclaimed, RecordedSandbox, RunExitProbe, RunStore, SandboxState, Sleeper,
 };
 use crate::reason::{Reason, ReasonCode};
 
@@ -45,6 +46,10 @@ pub const STORE_ALLOWANCE_MS: u64 = 2_000;
 pub const RECLAIM_RETRY_BASE_MS: u64 = 60_000;
 /// The longest wait between two retries of a failed destroy.
 pub const RECLAIM_RETRY_MAX_MS: u64 = 3_600_000;
+/// Stopped sandboxes a sweep starts to read, at most, unless set (each start bills compute).
+pub const DEFAULT_MAX_STARTS_PER_SWEEP: usize = 2;
+/// How often a started sandbox is asked whether it is running yet.
+pub const START_POLL_MS: u64 = 1_000;
 /// Detached runs a sweep counts at most for its backlog figure (beyond it, "at least").
 pub const DEFAULT_BACKLOG_COUNT_MAX: u64 = 10_000;
 /// The sweep-wide single-flight lease key.
@@ -168,6 +173,9 @@ pub struct ReapRunEntry {
     pub kept_because: Option<String>,
     /// Why the run ended as it did: a stable code and a sentence (every entry has one).
     pub reason: Reason,
+    /// The run's sandbox was stopped and this sweep started it to read the journal.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub started_for_read: bool,
 }
 
 /// What became of a terminal run's sandbox.
@@ -198,6 +206,7 @@ impl ReapRunEntry {
             sandbox: None,
             kept_because: None,
             reason: Reason::new(ReasonCode::ProducingNoExitYet, String::new()),
+            started_for_read: false,
         };
         entry.reason = entry.explain();
         entry
@@ -329,6 +338,9 @@ pub struct ReapReport {
     pub considered: usize,
     /// Calls to the exit probe, including ones that failed.
     pub probed: usize,
+    /// Stopped sandboxes this sweep started to read their journals, and what became of them.
+    #[serde(skip_serializing_if = "StartReport::is_empty")]
+    pub starts: StartReport,
     /// Runs in the batch not started because the deadline left too little time for them.
     pub deferred: usize,
     pub outcomes: OutcomeCounts,
@@ -353,6 +365,36 @@ pub struct ReapReport {
     /// [`ReapOptions::resume_after`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<ReclaimableCursor>,
+}
+
+/// The stopped sandboxes of one sweep (see [`ReapOptions::max_starts_per_sweep`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartReport {
+    /// Sandboxes started (or resumed) to read a journal: each counts against the cap.
+    pub started: usize,
+    /// Of those, put back to the state they were in (stopped, paused) after the read; the rest
+    /// were destroyed with their terminal run, or the stop failed (`restoreFailed`).
+    pub restored: usize,
+    /// Returning a started sandbox to its state failed: it runs until its provider's own
+    /// auto-stop or timeout (its run's next sweep tries again if it is still detached).
+    pub restore_failed: usize,
+    /// Stopped sandboxes left stopped because the cap or the deadline was reached (their runs
+    /// wait for a later sweep).
+    pub capped: usize,
+}
+
+impl StartReport {
+    pub fn is_empty(&self) -> bool {
+        *self == StartReport::default()
+    }
+
+    fn add(&mut self, other: StartReport) {
+        self.started += other.started;
+        self.restored += other.restored;
+        self.restore_failed += other.restore_failed;
+        self.capped += other.capped;
+    }
 }
 
 /// Service-level figures of one sweep: how big and how old the backlog is, and how long runs
@@ -604,6 +646,15 @@ pub struct ReapOptions {
     /// The backlog figure counts at most this many detached runs (one bounded request per sweep
     /// whatever the backlog; 0 skips the count and reports the rows the listing read).
     pub backlog_count_max: u64,
+    /// Stopped sandboxes (Daytona's auto-stop, E2B's pause, Vercel's persistence) this sweep may
+    /// start to read a run's journal, at most; 0 never starts one. A run past its TTL may start
+    /// its sandbox; a run inside it only with [`Self::start_stopped_inside_ttl`]. Each started
+    /// sandbox is put back to its state afterwards, or destroyed with its terminal run.
+    pub max_starts_per_sweep: usize,
+    /// Also start the stopped sandbox of a run inside its TTL whose probe cannot tell (the
+    /// journal of a stopped sandbox is unreadable): finds finished runs before their TTL at
+    /// the cost of a start each. Off by default: such a run waits for its TTL.
+    pub start_stopped_inside_ttl: bool,
 }
 
 impl ReapOptions {
@@ -623,6 +674,8 @@ impl ReapOptions {
             step_timeout_ms: DEFAULT_STEP_TIMEOUT_MS,
             resume_after: None,
             backlog_count_max: DEFAULT_BACKLOG_COUNT_MAX,
+            max_starts_per_sweep: DEFAULT_MAX_STARTS_PER_SWEEP,
+            start_stopped_inside_ttl: false,
         }
     }
 
@@ -1177,6 +1230,9 @@ async fn reap_listed(
     // Without any run started inside the TTL, the cursor stays where it was.
     report.cursor = options.resume_after.clone();
     let batch = &candidates[..candidates.len().min(options.max_runs)];
+    // The sweep's cap on sandbox starts, shared by the runs in flight.
+    let starts_left = AtomicUsize::new(options.max_starts_per_sweep);
+    let starts_left = &starts_left;
     // Up to `concurrency` runs in flight, each under its own claim. Runs start in listing order,
     // each only after the deadline check; entries are reported in listing order whatever order
     // they finish in. Plain futures combinators: the same code runs on one Worker thread.
@@ -1207,15 +1263,24 @@ async fn reap_listed(
                 last_fresh = Some(index);
             }
             in_flight.push(async move {
-                let mut probed = 0;
-                let entry = reap_one(deps, options, &batch[index], cutoff, &mut probed).await;
-                (index, entry, probed, deps.clock.now_ms())
+                let mut counts = RunCounts::default();
+                let entry = reap_one(
+                    deps,
+                    options,
+                    &batch[index],
+                    cutoff,
+                    starts_left,
+                    &mut counts,
+                )
+                .await;
+                (index, entry, counts, deps.clock.now_ms())
             });
         }
-        let Some((index, entry, probed, finished_at)) = in_flight.next().await else {
+        let Some((index, entry, counts, finished_at)) = in_flight.next().await else {
             break;
         };
-        report.probed += probed;
+        report.probed += counts.probed;
+        report.starts.add(counts.starts);
         report.slo.observe(
             &entry,
             &batch[index],
@@ -1295,69 +1360,281 @@ struct Driven {
     intent: ReclaimIntent,
 }
 
+/// What one run cost besides its entry, summed into the report.
+#[derive(Default)]
+struct RunCounts {
+    probed: usize,
+    starts: StartReport,
+}
+
 async fn reap_one(
     deps: &ReapDeps,
     options: &ReapOptions,
     record: &RunRecord,
     cutoff: EpochMs,
-    probed: &mut usize,
+    starts_left: &AtomicUsize,
+    counts: &mut RunCounts,
 ) -> ReapRunEntry {
-    let run_id = record.run_id.as_str();
     let expired = record.detached_since.is_some_and(|d| d <= cutoff);
-
+    let mut woken = None;
     let mut exit_code = None;
-    if !expired {
-        *probed += 1;
-        let probe = within(
-            deps.sleeper.as_ref(),
-            options.step_timeout_ms,
-            deps.probe.has_finished(record),
-        )
-        .await;
-        let Some(probe) = probe else {
-            let error = format!(
-                "the probe took longer than its {} ms deadline",
-                options.step_timeout_ms
-            );
-            tracing::debug!(target: "reaper", run_id, state = "unknown", %error, "leaving the run alone");
-            let mut entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown)
-                .with_error(ReapError::ProbeUnknown(error.clone()));
-            entry.reason = Reason::new(
-                ReasonCode::UnknownProbeTimeout,
-                format!("{error}; left alone"),
-            );
-            return entry;
-        };
-        match probe {
-            Ok(RunExitProbe::Finished { exit_code: code }) => exit_code = Some(code),
-            Ok(RunExitProbe::Producing) => {
-                tracing::debug!(target: "reaper", run_id, state = "producing", "leaving the run alone");
-                return ReapRunEntry::new(run_id, ReapOutcome::Producing);
+    if expired {
+        // Past its TTL the run is settled whatever its sandbox's state. A stopped sandbox is
+        // started first, so a journal that proves the run finished finalizes it with its whole
+        // output instead of an aborted drive that reads nothing. Past the cap, the run waits
+        // for a later sweep rather than lose that output.
+        match wake(deps, options, record, starts_left, counts).await {
+            Wake::Started(sandbox) => {
+                if let Some(Ok(RunExitProbe::Finished { exit_code: code })) =
+                    probe(deps, options, record, counts).await
+                {
+                    exit_code = Some(code);
+                }
+                woken = Some(sandbox);
             }
-            Ok(RunExitProbe::Unreachable(why)) => {
-                let mut entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown);
-                entry.reason = why.reason();
-                tracing::debug!(target: "reaper", run_id, state = "unknown", reason = %entry.reason, "leaving the run alone");
+            Wake::Capped => {
+                const CAPPED: &str = "the run's sandbox is stopped and this sweep may start no \
+                                      more sandboxes (max_starts_per_sweep, or the deadline); a \
+                                      later sweep starts it";
+                let mut entry = ReapRunEntry::new(&record.run_id, ReapOutcome::Unknown)
+                    .with_error(ReapError::ProbeUnknown(CAPPED.into()));
+                entry.reason = Reason::new(ReasonCode::UnknownSandboxStopped, CAPPED);
                 return entry;
             }
-            Ok(RunExitProbe::Unknown { error }) => {
-                tracing::debug!(target: "reaper", run_id, state = "unknown", error = error.as_deref(), "leaving the run alone");
-                let entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown);
-                return match error {
-                    Some(e) => entry.with_error(ReapError::ProbeUnknown(e)),
-                    None => entry,
-                };
+            Wake::NotStopped | Wake::Failed => {}
+        }
+    } else {
+        let mut answer = probe(deps, options, record, counts).await;
+        // A probe that timed out or could not read counts as unknown here, as before reasons.
+        if options.start_stopped_inside_ttl
+            && matches!(answer, None | Some(Ok(RunExitProbe::Unknown { .. })))
+        {
+            if let Wake::Started(sandbox) = wake(deps, options, record, starts_left, counts).await {
+                answer = probe(deps, options, record, counts).await;
+                woken = Some(sandbox);
             }
-            Err(e) => return failed(run_id, ReapError::Probe(e.0)),
+        }
+        match leave_alone(&record.run_id, answer, options.step_timeout_ms) {
+            Ok(code) => exit_code = Some(code),
+            Err(entry) => return restored(deps, options, woken, entry, counts).await,
         }
     }
+    // A woken expired run whose journal proved it finished is finalized as a finished run:
+    // its output is replayed whole, never cut and aborted.
+    let expired = expired && exit_code.is_none();
     // Boxed: the claimed path's state (claim, pipe, reclaim) is kilobytes, and a future that
     // carried it inline would be copied into the in-flight set for every run, the many left
     // alone included.
-    Box::pin(reap_claimed(
+    let entry = Box::pin(reap_claimed(
         deps, options, record, cutoff, expired, exit_code,
     ))
+    .await;
+    restored(deps, options, woken, entry, counts).await
+}
+
+/// One call to the exit probe under the step deadline; `None` when it ran past the deadline.
+async fn probe(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    record: &RunRecord,
+    counts: &mut RunCounts,
+) -> Option<Result<RunExitProbe, crate::error::ProbeError>> {
+    counts.probed += 1;
+    within(
+        deps.sleeper.as_ref(),
+        options.step_timeout_ms,
+        deps.probe.has_finished(record),
+    )
     .await
+}
+
+/// A finished run's exit code, or the entry of a run the probe says to leave alone.
+fn leave_alone(
+    run_id: &str,
+    answer: Option<Result<RunExitProbe, crate::error::ProbeError>>,
+    step_timeout_ms: u64,
+) -> Result<i64, ReapRunEntry> {
+    let Some(answer) = answer else {
+        let error = format!("the probe took longer than its {step_timeout_ms} ms deadline");
+        tracing::debug!(target: "reaper", run_id, state = "unknown", %error, "leaving the run alone");
+        let mut entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown)
+            .with_error(ReapError::ProbeUnknown(error.clone()));
+        entry.reason = Reason::new(
+            ReasonCode::UnknownProbeTimeout,
+            format!("{error}; left alone"),
+        );
+        return Err(entry);
+    };
+    match answer {
+        Ok(RunExitProbe::Finished { exit_code }) => Ok(exit_code),
+        Ok(RunExitProbe::Producing) => {
+            tracing::debug!(target: "reaper", run_id, state = "producing", "leaving the run alone");
+            Err(ReapRunEntry::new(run_id, ReapOutcome::Producing))
+        }
+        Ok(RunExitProbe::Unreachable(why)) => {
+            let mut entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown);
+            entry.reason = why.reason();
+            tracing::debug!(target: "reaper", run_id, state = "unknown", reason = %entry.reason, "leaving the run alone");
+            Err(entry)
+        }
+        Ok(RunExitProbe::Unknown { error }) => {
+            tracing::debug!(target: "reaper", run_id, state = "unknown", error = error.as_deref(), "leaving the run alone");
+            let entry = ReapRunEntry::new(run_id, ReapOutcome::Unknown);
+            Err(match error {
+                Some(e) => entry.with_error(ReapError::ProbeUnknown(e)),
+                None => entry,
+            })
+        }
+        Err(e) => Err(failed(run_id, ReapError::Probe(e.0))),
+    }
+}
+
+/// What [`wake`] did.
+enum Wake {
+    /// Not stopped (running, gone, unrecorded), or its provider does not say: nothing done.
+    NotStopped,
+    /// Stopped, and left so: the cap or the deadline allows no start.
+    Capped,
+    /// Started, and it runs: the caller returns it to its state or reclaims it.
+    Started(RecordedSandbox),
+    /// Stopped, and the start failed or it did not come up in time (it was stopped again).
+    Failed,
+}
+
+/// Starts the run's sandbox when it is stopped and the sweep may: its cap has a start left and
+/// its deadline leaves room for the start, a probe and a stop on top of the run's reserve.
+async fn wake(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    record: &RunRecord,
+    starts_left: &AtomicUsize,
+    counts: &mut RunCounts,
+) -> Wake {
+    if options.max_starts_per_sweep == 0 {
+        // Starting is off: no request, and a run goes the way it always went.
+        return Wake::NotStopped;
+    }
+    let run_id = record.run_id.as_str();
+    let step = options.step_timeout_ms;
+    let sandbox = match within(
+        deps.sleeper.as_ref(),
+        step,
+        deps.probe.stopped_sandbox(record),
+    )
+    .await
+    {
+        Some(Ok(Some(sandbox))) => sandbox,
+        Some(Ok(None)) => return Wake::NotStopped,
+        Some(Err(error)) => {
+            tracing::warn!(target: "reaper", run_id, %error, "could not tell whether the run's sandbox is stopped");
+            return Wake::NotStopped;
+        }
+        None => return Wake::NotStopped,
+    };
+    let room = options.deadline.is_none_or(|deadline| {
+        let extra = step.saturating_mul(3).saturating_add(options.reserve_ms());
+        deps.clock
+            .now_ms()
+            .saturating_add(extra.min(i64::MAX as u64) as i64)
+            <= deadline
+    });
+    let took = room
+        && starts_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+    if !took {
+        tracing::info!(target: "reaper", run_id, sandbox = %sandbox.id, "the run's sandbox is stopped and this sweep starts no more sandboxes; a later sweep will");
+        counts.starts.capped += 1;
+        return Wake::Capped;
+    }
+    counts.starts.started += 1;
+    tracing::info!(target: "reaper", run_id, provider = %sandbox.provider, sandbox = %sandbox.id, "starting the run's stopped sandbox to read its journal");
+    let began = deps.clock.now_ms();
+    let started = within(
+        deps.sleeper.as_ref(),
+        step,
+        deps.probe.start_for_read(&sandbox),
+    )
+    .await;
+    let mut running = false;
+    if let Some(Err(error)) = &started {
+        tracing::warn!(target: "reaper", run_id, sandbox = %sandbox.id, %error, "starting the sandbox failed");
+    } else {
+        // Providers answer a start before the sandbox runs: ask until it does, within the step.
+        loop {
+            match within(
+                deps.sleeper.as_ref(),
+                step,
+                deps.probe.sandbox_state(&sandbox),
+            )
+            .await
+            {
+                Some(Ok(Some(SandboxState::Running))) => {
+                    running = true;
+                    break;
+                }
+                Some(Ok(Some(SandboxState::Gone))) => return Wake::NotStopped,
+                Some(Ok(Some(SandboxState::Stopped | SandboxState::Changing))) => {}
+                Some(Ok(None)) | Some(Err(_)) | None => break,
+            }
+            if deps.clock.now_ms().saturating_sub(began) >= step as i64 {
+                break;
+            }
+            deps.sleeper.sleep(START_POLL_MS).await;
+        }
+    }
+    if running {
+        return Wake::Started(sandbox);
+    }
+    tracing::warn!(target: "reaper", run_id, sandbox = %sandbox.id, "the started sandbox did not come up in time; stopping it again");
+    restore(deps, options, &sandbox, counts).await;
+    Wake::Failed
+}
+
+/// Returns a sandbox this sweep started to its state, unless the run's reclaim destroyed it.
+async fn restored(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    woken: Option<RecordedSandbox>,
+    mut entry: ReapRunEntry,
+    counts: &mut RunCounts,
+) -> ReapRunEntry {
+    let Some(sandbox) = woken else {
+        return entry;
+    };
+    entry.started_for_read = true;
+    if !matches!(
+        entry.sandbox,
+        Some(SandboxFate::Destroyed | SandboxFate::NoSandbox)
+    ) {
+        restore(deps, options, &sandbox, counts).await;
+    }
+    entry
+}
+
+async fn restore(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    sandbox: &RecordedSandbox,
+    counts: &mut RunCounts,
+) {
+    match within(
+        deps.sleeper.as_ref(),
+        options.step_timeout_ms,
+        deps.probe.restore(sandbox),
+    )
+    .await
+    {
+        Some(Ok(())) => counts.starts.restored += 1,
+        Some(Err(error)) => {
+            tracing::warn!(target: "reaper", sandbox = %sandbox.id, %error, "returning the started sandbox to its state failed; its provider's own auto-stop will");
+            counts.starts.restore_failed += 1;
+        }
+        None => {
+            tracing::warn!(target: "reaper", sandbox = %sandbox.id, "returning the started sandbox to its state took too long");
+            counts.starts.restore_failed += 1;
+        }
+    }
 }
 
 /// The rest of [`reap_one`] for a run that is finished or expired: claim, drive, settle.

@@ -26,6 +26,9 @@ pub enum ReasonCode {
     UnknownProviderNotConfigured,
     /// The provider says the sandbox is gone.
     UnknownSandboxGone,
+    /// The run's sandbox is stopped and this sweep may start no more (the per-sweep cap or the
+    /// deadline); a later sweep starts it to read the journal.
+    UnknownSandboxStopped,
     /// The probe took longer than its step deadline.
     UnknownProbeTimeout,
     /// The probe could not tell (an exec, a lookup or a decode failed).
@@ -69,7 +72,7 @@ pub enum ReasonCode {
 }
 
 impl ReasonCode {
-    pub const ALL: [ReasonCode; 27] = [
+    pub const ALL: [ReasonCode; 28] = [
         ReasonCode::FinalizedExited,
         ReasonCode::ExpiredTtl,
         ReasonCode::ProducingNoExitYet,
@@ -77,6 +80,7 @@ impl ReasonCode {
         ReasonCode::UnknownNoInstanceRecord,
         ReasonCode::UnknownProviderNotConfigured,
         ReasonCode::UnknownSandboxGone,
+        ReasonCode::UnknownSandboxStopped,
         ReasonCode::UnknownProbeTimeout,
         ReasonCode::UnknownProbeError,
         ReasonCode::BudgetExceededReplayIncomplete,
@@ -108,6 +112,7 @@ impl ReasonCode {
             ReasonCode::UnknownNoInstanceRecord => "unknown/no-instance-record",
             ReasonCode::UnknownProviderNotConfigured => "unknown/provider-not-configured",
             ReasonCode::UnknownSandboxGone => "unknown/sandbox-gone",
+            ReasonCode::UnknownSandboxStopped => "unknown/sandbox-stopped",
             ReasonCode::UnknownProbeTimeout => "unknown/probe-timeout",
             ReasonCode::UnknownProbeError => "unknown/probe-error",
             ReasonCode::BudgetExceededReplayIncomplete => "budget-exceeded/replay-incomplete",

@@ -41,6 +41,10 @@ pub struct ExecuteResponse {
     #[serde(default)]
     /// The exit code; `None` from daemons that omit it.
     pub exit_code: Option<i32>,
+    /// The exit code's older name, answered by older daemons instead of `exitCode` (Daytona's
+    /// SDK reads `exitCode ?? code`). Kept as JSON: only an integer counts.
+    #[serde(default, rename = "code")]
+    pub legacy_code: Option<serde_json::Value>,
 }
 
 /// An error body. The API (NestJS) answers `{statusCode, error, message, path, timestamp}`,

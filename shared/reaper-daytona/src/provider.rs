@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use reaper_core::{ExecOptions, ExecOutput, SandboxError, SandboxHandle, SandboxProvider};
+use reaper_core::{
+    ExecOptions, ExecOutput, SandboxError, SandboxHandle, SandboxProvider,
+    SandboxState as CoreState,
+};
 use reaper_http_sandbox::{HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};
 use serde::de::DeserializeOwned;
 
@@ -49,6 +52,12 @@ struct Deleted {
 ///   errored sandbox is [`SandboxError::Refused`]: the reaper never starts a sandbox (that
 ///   bills compute, and a probe must not), so its journal cannot be read until someone else
 ///   starts it; it is still destroyed when its run is reclaimed.
+/// - `state` is the same lookup: `started` running, `stopped` (the auto-stop's state) stopped,
+///   the transient states changing; archived, errored or unknown states are not said (the
+///   core never starts those: an archive restores for minutes, and an errored one would not
+///   come up). `start_for_read` is one `POST /sandbox/{id}/start`, `restore` one
+///   `POST /sandbox/{id}/stop`: a stopped sandbox is started only by the sweep's bounded
+///   start-to-read, and stopped again after.
 /// - `destroy` is one `DELETE /sandbox/{id}`; a 404 is `Ok` (gone). A 409 (a state change in
 ///   progress) costs one lookup: a sandbox whose deletion is already under way is `Ok`, any
 ///   other is an error (the next sweep retries).
@@ -156,6 +165,39 @@ impl DaytonaProvider {
         Ok(SandboxState::NotLive(state.to_string()))
     }
 
+    /// `POST /sandbox/{id}/{action}` (start, stop): the answer is the sandbox, which must be
+    /// the one asked for (a page from something else than Daytona is an error).
+    async fn transition(&self, id: &str, action: &str) -> Result<(), SandboxError> {
+        validate_sandbox_id(id)?;
+        let inner = &self.inner;
+        let url = format!("{}/sandbox/{id}/{action}", inner.api_base);
+        let what = format!("sandbox {action}");
+        let response = inner
+            .send(
+                HttpMethod::Post,
+                &url,
+                None,
+                inner.config.request_timeout_ms,
+                MAX_API_RESPONSE_BYTES,
+            )
+            .await
+            .map_err(|e| inner.transport_error(e, &what, None))?;
+        if response.status == 404 && is_not_found(&response) {
+            return Err(SandboxError::NotFound(id.to_string()));
+        }
+        if response.status != 200 {
+            return Err(inner.error(&response, &what, id));
+        }
+        let answered: Deleted = parse(&response, &what)?;
+        if answered.id != id && answered.name.as_deref() != Some(id) {
+            return Err(SandboxError::Other(format!(
+                "Daytona answered the {action} of sandbox {id} with sandbox {}",
+                answered.id
+            )));
+        }
+        Ok(())
+    }
+
     /// A handle to a started sandbox as a lookup described it.
     fn handle(&self, sandbox: Sandbox) -> Result<DaytonaSandbox, SandboxError> {
         let base = sandbox.toolbox_proxy_url.trim_end_matches('/');
@@ -207,11 +249,33 @@ impl SandboxProvider for DaytonaProvider {
                 )))
             }
             SandboxState::NotLive(state) => Err(SandboxError::Refused(format!(
-                "Daytona sandbox {id} is {state}, not started: the reaper never starts a sandbox \
-                 (that would bill compute), so its journal cannot be read now; it is still \
-                 destroyed when its run is reclaimed"
+                "Daytona sandbox {id} is {state}, not started: its journal cannot be read until \
+                 it runs (a sweep starts a stopped one within its max_starts_per_sweep); it is \
+                 still destroyed when its run is reclaimed"
             ))),
         }
+    }
+
+    async fn state(&self, id: &str) -> Result<Option<CoreState>, SandboxError> {
+        Ok(match self.lookup(id).await? {
+            SandboxState::Live(_) => Some(CoreState::Running),
+            SandboxState::Gone => Some(CoreState::Gone),
+            SandboxState::NotLive(state) if state == "stopped" => Some(CoreState::Stopped),
+            SandboxState::NotLive(state)
+                if state == "stopping" || TRANSIENT_STATES.contains(&state.as_str()) =>
+            {
+                Some(CoreState::Changing)
+            }
+            SandboxState::NotLive(_) => None,
+        })
+    }
+
+    async fn start_for_read(&self, id: &str) -> Result<(), SandboxError> {
+        self.transition(id, "start").await
+    }
+
+    async fn restore(&self, id: &str) -> Result<(), SandboxError> {
+        self.transition(id, "stop").await
     }
 
     async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
@@ -334,17 +398,28 @@ impl SandboxHandle for DaytonaSandbox {
                 limit: limit as u64,
             });
         }
-        match answer.exit_code {
+        // An older daemon answers the exit code as `code` (Daytona's SDK reads
+        // `exitCode ?? code`); an answer with neither has no exit code, and 0 would call a
+        // failed command a success.
+        let code = answer
+            .exit_code
+            .or_else(|| answer.legacy_code.as_ref().and_then(legacy_exit_code));
+        match code {
             Some(-1) => Err(SandboxError::Other(format!(
                 "the Daytona toolbox of sandbox {} could not run the command: {}",
                 self.id,
                 excerpt(&answer.result)
             ))),
-            code => Ok(ExecOutput {
+            Some(code) => Ok(ExecOutput {
                 stdout: answer.result,
                 stderr: String::new(),
-                exit_code: code.unwrap_or(0),
+                exit_code: code,
             }),
+            None => Err(SandboxError::Other(format!(
+                "the Daytona toolbox of sandbox {} answered the command with neither exitCode nor \
+                 code: its exit status is unknown",
+                self.id
+            ))),
         }
     }
 }
@@ -463,6 +538,11 @@ fn parse<T: DeserializeOwned>(response: &HttpResponse, what: &str) -> Result<T, 
             excerpt(&String::from_utf8_lossy(&response.body))
         ))
     })
+}
+
+/// The legacy `code` of an execute answer as an exit code (an integer; anything else is none).
+fn legacy_exit_code(code: &serde_json::Value) -> Option<i32> {
+    code.as_i64().and_then(|c| i32::try_from(c).ok())
 }
 
 /// The start of a text, for an error message.

@@ -58,7 +58,7 @@ async fn a_started_sandbox_resumes_to_a_handle_that_runs_sh() {
 }
 
 #[tokio::test]
-async fn a_stopped_or_archived_sandbox_is_never_started_and_is_still_destroyed() {
+async fn a_stopped_or_archived_sandbox_is_never_started_by_resume_and_is_still_destroyed() {
     for (state, desired) in [
         ("stopped", "stopped"),
         ("archived", "archived"),
@@ -77,7 +77,7 @@ async fn a_stopped_or_archived_sandbox_is_never_started_and_is_still_destroyed()
             );
         };
         assert!(message.contains(state), "{message}");
-        assert!(message.contains("never starts"), "{message}");
+        assert!(message.contains("cannot be read until"), "{message}");
         // One lookup, and nothing that could start it.
         let cost = fake.counts().since(&before);
         assert_eq!((cost.get_sandbox, cost.total()), (1, 1), "{state}: {cost}");
@@ -796,5 +796,207 @@ async fn a_sweep_finalizes_a_finished_run_deletes_its_sandbox_and_leaves_a_live_
     );
     assert_eq!(cost.delete_sandbox, 1, "{cost}");
     fake.provider.destroy(&working).await.unwrap();
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn an_execute_answer_without_exit_code_takes_the_legacy_code_and_one_with_neither_is_an_error(
+) {
+    let fake = FakeDaytona::start().await;
+    let id = fake.create().await;
+    let sbx = handle(&fake, &id).await;
+    fake.toolbox(&id)
+        .inject(Fault::json(200, &json!({"result": "out\n", "code": 3})).on("ExecuteCommand"));
+    let out = sbx.exec("true", exec_opts(5_000)).await.unwrap();
+    assert_eq!((out.stdout.as_str(), out.exit_code), ("out\n", 3));
+    fake.toolbox(&id)
+        .inject(Fault::json(200, &json!({"result": "out\n"})).on("ExecuteCommand"));
+    let result = sbx.exec("false", exec_opts(5_000)).await;
+    assert!(
+        matches!(&result, Err(SandboxError::Other(m)) if m.contains("neither exitCode nor code")),
+        "a missing exit code read as {result:?}"
+    );
+    fake.assert_clean();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Auto-stopped sandboxes (Daytona stops an idle sandbox after autoStopInterval, 15 minutes by
+// default): the sweep starts one to read a finished run's journal, then deletes or stops it.
+
+/// Makes a recorded run `expired` (detached long before the TTL of `options`).
+async fn expire(store: &MemoryStore, run_id: &str) {
+    let mut record = RunStore::get(store, run_id).await.unwrap().unwrap();
+    record.detached_since = Some(now_ms() - 10 * 60_000);
+    store.put_run(record);
+}
+
+#[tokio::test]
+async fn state_start_and_restore_are_one_request_each_on_the_documented_endpoints() {
+    let fake = FakeDaytona::start().await;
+    let id = fake.create().await;
+    fake.set_state(&id, "stopped", "stopped");
+    let p = &fake.provider;
+    let before = fake.counts();
+    assert_eq!(
+        p.state(&id).await.unwrap(),
+        Some(reaper_core::SandboxState::Stopped)
+    );
+    p.start_for_read(&id).await.unwrap();
+    assert_eq!(
+        p.state(&id).await.unwrap(),
+        Some(reaper_core::SandboxState::Changing),
+        "starting"
+    );
+    assert_eq!(
+        p.state(&id).await.unwrap(),
+        Some(reaper_core::SandboxState::Running)
+    );
+    p.restore(&id).await.unwrap();
+    assert_eq!(
+        p.state(&id).await.unwrap(),
+        Some(reaper_core::SandboxState::Stopped)
+    );
+    let cost = fake.counts().since(&before);
+    assert_eq!(
+        (
+            cost.get_sandbox,
+            cost.start_sandbox,
+            cost.stop_sandbox,
+            cost.total()
+        ),
+        (4, 1, 1, 6),
+        "{cost}"
+    );
+    for (state, desired, said) in [
+        ("archived", "archived", None),
+        ("error", "started", None),
+        (
+            "destroyed",
+            "destroyed",
+            Some(reaper_core::SandboxState::Gone),
+        ),
+    ] {
+        fake.set_state(&id, state, desired);
+        assert_eq!(p.state(&id).await.unwrap(), said, "{state}");
+    }
+    assert!(matches!(
+        p.start_for_read(MISSING_ID).await,
+        Err(SandboxError::NotFound(_))
+    ));
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn a_finished_run_whose_sandbox_auto_stopped_is_started_finalized_with_its_output_and_deleted(
+) {
+    let fake = FakeDaytona::start_with(|c| c.output_limit = DEFAULT_OUTPUT_LIMIT).await;
+    let store = Arc::new(MemoryStore::new());
+    let journals = tempfile::tempdir().unwrap();
+    let dir = journals.path().to_str().unwrap().to_string();
+    let n = unique();
+    let done = format!("dt-stopped-done-{n}");
+    let id = fake.create().await;
+    run_agent(
+        &*handle(&fake, &id).await,
+        &dir,
+        &done,
+        "for d in 1 2 3; do echo \"{\\\"delta\\\":\\\"$d\\\"}\"; done",
+    )
+    .await;
+    detached(&store, &id, &done).await;
+    expire(&store, &done).await;
+    fake.set_state(&id, "stopped", "stopped");
+
+    let deps = ReapDeps::journaled(
+        store.clone(),
+        Arc::new(fake.provider.clone()),
+        Arc::new(SystemClock),
+        Arc::new(TokioSleeper),
+        Some(dir.clone()),
+    );
+    let mut options = ReapOptions::new(60_000, format!("daytona-stopped-{n}"));
+    options.fence_quiet_ms = 25;
+    let before = fake.counts();
+    let report = reap_detached_runs(&deps, &options).await.unwrap();
+    let cost = fake.counts().since(&before);
+    eprintln!("daytona: a sweep of one finished run in an auto-stopped sandbox cost {cost}");
+
+    let entry = &report.runs[0];
+    assert_eq!(entry.outcome, ReapOutcome::Finalized, "{entry:?}");
+    assert_eq!(entry.status, Some(RunStatus::Completed));
+    assert_eq!(entry.sandbox, Some(SandboxFate::Destroyed));
+    assert!(entry.started_for_read);
+    assert_eq!(report.starts.started, 1);
+    let transcript = store.get_transcript(&done).await.unwrap().unwrap();
+    assert_eq!(transcript.messages[0].content, "123");
+    assert!(
+        fake.provider.resume(&id).await.unwrap().is_none(),
+        "deleted"
+    );
+    assert_eq!(
+        (cost.start_sandbox, cost.stop_sandbox, cost.delete_sandbox),
+        (1, 0, 1)
+    );
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn a_working_run_inside_its_ttl_in_an_auto_stopped_sandbox_is_started_only_when_asked_and_stopped_again(
+) {
+    let fake = FakeDaytona::start().await;
+    let store = Arc::new(MemoryStore::new());
+    let journals = tempfile::tempdir().unwrap();
+    let dir = journals.path().to_str().unwrap().to_string();
+    let n = unique();
+    let run = format!("dt-stopped-working-{n}");
+    let id = fake.create().await;
+    // A journal without its exit sentinel: the agent had not finished when the sandbox stopped.
+    let paths = journal_paths(&run, Some(&dir)).unwrap();
+    std::fs::write(&paths.journal, "{\"delta\":\"1\"}\n").unwrap();
+    detached(&store, &id, &run).await;
+    fake.set_state(&id, "stopped", "stopped");
+    let deps = ReapDeps::journaled(
+        store.clone(),
+        Arc::new(fake.provider.clone()),
+        Arc::new(SystemClock),
+        Arc::new(TokioSleeper),
+        Some(dir.clone()),
+    );
+    let mut options = ReapOptions::new(3_600_000, format!("daytona-working-{n}"));
+    options.fence_quiet_ms = 25;
+
+    let before = fake.counts();
+    let report = reap_detached_runs(&deps, &options).await.unwrap();
+    let cost = fake.counts().since(&before);
+    assert_eq!(report.runs[0].outcome, ReapOutcome::Unknown);
+    assert_eq!(
+        (cost.start_sandbox, cost.total()),
+        (0, 1),
+        "only the probe's lookup: {cost}"
+    );
+
+    options.start_stopped_inside_ttl = true;
+    let before = fake.counts();
+    let report = reap_detached_runs(&deps, &options).await.unwrap();
+    let cost = fake.counts().since(&before);
+    eprintln!(
+        "daytona: a run still working in an auto-stopped sandbox, started to read, cost {cost}"
+    );
+    assert_eq!(report.runs[0].outcome, ReapOutcome::Producing, "{report:?}");
+    assert_eq!((report.starts.started, report.starts.restored), (1, 1));
+    assert_eq!(
+        (cost.start_sandbox, cost.stop_sandbox, cost.delete_sandbox),
+        (1, 1, 0)
+    );
+    assert_eq!(
+        fake.provider.state(&id).await.unwrap(),
+        Some(reaper_core::SandboxState::Stopped),
+        "returned to the state it was in"
+    );
+    let record = RunStore::get(store.as_ref(), &run).await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.driver_epoch),
+        (RunStatus::Running, None)
+    );
     fake.assert_clean();
 }

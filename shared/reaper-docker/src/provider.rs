@@ -48,6 +48,12 @@ pub struct DockerProviderOptions {
     pub socket: PathBuf,
     /// The name recorded in instance records and in every container's [`SANDBOX_LABEL`].
     pub name: String,
+    /// Strict mode: touch only containers labelled [`SANDBOX_LABEL`] with [`Self::name`].
+    /// Off by default, so a container an app framework created without the label (TanStack
+    /// AI's Docker provider does) is probed and reclaimed when its record names its exact full
+    /// id; a container labelled for another provider name is refused either way, and so is an
+    /// unlabelled one named by anything but its full id (see ARCHITECTURE.md, "Docker").
+    pub require_label: bool,
     /// Per stream, per `exec`.
     pub output_limit: usize,
     /// How long one Engine API request may take before it fails as unavailable.
@@ -60,6 +66,7 @@ impl DockerProviderOptions {
         DockerProviderOptions {
             socket: socket.into(),
             name: DEFAULT_PROVIDER_NAME.into(),
+            require_label: false,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
@@ -155,8 +162,10 @@ impl Inner {
 /// - `destroy` inspects, then force-removes with its anonymous volumes (two requests); a missing
 ///   container is `Ok`.
 ///
-/// Both refuse a container without this provider's [`SANDBOX_LABEL`], and accept only an exact
-/// id or name (Docker would otherwise resolve an id prefix to another container).
+/// Both accept only an exact id or name (Docker would otherwise resolve an id prefix to another
+/// container), refuse a container labelled [`SANDBOX_LABEL`] for another provider name, and
+/// accept an unlabelled container only when named by its exact full 64-hex id and
+/// [`DockerProviderOptions::require_label`] is off.
 #[derive(Clone)]
 pub struct DockerProvider {
     inner: Arc<Inner>,
@@ -346,8 +355,9 @@ impl DockerProvider {
         }
     }
 
-    /// Inspects sandbox `id`: `None` when no container has exactly that id or name; an error
-    /// when one does but it is not this provider's.
+    /// Inspects sandbox `id`: `None` when no container has that id or name; an error when the
+    /// daemon resolved `id` as a prefix of another id, or the container is not this provider's
+    /// to touch.
     async fn find(&self, id: &str, what: &str) -> Result<Option<Found>, SandboxError> {
         validate_id(id)?;
         self.inner.count(Endpoint::InspectContainer);
@@ -361,10 +371,17 @@ impl DockerProvider {
                 "{what} for sandbox {id}: the daemon's inspect answer has no container id"
             )));
         };
-        // Docker resolves an unknown name to a container whose id merely starts with it.
+        // Docker resolves an unknown name to a container whose id merely starts with it. That
+        // container is not proof the recorded one is gone (a short id recorded for it would be
+        // dropped while it runs), nor the recorded one (an id prefix is ambiguous over time):
+        // refused, touching nothing and keeping the record.
         let exact = container_id == id || info.name.as_deref() == Some(&format!("/{id}"));
         if !exact {
-            return Ok(None);
+            return Err(SandboxError::Refused(format!(
+                "{what} refused: {id:?} is neither a container's full id nor its name (the daemon \
+                 resolved it as an id prefix of {container_id}); reaper acts only on exact ids: \
+                 record the full id the daemon returned at create"
+            )));
         }
         let labels = info
             .config
@@ -372,12 +389,38 @@ impl DockerProvider {
             .and_then(|c| c.labels.clone())
             .unwrap_or_default();
         let label = labels.get(SANDBOX_LABEL);
-        if label != Some(&self.inner.options.name) {
-            return Err(SandboxError::Refused(format!(
-                "{what} refused: container {id} is not a sandbox of provider {:?} (its label \
-                 {SANDBOX_LABEL} is {label:?}); reaper never touches other containers",
-                self.inner.options.name
-            )));
+        let options = &self.inner.options;
+        if label != Some(&options.name) {
+            let refuse = |why: String| {
+                Err(SandboxError::Refused(format!(
+                    "{what} refused: container {id} {why}; reaper never touches other containers"
+                )))
+            };
+            if let Some(other) = label {
+                return refuse(format!(
+                    "is labelled {SANDBOX_LABEL}={other:?}, a sandbox of another provider than \
+                     {:?}",
+                    options.name
+                ));
+            }
+            if options.require_label {
+                return refuse(format!(
+                    "has no {SANDBOX_LABEL} label and strict mode (require_label, \
+                     REAPER_DOCKER_REQUIRE_LABEL) asks for {SANDBOX_LABEL}={:?}",
+                    options.name
+                ));
+            }
+            // A full id is 256 random bits the daemon never reuses: the container it names is
+            // the one created for the record. A name can be taken by any later container (a
+            // name may even be 64 hex digits, hence the id itself must match).
+            if !is_full_id(id) || container_id != id {
+                return refuse(format!(
+                    "has no {SANDBOX_LABEL} label and is named by {id:?}, not by its full \
+                     64-hex-digit id: record the id the daemon returned at create, or label the \
+                     container {SANDBOX_LABEL}={:?}",
+                    options.name
+                ));
+            }
         }
         Ok(Some(Found {
             container_id,
@@ -407,6 +450,11 @@ fn state_of(info: &ContainerInspectResponse) -> ContainerState {
     } else {
         ContainerState::Stopped
     }
+}
+
+/// Whether `id` is a container's full id as the daemon returns it: 64 lowercase hex digits.
+fn is_full_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// A container id or name as Docker spells them. Anything else is refused before it reaches a
@@ -489,6 +537,21 @@ mod tests {
         }
         for id in ["reaper-1", "a", &"f".repeat(64), "x_y.z-1"] {
             assert!(validate_id(id).is_ok(), "{id:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_full_lowercase_hex_id_counts_as_a_full_container_id() {
+        assert!(is_full_id(&"0af9".repeat(16)));
+        for id in [
+            "0af9".repeat(16)[..63].to_string(),
+            "0af9".repeat(16)[..12].to_string(),
+            "0AF9".repeat(16),
+            format!("{}0", "0af9".repeat(16)),
+            "g".repeat(64),
+            "reaper-sandbox".into(),
+        ] {
+            assert!(!is_full_id(&id), "{id:?}");
         }
     }
 

@@ -237,19 +237,241 @@ async fn an_agent_started_in_a_sandbox_is_listed_and_journaled_where_asked() {
 }
 
 #[tokio::test]
-async fn an_id_prefix_of_a_sandbox_names_no_sandbox_and_destroys_nothing() {
+async fn an_id_prefix_of_a_sandbox_is_refused_and_destroys_nothing() {
     let Some((provider, image)) = docker().await else {
         return;
     };
     let sbx = sandbox(&provider, &image).await;
     let prefix = &sbx.id()[..12];
-    assert!(provider.resume(prefix).await.unwrap().is_none());
-    provider.destroy(prefix).await.unwrap();
+    // Not "gone": a record naming a short id would otherwise be dropped while its container
+    // runs on.
+    assert!(matches!(
+        provider.resume(prefix).await,
+        Err(SandboxError::Refused(m)) if m.contains("full id")
+    ));
+    assert!(matches!(
+        provider.destroy(prefix).await,
+        Err(SandboxError::Refused(_))
+    ));
     assert!(
         provider.resume(sbx.id()).await.unwrap().is_some(),
         "destroying an id prefix removed the sandbox it prefixes"
     );
     provider.destroy(sbx.id()).await.unwrap();
+}
+
+/// A running container created the way TanStack AI's Docker provider creates one: no reaper
+/// label, no name of ours. Returns its full id.
+async fn unlabelled_container(image: &str) -> String {
+    let raw = common::raw_client();
+    let created = raw
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            ContainerCreateBody {
+                image: Some(image.to_string()),
+                cmd: Some(vec!["sleep".into(), "600".into()]),
+                host_config: Some(bollard::models::HostConfig {
+                    network_mode: Some("none".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    raw.start_container(&created.id, None).await.unwrap();
+    created.id
+}
+
+async fn is_running(id: &str) -> bool {
+    let raw = common::raw_client();
+    match raw.inspect_container(id, None).await {
+        Ok(info) => info.state.and_then(|s| s.running) == Some(true),
+        Err(_) => false,
+    }
+}
+
+async fn remove(id: &str) {
+    let _ = common::raw_client()
+        .remove_container(
+            id,
+            Some(bollard::query_parameters::RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn an_unlabelled_container_recorded_by_its_full_id_under_docker_is_swept_and_reclaimed() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let provider = Arc::new(provider);
+    let id = unlabelled_container(&image).await;
+    let n = unique();
+    let run = format!("dk-unlabelled-{n}");
+    let handle = provider
+        .open(&id)
+        .await
+        .unwrap()
+        .expect("an unlabelled container named by its full id is live");
+    run_agent(
+        &handle,
+        &run,
+        "for d in 1 2; do echo \"{\\\"delta\\\":\\\"$d\\\"}\"; done",
+    )
+    .await;
+
+    // The run and the instance record exactly as the framework writes them.
+    let store = Arc::new(MemoryStore::new());
+    let detached_at = now_ms();
+    let mut record = run_record(&run, RunStatus::Running);
+    record.started_at = detached_at - 1_000;
+    record.detached_since = Some(detached_at);
+    record.sandbox_key = Some(format!("thread-{n}"));
+    store.put_run(record);
+    let instance: SandboxInstanceRecord = serde_json::from_str(&format!(
+        r#"{{"key":"thread-{n}","provider":"docker","providerSandboxId":"{id}","threadId":"thread","latestRunId":"{run}","updatedAt":{detached_at}}}"#
+    ))
+    .unwrap();
+    store.upsert(instance).await.unwrap();
+
+    let deps = ReapDeps::journaled(
+        store.clone(),
+        provider.clone() as Arc<dyn SandboxProvider>,
+        Arc::new(SystemClock),
+        Arc::new(TokioSleeper),
+        None,
+    );
+    let mut options = ReapOptions::new(3_600_000, format!("docker-unlabelled-{n}"));
+    options.fence_quiet_ms = 25;
+    let report = reap_detached_runs(&deps, &options).await.unwrap();
+    let entry = &report.runs[0];
+    assert_eq!(entry.outcome, ReapOutcome::Finalized, "{entry:?}");
+    assert_eq!(entry.sandbox, Some(SandboxFate::Destroyed), "{entry:?}");
+    let transcript = store.get_transcript(&run).await.unwrap().unwrap();
+    assert_eq!(transcript.messages[0].content, "12");
+    assert!(
+        common::raw_client()
+            .inspect_container(&id, None)
+            .await
+            .is_err(),
+        "the framework's container was not removed"
+    );
+}
+
+#[tokio::test]
+async fn an_unlabelled_container_named_by_its_name_or_a_short_id_is_refused_and_left_running() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let id = unlabelled_container(&image).await;
+    let name = common::raw_client()
+        .inspect_container(&id, None)
+        .await
+        .unwrap()
+        .name
+        .unwrap();
+    let name = name.trim_start_matches('/');
+    for by in [name, &id[..12], &id[..63]] {
+        let resumed = provider.resume(by).await;
+        assert!(
+            matches!(&resumed, Err(SandboxError::Refused(m)) if m.contains("full")),
+            "{by}: {:?}",
+            resumed.map(|h| h.map(|h| h.id().to_string()))
+        );
+        assert!(
+            matches!(provider.destroy(by).await, Err(SandboxError::Refused(_))),
+            "{by}"
+        );
+    }
+    assert!(
+        is_running(&id).await,
+        "a container named loosely was stopped"
+    );
+    remove(&id).await;
+}
+
+#[tokio::test]
+async fn strict_mode_refuses_an_unlabelled_container_even_by_its_full_id_and_leaves_it_running() {
+    let Some((_, image)) = docker().await else {
+        return;
+    };
+    let (host, _) = common::docker_env().unwrap();
+    let mut options = DockerProviderOptions::from_host(&host).unwrap();
+    options.require_label = true;
+    let strict = DockerProvider::connect(options).await.unwrap();
+    let id = unlabelled_container(&image).await;
+    assert!(matches!(
+        strict.resume(&id).await,
+        Err(SandboxError::Refused(m)) if m.contains("strict mode") && m.contains(SANDBOX_LABEL)
+    ));
+    assert!(matches!(
+        strict.destroy(&id).await,
+        Err(SandboxError::Refused(_))
+    ));
+    assert!(
+        is_running(&id).await,
+        "strict mode stopped an unlabelled container"
+    );
+    // Its own labelled sandboxes it still serves.
+    let own = sandbox(&strict, &image).await;
+    assert!(strict.resume(own.id()).await.unwrap().is_some());
+    strict.destroy(own.id()).await.unwrap();
+    remove(&id).await;
+}
+
+#[tokio::test]
+async fn engine_api_requests_per_probe_and_reclaim_of_an_unlabelled_container() {
+    let Some((provider, image)) = docker().await else {
+        return;
+    };
+    let provider = Arc::new(provider);
+    let id = unlabelled_container(&image).await;
+    let run = format!("dk-unlabelled-cost-{}", unique());
+    let handle = provider.open(&id).await.unwrap().unwrap();
+    run_agent(&handle, &run, "echo '{\"delta\":\"1\"}'").await;
+    let store = Arc::new(MemoryStore::new());
+    detached(&store, "docker", &handle, &run).await;
+
+    let before = provider.request_counts();
+    let probe = JournalExitProbe::new(provider.clone(), store.clone(), ProbeOptions::default());
+    let record = RunStore::get(store.as_ref(), &run).await.unwrap().unwrap();
+    assert_eq!(
+        probe.has_finished(&record).await.unwrap(),
+        RunExitProbe::Finished { exit_code: 0 }
+    );
+    let probed = provider.request_counts().since(&before);
+
+    let mut record = record;
+    record.status = RunStatus::Completed;
+    store.put_run(record.clone());
+    let before = provider.request_counts();
+    let reclaimer = SandboxReclaimer {
+        provider: provider.clone(),
+        instances: store.clone(),
+        runs: store.clone(),
+    };
+    let reclaimed = reclaimer
+        .reclaim(&record, &ReclaimIntent::new(&record, now_ms()))
+        .await
+        .unwrap();
+    assert_eq!(reclaimed, Reclaimed::Destroyed);
+    let reclaim = provider.request_counts().since(&before);
+    eprintln!("docker (unlabelled): probe costs {probed}, reclaim costs {reclaim}");
+    // The same as a labelled sandbox's: the label is read from the one inspect.
+    assert_eq!(probed.inspect_container, 1, "{probed}");
+    assert_eq!(probed.create_exec, probed.start_exec);
+    assert_eq!(
+        (
+            reclaim.inspect_container,
+            reclaim.remove_container,
+            reclaim.total()
+        ),
+        (1, 1, 2)
+    );
 }
 
 #[tokio::test]

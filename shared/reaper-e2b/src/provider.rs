@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use base64::Engine;
 use reaper_core::secret::Secret;
-use reaper_core::{ExecOptions, ExecOutput, SandboxError, SandboxHandle, SandboxProvider};
+use reaper_core::{
+    ExecOptions, ExecOutput, SandboxError, SandboxHandle, SandboxProvider, SandboxState,
+};
 use reaper_http_sandbox::{
     redact_url, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError,
 };
@@ -58,6 +60,9 @@ struct Inner {
 /// - `resume` reads the sandbox from the control plane: `running` is a handle, `paused` and 404
 ///   are `None`. A paused sandbox is never resumed: that would bill it again only to read a
 ///   journal; it is not live for the probe, and `destroy` still kills it.
+/// - `state` is the same read (`paused` is stopped); `start_for_read` is one
+///   `POST /sandboxes/{id}/connect` (which resumes a paused sandbox) and `restore` one
+///   `POST /sandboxes/{id}/pause`: the sweep's bounded start-to-read of a finished run.
 /// - `destroy` is `DELETE /sandboxes/{id}`: 204 and 404 (already gone) are `Ok`; anything else
 ///   is an error, so a failed teardown is never swallowed.
 /// - No answer, 429 and 5xx are [`SandboxError::Unreachable`] (retryable; the probe answers
@@ -184,6 +189,63 @@ impl SandboxProvider for E2bProvider {
             .open(id)
             .await?
             .map(|s| Arc::new(s) as Arc<dyn SandboxHandle>))
+    }
+
+    /// `GET /sandboxes/{id}`: `running` is running, `paused` stopped, a 404 gone.
+    async fn state(&self, id: &str) -> Result<Option<SandboxState>, SandboxError> {
+        validate_sandbox_id(id)?;
+        let response = self.inner.api(HttpMethod::Get, id, "read sandbox").await?;
+        if response.status == 404 {
+            return Ok(Some(SandboxState::Gone));
+        }
+        if response.status != 200 {
+            return Err(self.inner.api_error(&response, "read sandbox", id));
+        }
+        let detail: SandboxDetail = serde_json::from_slice(&response.body).map_err(|e| {
+            SandboxError::Other(format!(
+                "E2B answered GET /sandboxes/{id} with a body that is not a SandboxDetail: {e}"
+            ))
+        })?;
+        Ok(match detail.state.as_str() {
+            "running" => Some(SandboxState::Running),
+            "paused" => Some(SandboxState::Stopped),
+            _ => None,
+        })
+    }
+
+    /// `POST /sandboxes/{id}/connect`, which resumes a paused sandbox, with a short timeout
+    /// ([`READ_TIMEOUT_S`]): connect only ever extends the sandbox's TTL, so one that is not
+    /// paused again after the read ends by its own timeout soon.
+    async fn start_for_read(&self, id: &str) -> Result<(), SandboxError> {
+        validate_sandbox_id(id)?;
+        let body = serde_json::json!({ "timeout": READ_TIMEOUT_S });
+        let response = self
+            .inner
+            .api_at(
+                HttpMethod::Post,
+                id,
+                "/connect",
+                Some(body),
+                "resume sandbox",
+            )
+            .await?;
+        match response.status {
+            200 | 201 => Ok(()),
+            _ => Err(self.inner.api_error(&response, "resume sandbox", id)),
+        }
+    }
+
+    /// `POST /sandboxes/{id}/pause`: the state a sandbox started to read was in.
+    async fn restore(&self, id: &str) -> Result<(), SandboxError> {
+        validate_sandbox_id(id)?;
+        let response = self
+            .inner
+            .api_at(HttpMethod::Post, id, "/pause", None, "pause sandbox")
+            .await?;
+        match response.status {
+            204 => Ok(()),
+            _ => Err(self.inner.api_error(&response, "pause sandbox", id)),
+        }
     }
 
     /// `DELETE /sandboxes/{id}`: kills a running or a paused sandbox.
@@ -478,19 +540,35 @@ impl Inner {
         id: &str,
         what: &str,
     ) -> Result<HttpResponse, SandboxError> {
-        let url = format!("{}/sandboxes/{id}", self.api_base);
+        self.api_at(method, id, "", None, what).await
+    }
+
+    /// One control-plane request to `/sandboxes/{id}{suffix}`, with a JSON body if given.
+    async fn api_at(
+        &self,
+        method: HttpMethod,
+        id: &str,
+        suffix: &str,
+        body: Option<serde_json::Value>,
+        what: &str,
+    ) -> Result<HttpResponse, SandboxError> {
+        let url = format!("{}/sandboxes/{id}{suffix}", self.api_base);
         let shown = redact_url(&url);
+        let mut headers = vec![
+            (
+                "x-api-key".to_string(),
+                self.config.api_key.expose().to_string(),
+            ),
+            ("accept".to_string(), "application/json".to_string()),
+        ];
+        if body.is_some() {
+            headers.push(("content-type".to_string(), "application/json".to_string()));
+        }
         let request = HttpRequest {
             method,
             url,
-            headers: vec![
-                (
-                    "x-api-key".to_string(),
-                    self.config.api_key.expose().to_string(),
-                ),
-                ("accept".to_string(), "application/json".to_string()),
-            ],
-            body: None,
+            headers,
+            body: body.map(|b| b.to_string().into_bytes()),
             timeout_ms: self.config.request_timeout_ms,
             max_response_bytes: self.config.max_response_bytes,
         };
@@ -540,6 +618,10 @@ impl Inner {
         }
     }
 }
+
+/// The timeout, in seconds, a paused sandbox is resumed with to read its journal: long enough
+/// for a probe and a replay, short enough that one left running (its pause failed) ends soon.
+pub const READ_TIMEOUT_S: u64 = 600;
 
 /// `, Retry-After: <value>` (seconds or an HTTP date) when the answer says when to come back. The provider never sleeps on it:
 /// the ledger and the next sweep are the retry.

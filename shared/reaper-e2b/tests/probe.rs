@@ -230,7 +230,7 @@ async fn requests_per_probe_and_per_reclaim() {
         get_sandbox,
         kill_sandbox,
         process_start,
-        other: 0,
+        ..Counts::default()
     };
     assert_eq!(resume, one(1, 0, 0));
     assert_eq!(exec, one(0, 0, 1));

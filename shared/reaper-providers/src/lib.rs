@@ -515,6 +515,23 @@ impl SandboxProvider for Aliased {
         self.inner.destroy(id).await
     }
 
+    // The stopped-sandbox capability: the provided `*_recorded` methods check `serves` (which
+    // counts the aliases) and land here.
+    async fn state(
+        &self,
+        id: &str,
+    ) -> Result<Option<reaper_core::SandboxState>, reaper_core::SandboxError> {
+        self.inner.state(id).await
+    }
+
+    async fn start_for_read(&self, id: &str) -> Result<(), reaper_core::SandboxError> {
+        self.inner.start_for_read(id).await
+    }
+
+    async fn restore(&self, id: &str) -> Result<(), reaper_core::SandboxError> {
+        self.inner.restore(id).await
+    }
+
     async fn resume_recorded(
         &self,
         name: &str,

@@ -2,6 +2,8 @@
 //! fault-injecting fakes for the sweep's tests. A dev-dependency only.
 
 pub mod conformance;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod live;
 // The fakes run on tokio's (pausable) time and native threads; a Worker runs the conformance
 // cases only.
 #[cfg(not(target_arch = "wasm32"))]

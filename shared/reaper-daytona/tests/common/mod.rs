@@ -173,6 +173,8 @@ impl FakeDaytona {
                 match r.operation_id.as_deref() {
                     Some("getSandbox") => counts.get_sandbox += 1,
                     Some("deleteSandbox") => counts.delete_sandbox += 1,
+                    Some("startSandbox") => counts.start_sandbox += 1,
+                    Some("stopSandbox") => counts.stop_sandbox += 1,
                     Some("ExecuteCommand") => counts.execute += 1,
                     _ => counts.other += 1,
                 }
@@ -195,6 +197,8 @@ impl FakeDaytona {
 pub struct Counts {
     pub get_sandbox: usize,
     pub delete_sandbox: usize,
+    pub start_sandbox: usize,
+    pub stop_sandbox: usize,
     pub execute: usize,
     pub other: usize,
 }
@@ -204,13 +208,20 @@ impl Counts {
         Counts {
             get_sandbox: self.get_sandbox - before.get_sandbox,
             delete_sandbox: self.delete_sandbox - before.delete_sandbox,
+            start_sandbox: self.start_sandbox - before.start_sandbox,
+            stop_sandbox: self.stop_sandbox - before.stop_sandbox,
             execute: self.execute - before.execute,
             other: self.other - before.other,
         }
     }
 
     pub fn total(&self) -> usize {
-        self.get_sandbox + self.delete_sandbox + self.execute + self.other
+        self.get_sandbox
+            + self.delete_sandbox
+            + self.start_sandbox
+            + self.stop_sandbox
+            + self.execute
+            + self.other
     }
 }
 
@@ -219,10 +230,12 @@ impl std::fmt::Display for Counts {
         write!(
             f,
             "{} request(s): {} GET /sandbox/{{id}}, {} DELETE /sandbox/{{id}}, {} POST \
-             …/process/execute",
+             /sandbox/{{id}}/start, {} POST /sandbox/{{id}}/stop, {} POST …/process/execute",
             self.total(),
             self.get_sandbox,
             self.delete_sandbox,
+            self.start_sandbox,
+            self.stop_sandbox,
             self.execute
         )
     }
@@ -336,10 +349,38 @@ impl World {
         };
         match req.operation_id.as_deref() {
             Some("getSandbox") => {
-                let sandboxes = self.sandboxes.lock().unwrap();
-                match sandboxes.get(&id) {
+                let mut sandboxes = self.sandboxes.lock().unwrap();
+                match sandboxes.get_mut(&id) {
                     // Destroyed sandboxes are filtered out of lookups (`findOneByIdOrName`).
                     Some(entry) if entry.state != "destroyed" => {
+                        let answer = FakeResponse::json(200, &self.sandbox_json(&id, entry));
+                        // A start is under way: the runner reports it started by the next look.
+                        if entry.state == "starting" {
+                            entry.state = "started".into();
+                        }
+                        answer
+                    }
+                    _ => not_found(),
+                }
+            }
+            // `startSandbox` and `stopSandbox` answer the sandbox as it is then: a start is
+            // `starting` until the runner reports back (the next lookup here), a stop is done
+            // at once (the files stay, the processes end; the fake's processes are left, as
+            // nothing in a stopped sandbox is reachable through the toolbox).
+            Some(op @ ("startSandbox" | "stopSandbox")) => {
+                let mut sandboxes = self.sandboxes.lock().unwrap();
+                match sandboxes.get_mut(&id) {
+                    Some(entry) if entry.state != "destroyed" => {
+                        let (state, desired) = if op == "startSandbox" {
+                            match entry.state.as_str() {
+                                "started" => ("started", "started"),
+                                _ => ("starting", "started"),
+                            }
+                        } else {
+                            ("stopped", "stopped")
+                        };
+                        entry.state = state.into();
+                        entry.desired_state = desired.into();
                         FakeResponse::json(200, &self.sandbox_json(&id, entry))
                     }
                     _ => not_found(),

@@ -164,6 +164,8 @@ impl E2bFake {
             match (r.method.as_str(), r.path.starts_with(ENVD_PREFIX)) {
                 ("GET", false) if r.path.starts_with("/sandboxes/") => counts.get_sandbox += 1,
                 ("DELETE", false) if r.path.starts_with("/sandboxes/") => counts.kill_sandbox += 1,
+                ("POST", false) if r.path.ends_with("/connect") => counts.connect_sandbox += 1,
+                ("POST", false) if r.path.ends_with("/pause") => counts.pause_sandbox += 1,
                 ("POST", true) if r.path.ends_with("/process.Process/Start") => {
                     counts.process_start += 1
                 }
@@ -199,19 +201,28 @@ impl Drop for E2bFake {
 pub struct Counts {
     pub get_sandbox: usize,
     pub kill_sandbox: usize,
+    pub connect_sandbox: usize,
+    pub pause_sandbox: usize,
     pub process_start: usize,
     pub other: usize,
 }
 
 impl Counts {
     pub fn total(&self) -> usize {
-        self.get_sandbox + self.kill_sandbox + self.process_start + self.other
+        self.get_sandbox
+            + self.kill_sandbox
+            + self.connect_sandbox
+            + self.pause_sandbox
+            + self.process_start
+            + self.other
     }
 
     pub fn since(&self, before: Counts) -> Counts {
         Counts {
             get_sandbox: self.get_sandbox - before.get_sandbox,
             kill_sandbox: self.kill_sandbox - before.kill_sandbox,
+            connect_sandbox: self.connect_sandbox - before.connect_sandbox,
+            pause_sandbox: self.pause_sandbox - before.pause_sandbox,
             process_start: self.process_start - before.process_start,
             other: self.other - before.other,
         }
@@ -222,11 +233,14 @@ impl std::fmt::Display for Counts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} request(s): {} GET /sandboxes/{{id}}, {} DELETE /sandboxes/{{id}}, {} envd \
+            "{} request(s): {} GET /sandboxes/{{id}}, {} DELETE /sandboxes/{{id}}, {} POST \
+             /sandboxes/{{id}}/connect, {} POST /sandboxes/{{id}}/pause, {} envd \
              process.Process/Start",
             self.total(),
             self.get_sandbox,
             self.kill_sandbox,
+            self.connect_sandbox,
+            self.pause_sandbox,
             self.process_start
         )?;
         if self.other > 0 {
@@ -276,6 +290,44 @@ async fn route(
                 }
                 Err(e) => api_error(500, &format!("Error killing sandbox: {e}")),
             },
+            None => api_error(
+                404,
+                &format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+            ),
+        },
+        // Connect resumes a paused sandbox (201) or answers a running one (200), with the
+        // `Sandbox` schema; pause pauses a running one (204) and refuses a paused one (409).
+        ("POST", Some("/sandboxes/{sandboxID}/connect")) => match known {
+            Some(sandbox) => {
+                let was_paused = sandbox.paused;
+                if let Some(s) = state.sandboxes.lock().unwrap().get_mut(&id) {
+                    s.paused = false;
+                }
+                let body = json!({
+                    "templateID": "rki5dems9wqfm4r03t7g",
+                    "sandboxID": id,
+                    "clientID": "6532622b",
+                    "envdVersion": "0.2.4",
+                    "envdAccessToken": sandbox.access_token,
+                    "domain": domain,
+                });
+                FakeResponse::json(if was_paused { 201 } else { 200 }, &body)
+            }
+            None => api_error(
+                404,
+                &format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+            ),
+        },
+        ("POST", Some("/sandboxes/{sandboxID}/pause")) => match known {
+            Some(sandbox) if sandbox.paused => {
+                api_error(409, &format!("sandbox \"{id}\" is already paused"))
+            }
+            Some(_) => {
+                if let Some(s) = state.sandboxes.lock().unwrap().get_mut(&id) {
+                    s.paused = true;
+                }
+                FakeResponse::empty(204)
+            }
             None => api_error(
                 404,
                 &format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
