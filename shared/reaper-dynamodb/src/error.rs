@@ -80,6 +80,22 @@ where
     }
 }
 
+/// Whether a Query failed because the index it named is not there (a table deployed before
+/// the index existed) or not readable yet (being backfilled after an UpdateTable added it).
+/// DynamoDB answers both with a `ValidationException` naming the index.
+pub(crate) fn index_missing<E, R>(err: &SdkError<E, R>) -> bool
+where
+    E: ProvideErrorMetadata,
+{
+    let SdkError::ServiceError(ctx) = err else {
+        return false;
+    };
+    let message = ctx.err().message().unwrap_or_default();
+    ctx.err().code() == Some("ValidationException")
+        && (message.contains("does not have the specified index")
+            || message.contains("backfilling global secondary index"))
+}
+
 /// Maps a cancelled transaction whose reasons the caller did not turn into an answer.
 pub(crate) fn map_cancelled(op: &str, table: &str, reasons: &[CancellationReason]) -> StoreError {
     let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("?")).collect();

@@ -20,7 +20,8 @@ use reaper_core::{Clock, EpochMs, StoreError};
 
 use crate::error::{self, HttpStatus, Kind};
 use crate::layout::{
-    GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK, PK, RECLAIMABLE_INDEX, SK, THREAD_INDEX, TTL,
+    GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK, GSI3_PK, PK, RECLAIMABLE_INDEX, SANDBOX_INDEX, SK,
+    THREAD_INDEX, TTL,
 };
 use crate::stats::{Counters, Outcome, RequestStats};
 
@@ -120,6 +121,9 @@ pub struct DynamoStore {
     /// The next sequence number of each log this process appended to: lets an append go out as
     /// one transaction without reading the log meta first. A wrong guess only costs a retry.
     pub(crate) next_seq: Arc<Mutex<HashMap<String, u64>>>,
+    /// Whether the missing sandbox index was already reported (once per store, not per
+    /// reclaim).
+    pub(crate) sandbox_index_warned: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DynamoStore {
@@ -160,6 +164,7 @@ impl DynamoStore {
             options: Arc::new(options),
             counters: Arc::default(),
             next_seq: Arc::default(),
+            sandbox_index_warned: Arc::default(),
         }
     }
 
@@ -229,9 +234,20 @@ impl DynamoStore {
         error::map_sdk(op, &self.options.table_name, err)
     }
 
-    /// Creates the table with the documented layout (keys, both indexes, TTL) and waits until
-    /// it is active. For tests and development: production tables come from the SAM template.
+    /// Creates the table with the documented layout (keys, the three indexes, TTL) and waits
+    /// until it is active. For tests and development: production tables come from the SAM
+    /// template.
     pub async fn create_table(&self) -> Result<(), StoreError> {
+        self.create_table_with(true).await
+    }
+
+    /// The table as deployed before the sandbox index existed (`reclaimable` and `by-thread`
+    /// only), for testing what a reaper does on such a table.
+    pub async fn create_table_without_sandbox_index(&self) -> Result<(), StoreError> {
+        self.create_table_with(false).await
+    }
+
+    async fn create_table_with(&self, sandbox_index: bool) -> Result<(), StoreError> {
         let table = self.table_name().to_string();
         let attr = |name: &str, t: ScalarAttributeType| {
             AttributeDefinition::builder()
@@ -241,8 +257,10 @@ impl DynamoStore {
                 .map_err(|e| StoreError::Backend(format!("building the table definition: {e}")))
         };
         let keys = |hash: &str, range: &str| -> Result<Vec<KeySchemaElement>, StoreError> {
+            // An empty range name: a partition-only key.
             [(hash, KeyType::Hash), (range, KeyType::Range)]
                 .into_iter()
+                .filter(|(name, _)| !name.is_empty())
                 .map(|(name, kind)| {
                     KeySchemaElement::builder()
                         .attribute_name(name)
@@ -265,9 +283,13 @@ impl DynamoStore {
                     .build()
                     .map_err(|e| StoreError::Backend(format!("building index {name}: {e}")))
             };
-        let res = self
-            .client
-            .create_table()
+        let mut create = self.client.create_table();
+        if sandbox_index {
+            create = create
+                .attribute_definitions(attr(GSI3_PK, ScalarAttributeType::S)?)
+                .global_secondary_indexes(index(SANDBOX_INDEX, GSI3_PK, "")?);
+        }
+        let res = create
             .table_name(&table)
             .billing_mode(BillingMode::PayPerRequest)
             .attribute_definitions(attr(PK, ScalarAttributeType::S)?)
