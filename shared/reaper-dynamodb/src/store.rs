@@ -238,16 +238,13 @@ impl DynamoStore {
     /// until it is active. For tests and development: production tables come from the SAM
     /// template.
     pub async fn create_table(&self) -> Result<(), StoreError> {
-        self.create_table_with(true).await
+        self.create_table_without("").await
     }
 
-    /// The table as deployed before the sandbox index existed (`reclaimable` and `by-thread`
-    /// only), for testing what a reaper does on such a table.
-    pub async fn create_table_without_sandbox_index(&self) -> Result<(), StoreError> {
-        self.create_table_with(false).await
-    }
-
-    async fn create_table_with(&self, sandbox_index: bool) -> Result<(), StoreError> {
+    /// The documented table lacking the index named `index` (e.g. [`SANDBOX_INDEX`], as a
+    /// table deployed before that index existed): for testing what a reaper does on such a
+    /// table.
+    pub async fn create_table_without(&self, without: &str) -> Result<(), StoreError> {
         let table = self.table_name().to_string();
         let attr = |name: &str, t: ScalarAttributeType| {
             AttributeDefinition::builder()
@@ -283,26 +280,28 @@ impl DynamoStore {
                     .build()
                     .map_err(|e| StoreError::Backend(format!("building index {name}: {e}")))
             };
-        let mut create = self.client.create_table();
-        if sandbox_index {
-            create = create
-                .attribute_definitions(attr(GSI3_PK, ScalarAttributeType::S)?)
-                .global_secondary_indexes(index(SANDBOX_INDEX, GSI3_PK, "")?);
-        }
-        let res = create
+        let mut create = self
+            .client
+            .create_table()
             .table_name(&table)
             .billing_mode(BillingMode::PayPerRequest)
             .attribute_definitions(attr(PK, ScalarAttributeType::S)?)
             .attribute_definitions(attr(SK, ScalarAttributeType::S)?)
-            .attribute_definitions(attr(GSI1_PK, ScalarAttributeType::S)?)
-            .attribute_definitions(attr(GSI1_SK, ScalarAttributeType::N)?)
-            .attribute_definitions(attr(GSI2_PK, ScalarAttributeType::S)?)
-            .attribute_definitions(attr(GSI2_SK, ScalarAttributeType::N)?)
-            .set_key_schema(Some(keys(PK, SK)?))
-            .global_secondary_indexes(index(RECLAIMABLE_INDEX, GSI1_PK, GSI1_SK)?)
-            .global_secondary_indexes(index(THREAD_INDEX, GSI2_PK, GSI2_SK)?)
-            .send()
-            .await;
+            .set_key_schema(Some(keys(PK, SK)?));
+        let layout = [
+            (RECLAIMABLE_INDEX, GSI1_PK, Some(GSI1_SK)),
+            (THREAD_INDEX, GSI2_PK, Some(GSI2_SK)),
+            (SANDBOX_INDEX, GSI3_PK, None),
+        ];
+        for (name, hash, range) in layout.into_iter().filter(|(name, ..)| *name != without) {
+            create = create
+                .attribute_definitions(attr(hash, ScalarAttributeType::S)?)
+                .global_secondary_indexes(index(name, hash, range.unwrap_or(""))?);
+            if let Some(range) = range {
+                create = create.attribute_definitions(attr(range, ScalarAttributeType::N)?);
+            }
+        }
+        let res = create.send().await;
         res.map_err(|e| self.map_err("CreateTable", e))?;
 
         // Bounded: DynamoDB Local is active at once, the real service within seconds.

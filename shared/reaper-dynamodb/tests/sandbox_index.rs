@@ -208,7 +208,10 @@ async fn a_table_deployed_without_the_sandbox_index_answers_unsupported_and_keep
         config_builder(),
         DynamoOptions::new(unique_table("no-sandbox-index")),
     );
-    store.create_table_without_sandbox_index().await.unwrap();
+    store
+        .create_table_without(reaper_dynamodb::layout::SANDBOX_INDEX)
+        .await
+        .unwrap();
     create(&store, "r", "t", None).await;
     // Writing the index attribute on a table without the index is allowed.
     store
