@@ -22,6 +22,12 @@ use crate::store::{DynamoStore, Expr};
 
 pub use reaper_core::ports::ReclaimableListing;
 
+/// The greatest instant a listing reaches: 2^53 - 1 ms, the same bound as the SQL stores.
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// Most unlistable items one sweep reports: enough to see the problem, a bounded read.
+pub const MAX_UNLISTABLE_REPORTED: usize = 100;
+
 /// Query pages one backlog count reads at most, so a sweep's requests stay constant whatever
 /// the backlog (each page reads up to 1 MB of the index, a few thousand runs).
 pub const MAX_COUNT_PAGES: usize = 2;
@@ -222,8 +228,59 @@ impl DynamoStore {
             }
             start = Some(last);
         }
+        // The items no page can reach are reported with the sweep's first page (the range past
+        // the TTL, from its start), so every sweep reports them once, as SQLite's does.
+        if q.after.is_none() && q.detached_after.is_none() {
+            page.corrupt.extend(self.unlistable().await?);
+        }
         self.counters.corrupt_skipped(page.corrupt.len() as u64);
         Ok(page)
+    }
+
+    /// Detached runs in the index that no listing range reaches: `gsi1sk` past 2^53 - 1, which
+    /// is no time in milliseconds a sweep's cutoff can be (the rule SQLite's and D1's
+    /// `LIST_UNLISTABLE` apply to `detached_since`). One Query of that end of the `DETACHED`
+    /// partition, at most [`MAX_UNLISTABLE_REPORTED`] items, each as [`StoreError::Corrupt`]
+    /// naming its run. A status that is no run status (`RUNNING`) on an indexed item is
+    /// already reported by the page that reads it; such an item outside the index is not
+    /// reachable without a Scan (LAYOUT.md).
+    pub async fn unlistable(&self) -> Result<Vec<StoreError>, StoreError> {
+        let res = self
+            .client
+            .query()
+            .table_name(self.table_name())
+            .index_name(RECLAIMABLE_INDEX)
+            .key_condition_expression("#pk = :pk AND #sk > :max")
+            .expression_attribute_names("#pk", GSI1_PK)
+            .expression_attribute_names("#sk", GSI1_SK)
+            .expression_attribute_values(":pk", s(DETACHED))
+            .expression_attribute_values(":max", n(MAX_SAFE_INTEGER))
+            .limit(MAX_UNLISTABLE_REPORTED as i32)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("list_unlistable", &res);
+        let out = res.map_err(|e| self.map_err("Query", e))?;
+        Ok(out
+            .items()
+            .iter()
+            .map(|item| {
+                let since = match item.get(GSI1_SK) {
+                    Some(AttributeValue::N(v)) => v.clone(),
+                    other => format!("{other:?}"),
+                };
+                tracing::error!(run_id = %run_id_of(item), detached_since = %since,
+                    "a detached run no listing reaches");
+                StoreError::Corrupt {
+                    key: run_id_of(item),
+                    reason: format!(
+                        "the detached run's detachedSince is {since}, which is no time in \
+                         milliseconds since the Unix epoch (expected 0 to {MAX_SAFE_INTEGER}); \
+                         no listing reaches it"
+                    ),
+                }
+            })
+            .collect())
     }
 
     /// The bounded count of the listing's range: a `Select = COUNT` Query on the sparse index
