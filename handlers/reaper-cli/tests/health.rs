@@ -200,6 +200,7 @@ async fn status_check_is_healthy_after_a_sweep_and_exits_2_naming_each_problem()
         ledger: Some(LedgerCounts::default()),
         slo: serde_json::json!({}),
         listing_error: Some("store unavailable: disk I/O error".into()),
+        damaged: None,
         owner: "elsewhere".into(),
     };
     let other = Site::new();

@@ -22,6 +22,10 @@ pub struct Mark {
     /// The listing of detached runs failed, so the sweep swept none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listing_error: Option<String>,
+    /// The database is damaged: the sweep stopped at it, recording nothing terminal and
+    /// destroying nothing after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<String>,
     /// Sandboxes of finished runs the reclaim ledger could not destroy (None: not read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaked: Option<u64>,
@@ -49,6 +53,7 @@ impl Mark {
             finished_at,
             error,
             listing_error: r.listing_error.clone(),
+            damaged: r.damaged.clone(),
             leaked: r.reclaims.ledger.map(|l| l.leaked),
             oldest_detached_ms: r.slo.oldest_detached_ms,
         }
@@ -159,6 +164,12 @@ pub fn assess(
                 "the last sweep could not list the detached runs, so it swept none: {e}"
             ));
         }
+        if let Some(d) = &m.damaged {
+            problems.push(format!(
+                "the last sweep stopped at damage in the database and swept nothing after it \
+                 (no run recorded terminal, no sandbox destroyed): {d}"
+            ));
+        }
         if let Some(n) = m.leaked.filter(|n| *n > 0) {
             problems.push(format!(
                 "{n} sandbox(es) of finished runs could not be destroyed and may still be running \
@@ -250,6 +261,13 @@ mod tests {
                     ..fresh()
                 })),
                 "could not list",
+            ),
+            (
+                Ok(Some(Mark {
+                    damaged: Some("no such table: transcripts".into()),
+                    ..fresh()
+                })),
+                "stopped at damage",
             ),
             (
                 Ok(Some(Mark::failed("REAPER_DETACHED_TTL is not set", NOW))),

@@ -163,6 +163,7 @@ pub fn sweep_summary(
                 max_ttl_to_destroyed_ms = r.slo.max_ttl_to_destroyed_ms,
                 ledger_error = ledger.error.as_deref(),
                 listing_error = r.listing_error.as_deref(),
+                damaged = r.damaged.as_deref(),
                 duration_ms = report.duration_ms,
                 max_runs = plan.max_runs,
                 limited_by = plan.limited_by,
@@ -179,7 +180,7 @@ pub fn sweep_summary(
     let leaking = ledger.error.is_some()
         || ledger.leaked().is_some_and(|n| n > 0)
         || r.listing_error.is_some();
-    if o.failed > 0 || o.reclaim_failed > 0 || !r.corrupt.is_empty() || leaking {
+    if o.failed > 0 || r.damaged.is_some() || o.reclaim_failed > 0 || !r.corrupt.is_empty() || leaking {
         summary!(Level::ERROR);
     } else if o.budget_exceeded > 0 {
         summary!(Level::WARN);
@@ -394,6 +395,25 @@ mod tests {
         assert_eq!(
             lines[0].1["reclaim_failed"], 0,
             "zero counts are logged too"
+        );
+    }
+
+    #[test]
+    fn a_sweep_stopped_by_damage_is_an_error_summary_naming_the_damage() {
+        let plan = plan();
+        let damaged = report(|r| {
+            r.deferred = 2;
+            r.damaged = Some("the database is damaged: no such table: transcripts".into());
+        });
+        let lines = captured(|| sweep_summary(&damaged, &plan, &Default::default(), 0));
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].0, Level::ERROR);
+        assert!(
+            lines[0].1["damaged"]
+                .as_str()
+                .is_some_and(|d| d.contains("no such table: transcripts")),
+            "{:?}",
+            lines[0].1
         );
     }
 }

@@ -71,6 +71,8 @@ pub fn document(
     let (held, failed) = match report.sweep.sweep {
         // A sweep whose listing failed swept nothing: the same alarm as one that could not run.
         SweepStatus::Swept if r.listing_error.is_some() => (0, 1),
+        // Damage stopped the sweep: the same alarm, every sweep, until it is repaired.
+        SweepStatus::Swept if r.damaged.is_some() => (0, 1),
         SweepStatus::Swept => (0, 0),
         SweepStatus::AlreadyRunning { .. } => (1, 0),
         _ => (0, 1),
@@ -338,6 +340,15 @@ mod tests {
             document(&report(SweepStatus::Swept), "Reaper", "f", 1)[SWEEP_FAILED],
             0
         );
+    }
+
+    #[test]
+    fn a_sweep_stopped_by_damage_is_a_failed_sweep_and_not_swept() {
+        let mut r = report(SweepStatus::Swept);
+        r.sweep.report.damaged = Some("the database is damaged: ResourceNotFoundException".into());
+        let doc = document(&r, "Reaper", "f", 1);
+        assert_eq!(doc[SWEEP_FAILED], 1);
+        assert_eq!(doc[SWEPT], 0);
     }
 
     #[test]

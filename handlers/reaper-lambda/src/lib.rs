@@ -146,6 +146,7 @@ impl Function {
         let plan = plan(&self.config, owner, start, deadline);
         let report = run_sweep(&self.deps, &plan).await;
         log_summary(&report);
+        report.log_damage();
         let metrics = emf::document(&report, &self.namespace, function, SystemClock.now_ms());
         // Straight to stdout, not through tracing: EMF needs `_aws` at the top level.
         println!("{metrics}");

@@ -155,6 +155,7 @@ fn the_tables_keys_indexes_and_ttl_use_the_stores_attribute_names() {
         pair(layout::GSI1_SK, "N"),
         pair(layout::GSI2_PK, "S"),
         pair(layout::GSI2_SK, "N"),
+        pair(layout::GSI3_PK, "S"),
     ]
     .into();
     assert_eq!(defined, expected);
@@ -182,7 +183,13 @@ fn the_tables_keys_indexes_and_ttl_use_the_stores_attribute_names() {
             pair(layout::GSI2_SK, "RANGE")
         ]
     );
-    assert_eq!(indexes.len(), 2);
+    let by_sandbox = index(layout::SANDBOX_INDEX);
+    assert_eq!(
+        keys(&by_sandbox["KeySchema"]),
+        [pair(layout::GSI3_PK, "HASH")]
+    );
+    assert_eq!(s(&by_sandbox["Projection"]["ProjectionType"]), "ALL");
+    assert_eq!(indexes.len(), 3);
     assert_eq!(
         s(&p["TimeToLiveSpecification"]["AttributeName"]),
         layout::TTL

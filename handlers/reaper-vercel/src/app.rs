@@ -280,6 +280,7 @@ impl App {
                  the report's runs[] names them"
             );
         }
+        report.log_damage();
         tracing::info!(
             state = report.state(),
             reclaim_failed = outcomes.reclaim_failed,

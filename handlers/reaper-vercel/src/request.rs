@@ -166,7 +166,12 @@ pub fn report_status(report: &SweepReport) -> StatusCode {
 /// `runs`, `startedAt`, `durationMs`, the `plan` (budget, margin, deadlines) and the sweep's
 /// `dynamodb` requests.
 pub fn report_response(report: &ServerlessReport) -> Response<String> {
-    json_response(report_status(&report.sweep), report)
+    // Damage is a failed invocation (500) in Vercel's logs and to any monitor of the cron.
+    let code = match report.damaged() {
+        Some(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        None => report_status(&report.sweep),
+    };
+    json_response(code, report)
 }
 
 /// The status as JSON: 200 when healthy, 503 when not (an uptime monitor alerts on the status

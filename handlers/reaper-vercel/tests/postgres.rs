@@ -122,6 +122,7 @@ async fn the_last_sweep_mark_in_postgresql_keeps_the_latest_of_overlapping_sweep
         ledger: None,
         slo: serde_json::json!({}),
         listing_error: None,
+        damaged: None,
         owner: "test".into(),
     };
     assert_eq!(read_last_sweep(&store).await.unwrap(), None);

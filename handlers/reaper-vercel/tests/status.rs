@@ -272,6 +272,7 @@ fn mark(finished_at: i64, considered: usize) -> reaper_serverless::LastSweep {
         ledger: None,
         slo: serde_json::json!({"backlog": considered}),
         listing_error: None,
+        damaged: None,
         owner: "test".into(),
     }
 }
@@ -324,4 +325,64 @@ async fn an_unreadable_mark_is_503_naming_it() {
     // The other figures are still there.
     assert_eq!(status["ledger"]["leaked"], 0);
     assert_eq!(status["detached"]["listed"], 0);
+}
+
+/// Replaces the world's table by one without the `by-thread` index: the database no longer has
+/// the layout's shape, which the sweep meets in the reclaim's in-use check, after the listing
+/// and the drive. (DynamoDB Local fails every later write after an UpdateTable deleting an
+/// index, so the table is recreated instead.)
+async fn a_table_without_the_thread_index(world: &World) {
+    world.store.delete_table().await.unwrap();
+    world
+        .store
+        .create_table_without(reaper_dynamodb::layout::THREAD_INDEX)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_sweep_that_met_damage_answers_500_logs_an_error_and_the_status_is_503_naming_it() {
+    let world = World::new().await;
+    let function = DevFunction::start(&world.env(Some(&world.secret)), world.tmp.path()).await;
+    let bearer = format!("Bearer {}", world.secret);
+    a_table_without_the_thread_index(&world).await;
+    let (finished, sandbox) = world.finished_detached_run().await;
+
+    let swept = send(function.port, "GET", PATH, Some(&bearer), &[]).await;
+    assert_eq!(swept.status, 500, "{}", swept.body);
+    let damage = swept.json()["damaged"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        damage.contains("does not have the specified index"),
+        "{}",
+        swept.body
+    );
+    // The sandbox of the finished run is kept: the in-use check could not be made.
+    assert!(sandbox_exists(&world, &sandbox).await);
+    let log = function.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("sweep summary: the database is damaged")),
+        "{log}"
+    );
+
+    let answer = send(function.port, "GET", &status_path(), Some(&bearer), &[]).await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    let status = answer.json();
+    assert_eq!(status["healthy"], false);
+    assert!(
+        status["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().contains("stopped at damage")),
+        "{status}"
+    );
+    assert!(
+        status["lastSweep"]["damaged"].as_str().is_some(),
+        "{status}"
+    );
+    let _ = finished;
 }

@@ -46,6 +46,10 @@ pub struct LastSweep {
     /// Why the sweep's listing failed: it swept nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listing_error: Option<String>,
+    /// The database is damaged: the sweep stopped at it, recording nothing terminal and
+    /// destroying nothing after it (the first damage seen, with what to do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<String>,
     /// The sweep lease's owner: which invocation swept.
     pub owner: String,
 }
@@ -68,6 +72,7 @@ impl LastSweep {
             ledger: r.reclaims.ledger,
             slo: serde_json::to_value(&r.slo).unwrap_or_default(),
             listing_error: r.listing_error.clone(),
+            damaged: r.damaged.clone(),
             owner: owner.to_string(),
         })
     }
@@ -264,6 +269,12 @@ pub fn assess(
             "the last sweep could not list the detached runs, so it swept none: {error}"
         ));
     }
+    if let Some(damage) = last_sweep.as_ref().and_then(|s| s.damaged.as_ref()) {
+        problems.push(format!(
+            "the last sweep stopped at damage in the database and swept nothing after it (no \
+             run recorded terminal, no sandbox destroyed): {damage}"
+        ));
+    }
     ServiceStatus {
         healthy: problems.is_empty(),
         problems,
@@ -349,6 +360,7 @@ mod tests {
             ledger: Some(LedgerCounts::default()),
             slo: serde_json::json!({"backlog": 2}),
             listing_error: None,
+            damaged: None,
             owner: "vercel:1:ab:0".into(),
         }
     }
@@ -484,6 +496,21 @@ mod tests {
         let status = status_of(&MemoryStore::new(), Some(last)).await;
         assert!(!status.healthy);
         assert!(status.problems[0].ends_with("so it swept none: store unavailable: throttled"));
+    }
+
+    #[tokio::test]
+    async fn a_last_sweep_that_stopped_at_damage_is_unhealthy_and_says_so() {
+        let store = MemoryStore::new();
+        let mut last = sweep_finished(MIN);
+        last.damaged = Some("the database is damaged: ResourceNotFoundException".into());
+        let status = status_of(&store, Some(last)).await;
+        assert!(!status.healthy);
+        assert!(
+            status.problems.iter().any(|p| p.contains("stopped at damage")
+                && p.contains("ResourceNotFoundException")),
+            "{:?}",
+            status.problems
+        );
     }
 
     #[test]

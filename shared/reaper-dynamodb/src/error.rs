@@ -5,11 +5,17 @@
 //!   semantic answer first (`Fenced::Superseded`, `LeaseGrant::Held`, …);
 //! - throttling, transaction conflicts, 5xx, timeouts and connection failures are
 //!   [`StoreError::Unavailable`] (safe to retry; the SDK already retried them with backoff);
-//! - everything else (validation, a missing table, access denied) is [`StoreError::Backend`] with
-//!   the source's full message.
+//! - a missing table (`ResourceNotFoundException`) or a missing index of the layout (a Query
+//!   answered "does not have the specified index") is a damaged database:
+//!   [`StoreError::Corrupt`] keyed [`DAMAGED_KEY`], so the sweep's damage latch stops every
+//!   terminal write and destroy after it (no retry brings a table back; a finished run must not
+//!   be recorded failed and its sandbox destroyed because its transcript had nowhere to go);
+//! - everything else (validation, access denied) is [`StoreError::Backend`] with the source's
+//!   full message.
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::CancellationReason;
+use reaper_core::damage::DAMAGED_KEY;
 use reaper_core::StoreError;
 
 /// Error codes DynamoDB uses for throttling and transient server-side trouble.
@@ -31,6 +37,8 @@ pub(crate) const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
 pub(crate) enum Kind {
     ConditionFailed,
     Transient,
+    /// The table, or an index the layout needs, is not there.
+    Damaged,
     Other,
 }
 
@@ -45,8 +53,19 @@ where
         SdkError::ResponseError(_) => Kind::Transient,
         SdkError::ServiceError(ctx) => {
             let code = ctx.err().code().unwrap_or_default();
+            let message = ctx.err().message().unwrap_or_default();
             if code == CONDITION_FAILED {
                 Kind::ConditionFailed
+            } else if code == "ResourceNotFoundException"
+                || (code == "ValidationException"
+                    && message.contains("does not have the specified index"))
+            {
+                Kind::Damaged
+            } else if code == "ValidationException"
+                && message.contains("backfilling global secondary index")
+            {
+                // An index being built after an UpdateTable added it: readable soon.
+                Kind::Transient
             } else if TRANSIENT_CODES.contains(&code) || ctx.raw().status_code() >= 500 {
                 Kind::Transient
             } else {
@@ -76,8 +95,33 @@ where
     match kind {
         Kind::ConditionFailed => StoreError::Conflict(message),
         Kind::Transient => StoreError::Unavailable(message),
+        Kind::Damaged => StoreError::Corrupt {
+            key: DAMAGED_KEY.into(),
+            reason: format!(
+                "{message}: the database is damaged (the table or an index of the layout is \
+                 missing); the sweep stopped before any further terminal write or destroy. \
+                 Restore the table from a backup or redeploy the template so it has the \
+                 layout of shared/reaper-dynamodb/LAYOUT.md, then sweep again"
+            ),
+        },
         Kind::Other => StoreError::Backend(message),
     }
+}
+
+/// Whether a Query failed because the index it named is not there (a table deployed before
+/// the index existed) or not readable yet (being backfilled after an UpdateTable added it).
+/// DynamoDB answers both with a `ValidationException` naming the index.
+pub(crate) fn index_missing<E, R>(err: &SdkError<E, R>) -> bool
+where
+    E: ProvideErrorMetadata,
+{
+    let SdkError::ServiceError(ctx) = err else {
+        return false;
+    };
+    let message = ctx.err().message().unwrap_or_default();
+    ctx.err().code() == Some("ValidationException")
+        && (message.contains("does not have the specified index")
+            || message.contains("backfilling global secondary index"))
 }
 
 /// Maps a cancelled transaction whose reasons the caller did not turn into an answer.
@@ -159,18 +203,40 @@ mod tests {
     }
 
     #[test]
-    fn validation_and_missing_tables_are_backend_errors_with_the_source_message() {
-        for code in [
-            "ValidationException",
-            "ResourceNotFoundException",
-            "AccessDeniedException",
-        ] {
+    fn validation_and_access_errors_are_backend_errors_with_the_source_message() {
+        for code in ["ValidationException", "AccessDeniedException"] {
             let e = mapped(service(code, 400));
             assert!(
                 matches!(&e, StoreError::Backend(m) if m.contains(code) && m.contains("from the service")),
                 "{code} mapped to {e:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_missing_table_or_layout_index_is_damage_and_a_backfilling_index_is_unavailable() {
+        let e = mapped(service("ResourceNotFoundException", 400));
+        assert!(reaper_core::damage::is_damaged(&e), "{e:?}");
+        assert!(e.to_string().contains("ResourceNotFoundException"), "{e}");
+        let with_message = |message: &str| {
+            SdkError::service_error(
+                GetItemError::generic(
+                    ErrorMetadata::builder()
+                        .code("ValidationException")
+                        .message(message)
+                        .build(),
+                ),
+                HttpResponse::new(400.try_into().expect("valid status"), SdkBody::empty()),
+            )
+        };
+        let e = mapped(with_message(
+            "The table does not have the specified index: by-thread",
+        ));
+        assert!(reaper_core::damage::is_damaged(&e), "{e:?}");
+        let e = mapped(with_message(
+            "Cannot read from backfilling global secondary index: by-thread",
+        ));
+        assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
     }
 
     #[test]

@@ -37,6 +37,13 @@ pub const THREAD_INDEX: &str = "by-thread";
 pub const GSI2_PK: &str = "gsi2pk";
 pub const GSI2_SK: &str = "gsi2sk";
 
+/// Live runs by sandbox key: `gsi3pk` (S) = `SANDBOX#<sandboxKey>` (the key's id form, hashed
+/// past 1,024 bytes), partition only, projection ALL. Sparse: present **exactly** on run items
+/// that name a sandbox key and are not terminal, so the reclaim's in-use check reads the live
+/// runs naming a key and never a finished one.
+pub const SANDBOX_INDEX: &str = "by-sandbox";
+pub const GSI3_PK: &str = "gsi3pk";
+
 /// The table's TTL attribute (N, epoch **seconds**), enabled on the table.
 pub const TTL: &str = "ttl";
 /// What kind of item this is (`run`, `log`, `entry`, `lease`, `sandbox`, `transcript`).
@@ -153,6 +160,16 @@ pub fn s(v: impl Into<String>) -> AttributeValue {
 
 pub fn n(v: impl std::fmt::Display) -> AttributeValue {
     AttributeValue::N(v.to_string())
+}
+
+/// The `gsi3pk` of the live runs naming sandbox `key`.
+pub fn sandbox_gsi_pk(key: &str) -> String {
+    format!("SANDBOX#{}", key_id(key))
+}
+
+/// Whether a run with this state belongs in the sandbox index ([`SANDBOX_INDEX`]).
+pub fn sandbox_indexed(status: RunStatus, sandbox_key: Option<&str>) -> bool {
+    !status.is_terminal() && sandbox_key.is_some()
 }
 
 /// Whether a run with this state belongs in the sparse index.
@@ -313,6 +330,12 @@ pub fn run_item(r: &RunRecord) -> Item {
     if let (true, Some(d)) = (indexed(r.status, r.detached_since), r.detached_since) {
         item.insert(GSI1_PK.into(), s(DETACHED));
         item.insert(GSI1_SK.into(), n(d));
+    }
+    if let (true, Some(k)) = (
+        sandbox_indexed(r.status, r.sandbox_key.as_deref()),
+        &r.sandbox_key,
+    ) {
+        item.insert(GSI3_PK.into(), s(sandbox_gsi_pk(k)));
     }
     item
 }

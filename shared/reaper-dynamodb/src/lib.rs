@@ -13,7 +13,7 @@
 //!
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
-//! | run | `RUN#<runId>` | `RUN` | `runId`, `threadId`, `status`, `startedAt`, `finishedAt?`, `error?` (M: `message`, `code?`), `usage?` (any), `sandboxKey?`, `detachedSince?`, `cancelRequested?`, `driverEpoch?`, `gsi1pk?`/`gsi1sk?`, `gsi2pk`/`gsi2sk` |
+//! | run | `RUN#<runId>` | `RUN` | `runId`, `threadId`, `status`, `startedAt`, `finishedAt?`, `error?` (M: `message`, `code?`), `usage?` (any), `sandboxKey?`, `detachedSince?`, `cancelRequested?`, `driverEpoch?`, `gsi1pk?`/`gsi1sk?`, `gsi2pk`/`gsi2sk`, `gsi3pk?` |
 //! | log meta | `RUN#<runId>` | `LOG` | `nextSeq`, `closed?`, `lastAppendAt?`, `ttl` |
 //! | log entry | `RUN#<runId>` | `LOG#<seq, 20 digits>` | `seq`, `chunk` (S, JSON object), `ttl` |
 //! | transcript | `RUN#<runId>` | `TRANSCRIPT` | `runId`, `threadId`, `messages` (L of M: `role`, `content`), `exitCode?`, `savedAt` (no TTL) |
@@ -36,6 +36,9 @@
 //!   small partition whole (the oldest `firstSeen` can be anywhere in `nextAttemptAt` order).
 //! - `by-thread`: `gsi2pk` (S) = `THREAD#<threadId>`, `gsi2sk` (N) = `startedAt`, on every run
 //!   item: `find_active_run` and `list_by_thread`. GSI reads are eventually consistent.
+//! - `by-sandbox` (sparse): `gsi3pk` (S) = `SANDBOX#<sandboxKey>` on live runs naming a key:
+//!   `live_runs_for_sandbox`, the reclaim's check that no live run of any thread uses a
+//!   sandbox. A table without it answers `Unsupported` after one warning (LAYOUT.md).
 //!
 //! No operation scans.
 //!

@@ -14,12 +14,19 @@ use reaper_core::{
 use crate::error::CONDITION_FAILED;
 use crate::layout::{
     self, indexed, json_to_attr, key, n, run, run_error_value, run_from_item, run_id_of, run_item,
-    run_pk, s, status_value, thread_gsi_pk, Item, DETACHED, GSI1_PK, GSI1_SK, GSI2_PK, LOG_SK, PK,
-    RECLAIMABLE_INDEX, RUN_SK, THREAD_INDEX, TTL,
+    run_pk, s, sandbox_gsi_pk, sandbox_indexed, status_value, thread_gsi_pk, Item, DETACHED,
+    GSI1_PK, GSI1_SK, GSI2_PK, GSI3_PK, LOG_SK, PK, RECLAIMABLE_INDEX, RUN_SK, SANDBOX_INDEX,
+    THREAD_INDEX, TTL,
 };
 use crate::store::{DynamoStore, Expr};
 
 pub use reaper_core::ports::ReclaimableListing;
+
+/// The greatest instant a listing reaches: 2^53 - 1 ms, the same bound as the SQL stores.
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// Most unlistable items one sweep reports: enough to see the problem, a bounded read.
+pub const MAX_UNLISTABLE_REPORTED: usize = 100;
 
 /// Query pages one backlog count reads at most, so a sweep's requests stay constant whatever
 /// the backlog (each page reads up to 1 MB of the index, a few thousand runs).
@@ -221,8 +228,59 @@ impl DynamoStore {
             }
             start = Some(last);
         }
+        // The items no page can reach are reported with the sweep's first page (the range past
+        // the TTL, from its start), so every sweep reports them once, as SQLite's does.
+        if q.after.is_none() && q.detached_after.is_none() {
+            page.corrupt.extend(self.unlistable().await?);
+        }
         self.counters.corrupt_skipped(page.corrupt.len() as u64);
         Ok(page)
+    }
+
+    /// Detached runs in the index that no listing range reaches: `gsi1sk` past 2^53 - 1, which
+    /// is no time in milliseconds a sweep's cutoff can be (the rule SQLite's and D1's
+    /// `LIST_UNLISTABLE` apply to `detached_since`). One Query of that end of the `DETACHED`
+    /// partition, at most [`MAX_UNLISTABLE_REPORTED`] items, each as [`StoreError::Corrupt`]
+    /// naming its run. A status that is no run status (`RUNNING`) on an indexed item is
+    /// already reported by the page that reads it; such an item outside the index is not
+    /// reachable without a Scan (LAYOUT.md).
+    pub async fn unlistable(&self) -> Result<Vec<StoreError>, StoreError> {
+        let res = self
+            .client
+            .query()
+            .table_name(self.table_name())
+            .index_name(RECLAIMABLE_INDEX)
+            .key_condition_expression("#pk = :pk AND #sk > :max")
+            .expression_attribute_names("#pk", GSI1_PK)
+            .expression_attribute_names("#sk", GSI1_SK)
+            .expression_attribute_values(":pk", s(DETACHED))
+            .expression_attribute_values(":max", n(MAX_SAFE_INTEGER))
+            .limit(MAX_UNLISTABLE_REPORTED as i32)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        self.track("list_unlistable", &res);
+        let out = res.map_err(|e| self.map_err("Query", e))?;
+        Ok(out
+            .items()
+            .iter()
+            .map(|item| {
+                let since = match item.get(GSI1_SK) {
+                    Some(AttributeValue::N(v)) => v.clone(),
+                    other => format!("{other:?}"),
+                };
+                tracing::error!(run_id = %run_id_of(item), detached_since = %since,
+                    "a detached run no listing reaches");
+                StoreError::Corrupt {
+                    key: run_id_of(item),
+                    reason: format!(
+                        "the detached run's detachedSince is {since}, which is no time in \
+                         milliseconds since the Unix epoch (expected 0 to {MAX_SAFE_INTEGER}); \
+                         no listing reaches it"
+                    ),
+                }
+            })
+            .collect())
     }
 
     /// The bounded count of the listing's range: a `Select = COUNT` Query on the sparse index
@@ -325,30 +383,43 @@ impl DynamoStore {
         }
     }
 
-    /// Brings the sparse-index attributes in line with the item's state when a patch could not
-    /// decide them alone (it changed `status` or `detachedSince` but not both). Conditional on
-    /// the state it saw, so it never undoes a newer write; that newer write checks for itself.
+    /// Brings the index attributes in line with the item's state when a patch could not decide
+    /// them alone: `gsi1*` when it changed `status` or `detachedSince` but not both, `gsi3pk`
+    /// when it changed `status` or `sandboxKey` but not both. Conditional on the state it saw,
+    /// so it never undoes a newer write; that newer write checks for itself.
     async fn fix_index(&self, item: &Item) -> Result<(), StoreError> {
         let Ok(record) = run_from_item(item) else {
             return Ok(());
         };
-        let want = indexed(record.status, record.detached_since);
-        let have_sk =
-            layout::Reader::new(item, record.run_id.clone()).opt_num::<EpochMs>(GSI1_SK)?;
-        let have = item.contains_key(GSI1_PK) && have_sk.is_some();
-        if want == have && (!want || have_sk == record.detached_since) {
-            return Ok(());
-        }
+        let reader = layout::Reader::new(item, record.run_id.clone());
         let mut e = Expr::default();
-        match (want, record.detached_since) {
-            (true, Some(d)) => {
-                e.set(GSI1_PK, s(DETACHED));
-                e.set(GSI1_SK, n(d));
+        let want = indexed(record.status, record.detached_since);
+        let have_sk = reader.opt_num::<EpochMs>(GSI1_SK)?;
+        let have = item.contains_key(GSI1_PK) && have_sk.is_some();
+        if want != have || (want && have_sk != record.detached_since) {
+            match (want, record.detached_since) {
+                (true, Some(d)) => {
+                    e.set(GSI1_PK, s(DETACHED));
+                    e.set(GSI1_SK, n(d));
+                }
+                _ => {
+                    e.remove(GSI1_PK);
+                    e.remove(GSI1_SK);
+                }
             }
-            _ => {
-                e.remove(GSI1_PK);
-                e.remove(GSI1_SK);
+        }
+        let want3 = sandbox_indexed(record.status, record.sandbox_key.as_deref())
+            .then(|| record.sandbox_key.as_deref().map(sandbox_gsi_pk))
+            .flatten();
+        let have3 = reader.opt_str(GSI3_PK)?;
+        if want3 != have3 {
+            match want3 {
+                Some(pk) => e.set(GSI3_PK, s(pk)),
+                None => e.remove(GSI3_PK),
             }
+        }
+        if e.is_empty() {
+            return Ok(());
         }
         let status = e.name(run::STATUS);
         let status_v = e.value(status_value(record.status));
@@ -360,13 +431,23 @@ impl DynamoStore {
             }
             None => format!("attribute_not_exists({detached})"),
         };
+        let sandbox = e.name(run::SANDBOX_KEY);
+        let sandbox_cond = match &record.sandbox_key {
+            Some(k) => {
+                let v = e.value(s(k));
+                format!("{sandbox} = {v}")
+            }
+            None => format!("attribute_not_exists({sandbox})"),
+        };
         let res = self
             .client
             .update_item()
             .table_name(self.table_name())
             .set_key(Some(key(run_pk(&record.run_id), RUN_SK)))
             .update_expression(e.update_expression())
-            .condition_expression(format!("{status} = {status_v} AND {detached_cond}"))
+            .condition_expression(format!(
+                "{status} = {status_v} AND {detached_cond} AND {sandbox_cond}"
+            ))
             .set_expression_attribute_names(e.names())
             .set_expression_attribute_values(e.values())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -377,6 +458,73 @@ impl DynamoStore {
             Ok(_) => Ok(()),
             Err(err) if condition_failed(&err).is_some() => Ok(()),
             Err(err) => Err(self.map_err("UpdateItem", err)),
+        }
+    }
+
+    /// The live runs naming sandbox `key`, from the sandbox index: one Query of the key's
+    /// partition (it holds only non-terminal runs), paged until `limit` runs are collected.
+    /// Each item is re-checked (the index is eventually consistent, and a hashed key could
+    /// collide). A table deployed before the index existed answers `Unsupported` after one
+    /// warning naming the index, so the reclaim keeps its thread check (see LAYOUT.md).
+    pub async fn live_runs_for_sandbox_report(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut runs = Vec::new();
+        let mut start: Option<Item> = None;
+        while runs.len() < limit {
+            let want = i32::try_from(limit - runs.len()).unwrap_or(i32::MAX);
+            let want = self.options.page_limit.map_or(want, |p| p.min(want));
+            let res = self
+                .client
+                .query()
+                .table_name(self.table_name())
+                .index_name(SANDBOX_INDEX)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", GSI3_PK)
+                .expression_attribute_values(":pk", s(sandbox_gsi_pk(sandbox_key)))
+                .limit(want)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await;
+            self.track("live_runs_for_sandbox", &res);
+            let page = match res {
+                Ok(page) => page,
+                Err(err) if crate::error::index_missing(&err) => {
+                    self.warn_sandbox_index_missing(&err);
+                    return Err(StoreError::Unsupported("live_runs_for_sandbox"));
+                }
+                Err(err) => return Err(self.map_err("Query", err)),
+            };
+            for item in page.items() {
+                let r = run_from_item(item)?;
+                if !r.status.is_terminal() && r.sandbox_key.as_deref() == Some(sandbox_key) {
+                    runs.push(r);
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    /// Once per store: a table without the sandbox index gets the old in-use check (the
+    /// thread's runs), and the operator is told how to add the index.
+    fn warn_sandbox_index_missing<E: std::fmt::Debug>(&self, err: &E) {
+        if !self
+            .sandbox_index_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(table = %self.table_name(), index = SANDBOX_INDEX, error = ?err,
+                "the table has no usable index {SANDBOX_INDEX} (deployed before it existed, or \
+                 still backfilling): the reclaim checks only the run's threads for live runs \
+                 naming a sandbox; redeploy the template (or UpdateTable to add the index, see \
+                 LAYOUT.md) so a live run of any thread keeps its sandbox");
         }
     }
 
@@ -466,6 +614,13 @@ impl DynamoStore {
                 e.set(GSI1_PK, s(DETACHED));
                 e.set(GSI1_SK, n(d));
             }
+            (Patch::Keep, false) => {}
+        }
+        // The sandbox index follows `not terminal && sandboxKey present` the same way.
+        let status_known_terminal = patch.status.is_some_and(RunStatus::is_terminal);
+        match (&patch.sandbox_key, status_known_terminal) {
+            (_, true) | (Patch::Clear, _) => e.remove(GSI3_PK),
+            (Patch::Set(k), false) => e.set(GSI3_PK, s(sandbox_gsi_pk(k))),
             (Patch::Keep, false) => {}
         }
         let pk = e.name(PK);
@@ -620,6 +775,14 @@ impl RunStore for DynamoStore {
             .await
     }
 
+    async fn live_runs_for_sandbox(
+        &self,
+        sandbox_key: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.live_runs_for_sandbox_report(sandbox_key, limit).await
+    }
+
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_reclaimable: true,
@@ -691,9 +854,11 @@ impl RunStore for DynamoStore {
         if let Some(err) = &write.error {
             e.set(run::ERROR, run_error_value(err));
         }
-        // Leaves the sparse index in the same request: a finished run is never listed again.
+        // Leaves both sparse indexes in the same request: a finished run is never listed again,
+        // nor taken for a live user of its sandbox.
         e.remove(GSI1_PK);
         e.remove(GSI1_SK);
+        e.remove(GSI3_PK);
         let pk = e.name(PK);
         let epoch = e.name(run::DRIVER_EPOCH);
         let held = e.value(n(held_epoch));

@@ -20,7 +20,8 @@ use reaper_core::{Clock, EpochMs, StoreError};
 
 use crate::error::{self, HttpStatus, Kind};
 use crate::layout::{
-    GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK, PK, RECLAIMABLE_INDEX, SK, THREAD_INDEX, TTL,
+    GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK, GSI3_PK, PK, RECLAIMABLE_INDEX, SANDBOX_INDEX, SK,
+    THREAD_INDEX, TTL,
 };
 use crate::stats::{Counters, Outcome, RequestStats};
 
@@ -120,6 +121,9 @@ pub struct DynamoStore {
     /// The next sequence number of each log this process appended to: lets an append go out as
     /// one transaction without reading the log meta first. A wrong guess only costs a retry.
     pub(crate) next_seq: Arc<Mutex<HashMap<String, u64>>>,
+    /// Whether the missing sandbox index was already reported (once per store, not per
+    /// reclaim).
+    pub(crate) sandbox_index_warned: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DynamoStore {
@@ -160,6 +164,7 @@ impl DynamoStore {
             options: Arc::new(options),
             counters: Arc::default(),
             next_seq: Arc::default(),
+            sandbox_index_warned: Arc::default(),
         }
     }
 
@@ -229,9 +234,17 @@ impl DynamoStore {
         error::map_sdk(op, &self.options.table_name, err)
     }
 
-    /// Creates the table with the documented layout (keys, both indexes, TTL) and waits until
-    /// it is active. For tests and development: production tables come from the SAM template.
+    /// Creates the table with the documented layout (keys, the three indexes, TTL) and waits
+    /// until it is active. For tests and development: production tables come from the SAM
+    /// template.
     pub async fn create_table(&self) -> Result<(), StoreError> {
+        self.create_table_without("").await
+    }
+
+    /// The documented table lacking the index named `index` (e.g. [`SANDBOX_INDEX`], as a
+    /// table deployed before that index existed): for testing what a reaper does on such a
+    /// table.
+    pub async fn create_table_without(&self, without: &str) -> Result<(), StoreError> {
         let table = self.table_name().to_string();
         let attr = |name: &str, t: ScalarAttributeType| {
             AttributeDefinition::builder()
@@ -241,8 +254,10 @@ impl DynamoStore {
                 .map_err(|e| StoreError::Backend(format!("building the table definition: {e}")))
         };
         let keys = |hash: &str, range: &str| -> Result<Vec<KeySchemaElement>, StoreError> {
+            // An empty range name: a partition-only key.
             [(hash, KeyType::Hash), (range, KeyType::Range)]
                 .into_iter()
+                .filter(|(name, _)| !name.is_empty())
                 .map(|(name, kind)| {
                     KeySchemaElement::builder()
                         .attribute_name(name)
@@ -265,22 +280,28 @@ impl DynamoStore {
                     .build()
                     .map_err(|e| StoreError::Backend(format!("building index {name}: {e}")))
             };
-        let res = self
+        let mut create = self
             .client
             .create_table()
             .table_name(&table)
             .billing_mode(BillingMode::PayPerRequest)
             .attribute_definitions(attr(PK, ScalarAttributeType::S)?)
             .attribute_definitions(attr(SK, ScalarAttributeType::S)?)
-            .attribute_definitions(attr(GSI1_PK, ScalarAttributeType::S)?)
-            .attribute_definitions(attr(GSI1_SK, ScalarAttributeType::N)?)
-            .attribute_definitions(attr(GSI2_PK, ScalarAttributeType::S)?)
-            .attribute_definitions(attr(GSI2_SK, ScalarAttributeType::N)?)
-            .set_key_schema(Some(keys(PK, SK)?))
-            .global_secondary_indexes(index(RECLAIMABLE_INDEX, GSI1_PK, GSI1_SK)?)
-            .global_secondary_indexes(index(THREAD_INDEX, GSI2_PK, GSI2_SK)?)
-            .send()
-            .await;
+            .set_key_schema(Some(keys(PK, SK)?));
+        let layout = [
+            (RECLAIMABLE_INDEX, GSI1_PK, Some(GSI1_SK)),
+            (THREAD_INDEX, GSI2_PK, Some(GSI2_SK)),
+            (SANDBOX_INDEX, GSI3_PK, None),
+        ];
+        for (name, hash, range) in layout.into_iter().filter(|(name, ..)| *name != without) {
+            create = create
+                .attribute_definitions(attr(hash, ScalarAttributeType::S)?)
+                .global_secondary_indexes(index(name, hash, range.unwrap_or(""))?);
+            if let Some(range) = range {
+                create = create.attribute_definitions(attr(range, ScalarAttributeType::N)?);
+            }
+        }
+        let res = create.send().await;
         res.map_err(|e| self.map_err("CreateTable", e))?;
 
         // Bounded: DynamoDB Local is active at once, the real service within seconds.

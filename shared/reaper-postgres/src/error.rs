@@ -97,7 +97,8 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
 
 /// A failed statement as a store error: a lost connection, a serialization failure, a deadlock
 /// or a server shutting down is transient ([`StoreError::Unavailable`], safe to retry); a
-/// missing table or column is the schema damaged under a running store; anything else is a
+/// missing table or column is the schema damaged under a running store, and so are corrupted
+/// data or index pages (`XX001`, `XX002`); anything else is a
 /// backend error with the server's message.
 pub(crate) fn store_err(e: tokio_postgres::Error) -> StoreError {
     let message = describe(&e);
@@ -115,6 +116,14 @@ pub(crate) fn store_err(e: tokio_postgres::Error) -> StoreError {
             reason: format!(
                 "the reaper schema is damaged: {message}. Restore it from a backup, or compare \
                  it with shared/reaper-postgres/SCHEMA.md"
+            ),
+        },
+        // data_corrupted / index_corrupted: the server found the stored pages damaged.
+        "XX" if code == "XX001" || code == "XX002" => StoreError::Corrupt {
+            key: DAMAGED_KEY.into(),
+            reason: format!(
+                "the database is damaged: {message}. Restore it from a backup (or REINDEX a \
+                 damaged index), then sweep again"
             ),
         },
         _ => StoreError::Backend(message),

@@ -10,8 +10,6 @@
 //! over TLS (rustls, with the Mozilla roots built in), so a password never crosses a network in
 //! clear.
 
-#[cfg(feature = "crash-points")]
-mod crash;
 mod error;
 mod instances;
 mod leases;
@@ -341,7 +339,7 @@ impl PostgresStore {
     pub(crate) fn committed(&self, changed: bool) {
         #[cfg(feature = "crash-points")]
         if changed {
-            crash::commit_point();
+            reaper_sql::crash::commit_point();
         }
         let _ = changed;
     }

@@ -380,6 +380,26 @@ pub struct PostgresRequests {
 }
 
 impl ServerlessReport {
+    /// The damage the sweep stopped at, if any (see [`reaper_core::damage`]).
+    pub fn damaged(&self) -> Option<&str> {
+        self.sweep.report.damaged.as_deref()
+    }
+
+    /// Logs the damage, if any, as the handler's error-level summary: the one line a log alert
+    /// matches on when the database (table, index) is broken and no sweep can finish a run.
+    pub fn log_damage(&self) {
+        if let Some(damage) = self.damaged() {
+            tracing::error!(
+                state = self.state(),
+                deferred = self.sweep.report.deferred,
+                %damage,
+                "sweep summary: the database is damaged; the sweep stopped before any further \
+                 terminal write or destroy and every later sweep will stop the same way until \
+                 it is repaired"
+            );
+        }
+    }
+
     /// `swept`, `already-running`, `lease-unavailable` or `invalid-options`.
     pub fn state(&self) -> &'static str {
         match self.sweep.sweep {

@@ -14,6 +14,8 @@
 //!   and every expression column has an alias, since D1 returns rows keyed by column name.
 #![warn(missing_docs)]
 
+#[cfg(feature = "crash-points")]
+pub mod crash;
 pub mod leases;
 pub mod logs;
 pub mod reclaim_intents;

@@ -16,8 +16,6 @@
 //! waiting still runs to the end, so a write is never left half applied.
 #![warn(missing_docs)]
 
-#[cfg(feature = "crash-points")]
-mod crash;
 mod decode;
 mod error;
 mod instances;
@@ -216,7 +214,7 @@ impl SqliteStore {
             // transaction open, exactly one commit happened.
             #[cfg(feature = "crash-points")]
             if out.is_ok() && conn.total_changes() != changes && conn.is_autocommit() {
-                crash::commit_point();
+                reaper_sql::crash::commit_point();
             }
             out
         };

@@ -96,7 +96,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<Found> {
     }
     tx.commit()?;
     #[cfg(feature = "crash-points")]
-    crate::crash::commit_point();
+    reaper_sql::crash::commit_point();
     Ok(Found::Reaper(SCHEMA_VERSION))
 }
 

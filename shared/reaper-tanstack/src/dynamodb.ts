@@ -189,11 +189,17 @@ export class ReaperDynamo {
           attr('gsi1sk', 'N'),
           attr('gsi2pk', 'S'),
           attr('gsi2sk', 'N'),
+          attr('gsi3pk', 'S'),
         ],
         KeySchema: keys('pk', 'sk'),
         GlobalSecondaryIndexes: [
           { IndexName: 'reclaimable', KeySchema: keys('gsi1pk', 'gsi1sk'), Projection: { ProjectionType: 'ALL' } },
           { IndexName: 'by-thread', KeySchema: keys('gsi2pk', 'gsi2sk'), Projection: { ProjectionType: 'ALL' } },
+          {
+            IndexName: 'by-sandbox',
+            KeySchema: [{ AttributeName: 'gsi3pk', KeyType: 'HASH' as const }],
+            Projection: { ProjectionType: 'ALL' },
+          },
         ],
       }),
     )

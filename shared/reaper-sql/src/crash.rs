@@ -3,9 +3,12 @@
 //! Every committed write of the process (a statement or transaction that changed the database,
 //! counted right after it commits) is a crash point. With `REAPER_CRASH_AT=N` the N-th one
 //! aborts the process: no destructors, no flush, as `kill -9` would leave it, except that the
-//! commit is known to be on disk (in the WAL). With `REAPER_CRASH_COUNT_FILE=<path>` the count so
+//! commit is known to be durable (SQLite's WAL, PostgreSQL's commit). With `REAPER_CRASH_COUNT_FILE=<path>` the count so
 //! far is written to that file after each commit, so a harness learns how many crash points a
 //! clean run has and can then crash at each in turn.
+//!
+//! One counter for every SQL store (reaper-sqlite and reaper-postgres call it after each
+//! commit; their `crash-points` features enable this one), so one harness drives both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -34,7 +37,7 @@ fn settings() -> &'static Settings {
 }
 
 /// A write just committed: count it, report the count, and abort if this is the chosen one.
-pub(crate) fn commit_point() {
+pub fn commit_point() {
     let n = COMMITS.fetch_add(1, Ordering::SeqCst) + 1;
     let settings = settings();
     if let Some(path) = &settings.count_file {
