@@ -53,9 +53,10 @@ apt_packages() {
 system_packages() {
     # busybox: the BusyBox-userland prune/probe tests. docker.io: the Docker provider's tests
     # against a real dockerd (and the container image's smoke test). postgresql-15: the PostgreSQL
-    # store's private server. systemd: `systemd-analyze verify` of deploy/'s units. The rest: Debian's rustc built for wasm32 and its std source, to
-    # prove the core compiles for a Worker.
-    apt_packages busybox docker.io postgresql-15 systemd rustc-web cargo-web rust-web-src lld-22
+    # store's private server. systemd: `systemd-analyze verify` of deploy/'s units. groff-base:
+    # rendering `reaper man` in its test. The rest: Debian's rustc built for wasm32 and its std
+    # source, to prove the core compiles for a Worker.
+    apt_packages busybox docker.io postgresql-15 systemd groff-base rustc-web cargo-web rust-web-src lld-22
     command -v java >/dev/null || { echo "java is required for DynamoDB Local (apt-get install default-jre-headless)"; exit 1; }
     command -v npm >/dev/null || { echo "npm is required for DynamoDB Local"; exit 1; }
 }
@@ -83,6 +84,11 @@ crates() {
 
 lint() {
     cargo clippy --workspace --all-targets --locked -- -D warnings
+}
+
+docs() {
+    # The API docs build without a warning (broken links, links to private items, bad HTML).
+    RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --locked --keep-going
 }
 
 build_tests() {
@@ -138,7 +144,13 @@ deploy_smoke() {
 
 typescript_package() {
     # The TypeScript package: Node 22 and its npm packages from the registry (npm ci), its tests
-    # on both backends against the DynamoDB Local started above.
+    # on every backend (SQLite, the DynamoDB Local and PostgreSQL started above, D1 in Miniflare's
+    # workerd), then end to end where the reaper's own handlers sweep the app's runs: the Lambda
+    # handler under cargo-lambda's emulator, the Worker in workerd. They reuse what earlier
+    # stages built: the test build's binaries, the tests stage's cargo-lambda venv
+    # (target/venv-lambda) and the cloudflare stage's Worker build.
+    export REAPER_LAMBDA_BIN="$ROOT/target/debug/reaper-lambda"
+    export REAPER_SANDBOXD_BIN="$ROOT/target/debug/reaper-sandboxd"
     set -a
     # shellcheck disable=SC1091
     . "$SCRATCH/ddb.env"
@@ -162,6 +174,7 @@ stage "system packages" system_packages
 stage "postgres server" postgres_server
 stage "format" format
 stage "clippy" lint
+stage "docs" docs
 stage "build tests" build_tests
 stage "crates" crates
 stage "wasm32 core" wasm_core

@@ -10,7 +10,7 @@
 //!   through it to their exit sentinel.
 //! - [`dynamo`] (feature `dynamo`): the DynamoDB Local endpoint (required, never skipped), a
 //!   fresh table per case, detached runs seeded the way a chat route records them.
-//! - [`postgres`] (feature `postgres`): the test PostgreSQL, a fresh database per case.
+//! - `postgres` (feature `postgres`): the test PostgreSQL, a fresh database per case.
 //! - [`world`] (both features): a table, a daemon and a journal directory for one case.
 //!
 //! A crate that finds its own binary (`env!("CARGO_BIN_EXE_…")`) keeps doing so; only other

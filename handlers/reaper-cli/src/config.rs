@@ -49,7 +49,7 @@ pub const SETTINGS: &[Row] = &[
         flag: "`--provider` (repeatable)",
         env: "`REAPER_PROVIDERS` (comma-separated)",
         default: "`local`",
-        accepted: "any of `local` (also `local-process`), `docker`, `sandboxd`, `daytona`, `e2b`, `vercel` (also `vercel-sandbox`): each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched. The HTTP providers read the serverless handlers' settings from the environment (`REAPER_SANDBOXD_URL`, `REAPER_SANDBOXD_TOKEN`, `DAYTONA_API_KEY`, `E2B_API_KEY`, `VERCEL_TOKEN`, `VERCEL_PROJECT_ID`, …; see `shared/reaper-serverless/README.md`); prune walks the local and Docker sandboxes only",
+        accepted: "any of `local` (also `local-process`), `docker`, `sandboxd`, `daytona`, `e2b`, `vercel` (also `vercel-sandbox`), `sprites`, `cloudflare`: each run's sandbox is reached through the provider its instance record names; another provider's sandbox is never touched. The HTTP providers read the serverless handlers' settings from the environment (`REAPER_SANDBOXD_URL`, `REAPER_SANDBOXD_TOKEN`, `DAYTONA_API_KEY`, `E2B_API_KEY`, `VERCEL_TOKEN`, `VERCEL_PROJECT_ID`, …; see `shared/reaper-serverless/README.md`); prune walks the local and Docker sandboxes only",
         commands: "sweep, watch, prune",
     },
     Row {
@@ -220,6 +220,30 @@ pub const SETTINGS: &[Row] = &[
         accepted: "`true`/`false`",
         commands: "all",
     },
+    Row {
+        setting: "Health listen address",
+        flag: "`--listen`",
+        env: "`REAPER_LISTEN`",
+        default: "off",
+        accepted: "`HOST:PORT` (port 0 picks one, named in the start line); serves `/healthz` (GET, HEAD; 503 when unhealthy) and `/metrics` (Prometheus), read-only",
+        commands: "watch",
+    },
+    Row {
+        setting: "Status token",
+        flag: "—",
+        env: "`REAPER_STATUS_TOKEN`",
+        default: "none (routes open)",
+        accepted: "at least 16 characters, no spaces; then required as `Authorization: Bearer …` on `/healthz` and `/metrics`",
+        commands: "watch",
+    },
+    Row {
+        setting: "Status list limit",
+        flag: "`--limit`",
+        env: "—",
+        default: "`100`",
+        accepted: "a whole number, 1..1000000: the detached runs `status` prints (the summary line counts them all)",
+        commands: "status",
+    },
 ];
 
 pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -348,7 +372,7 @@ pub struct Sandboxes {
         value_name = "NAME"
     )]
     pub docker_name: String,
-    /// Strict mode: touch only containers labelled io.reaper.sandbox=<docker name>. Off, an
+    /// Strict mode: touch only containers labelled `io.reaper.sandbox=<docker name>`. Off, an
     /// unlabelled container is reached when its record names its exact full id.
     #[arg(
         long,

@@ -240,7 +240,7 @@ impl DynamoStore {
     /// Detached runs in the index that no listing range reaches: `gsi1sk` past 2^53 - 1, which
     /// is no time in milliseconds a sweep's cutoff can be (the rule SQLite's and D1's
     /// `LIST_UNLISTABLE` apply to `detached_since`). One Query of that end of the `DETACHED`
-    /// partition, at most [`MAX_UNLISTABLE_REPORTED`] items, each as [`StoreError::Corrupt`]
+    /// partition, at most `MAX_UNLISTABLE_REPORTED` items, each as [`StoreError::Corrupt`]
     /// naming its run. A status that is no run status (`RUNNING`) on an indexed item is
     /// already reported by the page that reads it; such an item outside the index is not
     /// reachable without a Scan (LAYOUT.md).

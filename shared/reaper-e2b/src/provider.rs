@@ -214,7 +214,7 @@ impl SandboxProvider for E2bProvider {
     }
 
     /// `POST /sandboxes/{id}/connect`, which resumes a paused sandbox, with a short timeout
-    /// ([`READ_TIMEOUT_S`]): connect only ever extends the sandbox's TTL, so one that is not
+    /// (`READ_TIMEOUT_S`): connect only ever extends the sandbox's TTL, so one that is not
     /// paused again after the read ends by its own timeout soon.
     async fn start_for_read(&self, id: &str) -> Result<(), SandboxError> {
         validate_sandbox_id(id)?;
