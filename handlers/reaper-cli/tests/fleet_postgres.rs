@@ -36,6 +36,21 @@ const HANG_GUARD: Duration = Duration::from_secs(300);
 const FINISHED: usize = 24;
 const GATED: usize = 12;
 
+/// `REAPER_FLEET_SCALE=N` runs the same fleet over N times the backlog (and N times the hang
+/// guard), for a run of several minutes by hand; the test command uses 1.
+fn scale() -> usize {
+    match std::env::var("REAPER_FLEET_SCALE") {
+        Err(_) => 1,
+        Ok(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .unwrap_or_else(|| {
+                panic!("REAPER_FLEET_SCALE must be a whole number 1..100, not {v:?}")
+            }),
+    }
+}
+
 fn test_url() -> Option<String> {
     std::env::var("REAPER_TEST_POSTGRES_URL")
         .ok()
@@ -123,8 +138,9 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
         "while [ ! -e '{}' ]; do sleep 0.05; done; {HELLO}",
         go.display()
     );
+    let (finished, gated_runs) = (FINISHED * scale(), GATED * scale());
     let mut run_ids = Vec::new();
-    for i in 0..FINISHED + GATED {
+    for i in 0..finished + gated_runs {
         let run_id = format!("run-{i:02}");
         let thread = format!("thread-{run_id}");
         store
@@ -152,9 +168,9 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
         )
         .await
         .unwrap();
-        let agent = if i < FINISHED { HELLO } else { gated.as_str() };
+        let agent = if i < finished { HELLO } else { gated.as_str() };
         let mut process = sandbox.start_agent(&run_id, agent, None).await.unwrap();
-        if i < FINISHED {
+        if i < finished {
             process.wait().await.unwrap();
         }
         store
@@ -201,7 +217,7 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
     let c = raw(&db_url).await;
 
     // The kill: as soon as a live watcher is seen holding a run's claim, it is killed there.
-    let deadline = Instant::now() + HANG_GUARD;
+    let deadline = Instant::now() + HANG_GUARD * u32::try_from(scale()).unwrap();
     let mut killed_mid_drive = None;
     while killed_mid_drive.is_none() {
         assert!(
@@ -238,7 +254,7 @@ async fn three_watchers_on_one_postgres_never_overlap_never_double_drive_and_sur
             .await
             .unwrap()
             .get(0);
-        if settled as usize == FINISHED {
+        if settled as usize == finished {
             // Every finished run was driven without a claim ever being observed: kill one
             // anyway; the properties below must hold all the same.
             watchers[0].proc.signal(Signal::SIGKILL);
