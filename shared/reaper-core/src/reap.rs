@@ -24,7 +24,7 @@ use crate::ports::{
     LeaseGrant, LeaseStore, Reclaim, ReclaimLedger, ReclaimableCursor, ReclaimablePage,
     ReclaimableQuery, Reclaimed, RecordedSandbox, RunExitProbe, RunStore, SandboxState, Sleeper,
 };
-use crate::reason::{Reason, ReasonCode};
+use crate::reason::{Reason, ReasonCode, Unreachable};
 
 pub const DEFAULT_MAX_RUNS: usize = 25;
 pub const DEFAULT_RUN_BUDGET_MS: u64 = 30_000;
@@ -1405,9 +1405,15 @@ async fn reap_one(
         }
     } else {
         let mut answer = probe(deps, options, record, counts).await;
-        // A probe that timed out or could not read counts as unknown here, as before reasons.
+        // A probe that timed out, could not read, or found no running sandbox (a paused or
+        // stopped one looks gone to a provider that opens only running sandboxes) may be a
+        // stopped sandbox: `wake` asks the provider's state before starting anything.
         if options.start_stopped_inside_ttl
-            && matches!(answer, None | Some(Ok(RunExitProbe::Unknown { .. })))
+            && matches!(
+                answer,
+                None | Some(Ok(RunExitProbe::Unknown { .. }
+                    | RunExitProbe::Unreachable(Unreachable::SandboxGone { .. })))
+            )
         {
             if let Wake::Started(sandbox) = wake(deps, options, record, starts_left, counts).await {
                 answer = probe(deps, options, record, counts).await;

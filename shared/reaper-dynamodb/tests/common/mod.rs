@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use reaper_dynamodb::{DynamoOptions, DynamoStore};
@@ -66,8 +67,17 @@ pub fn config_builder() -> aws_sdk_dynamodb::config::Builder {
         .endpoint_url(endpoint())
 }
 
-/// A store on a fresh table of its own.
-pub async fn store_with(options: DynamoOptions) -> Arc<DynamoStore> {
+/// A store on a fresh table of its own. Production's per-attempt timeouts become hang guards of
+/// minutes (unless a test set its own): DynamoDB Local on a loaded 2-core CI machine can take
+/// longer than 5 s for one call, and a retried `CreateTable` then meets its own table.
+pub async fn store_with(mut options: DynamoOptions) -> Arc<DynamoStore> {
+    let defaults = DynamoOptions::new("");
+    if (options.attempt_timeout, options.operation_timeout)
+        == (defaults.attempt_timeout, defaults.operation_timeout)
+    {
+        options.attempt_timeout = Duration::from_secs(120);
+        options.operation_timeout = Duration::from_secs(300);
+    }
     let store = DynamoStore::from_config_builder(config_builder(), options);
     store.create_table().await.unwrap_or_else(|e| {
         panic!(
