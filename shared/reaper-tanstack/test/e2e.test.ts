@@ -6,27 +6,18 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { existsSync, openSync, readSync, closeSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
-import { chat, toServerSentEventsResponse, wasCancelRequested, type StreamChunk } from '@tanstack/ai'
+import { chat, toServerSentEventsResponse, wasCancelRequested } from '@tanstack/ai'
 import { interopBin, openBackend, scratch, interop, type Backend } from './backends.js'
 import { withDetachOnDisconnect, withRunRecord, reattach } from '../src/middleware.js'
 import { withJournalOffsets } from '../src/journal.js'
-
-const MINUTE = 60_000
+import { AGENT, FULL_OUTPUT, MINUTE, journalAdapter } from './platforms/chat-route.js'
 
 function reaperBin(): string {
   return process.env.REAPER_CLI ?? join(process.env.CARGO_TARGET_DIR ?? 'target', 'debug', 'reaper')
 }
-
-/** The agent: three deltas, then it waits for `go` in its working directory, then three more. */
-const AGENT = [
-  `printf '{"delta":"Hello"}\\n{"delta":", "}\\n{"delta":"world"}\\n'`,
-  'while [ ! -f go ]; do sleep 0.05; done',
-  `printf '{"delta":" and"}\\n{"delta":" goodbye"}\\n{"delta":"!"}\\n'`,
-].join('; ')
-const FULL_OUTPUT = 'Hello, world and goodbye!'
 
 interface Agent {
   sandboxId: string
@@ -47,56 +38,6 @@ async function startAgent(root: string, runId: string): Promise<Agent> {
 
 /** One journal directory for every sandbox of a test, named to the reaper as `--journal-dir`. */
 const journalsOf = (root: string) => `${root}-journals`
-
-/**
- * The scripted model adapter: streams the agent's journal as AG-UI events, one per line, each
- * carrying the byte offset just past its line, until the run is aborted.
- */
-function journalAdapter(journal: string, signal: AbortSignal) {
-  return {
-    kind: 'text' as const,
-    name: 'journal-script',
-    model: 'script-1',
-    '~types': {} as never,
-    // The engine does not hand adapters its abort signal: the route passes its own.
-    async *chatStream(_options: unknown): AsyncGenerator<StreamChunk> {
-      const ts = Date.now()
-      yield { type: 'TEXT_MESSAGE_START', messageId: 'm1', role: 'assistant', timestamp: ts } as StreamChunk
-      let offset = 0
-      let pending = ''
-      while (!signal.aborted) {
-        const size = existsSync(journal) ? statSync(journal).size : 0
-        if (size > offset) {
-          const fd = openSync(journal, 'r')
-          const buf = Buffer.alloc(size - offset)
-          readSync(fd, buf, 0, buf.length, offset)
-          closeSync(fd)
-          const text = pending + buf.toString('utf8')
-          let start = 0
-          let end = offset - Buffer.byteLength(pending)
-          for (let nl = text.indexOf('\n'); nl >= 0; nl = text.indexOf('\n', start)) {
-            const line = text.slice(start, nl)
-            end += Buffer.byteLength(line) + 1
-            start = nl + 1
-            const parsed = JSON.parse(line) as { delta?: string }
-            if (typeof parsed.delta === 'string') {
-              yield { type: 'TEXT_MESSAGE_CONTENT', messageId: 'm1', delta: parsed.delta, journalEnd: end, timestamp: ts } as unknown as StreamChunk
-            }
-          }
-          pending = text.slice(start)
-          offset = size
-        }
-        await new Promise<void>((r) => {
-          const t = setTimeout(r, 20)
-          signal.addEventListener('abort', () => (clearTimeout(t), r()), { once: true })
-        })
-      }
-    },
-    async structuredOutput(): Promise<never> {
-      throw new Error('not scripted')
-    },
-  }
-}
 
 interface Staged {
   runId: string
