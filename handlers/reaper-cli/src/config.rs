@@ -287,6 +287,11 @@ pub enum Command {
     Prune(PruneCmd),
     /// Show what is detached, for how long, and in which sandbox.
     Status(StatusCmd),
+    /// Create the reaper's tables (in a new file, beside an application's own tables, or in a
+    /// PostgreSQL schema) and bring them to this build's schema version.
+    Init(InitCmd),
+    /// Print the reaper's tables as SQL (DDL) for an application's migration tool.
+    Schema(SchemaCmd),
     /// Print every setting as a Markdown table (the README's, generated from this binary).
     Settings,
     /// Print a shell completion script: reaper completions bash > /etc/bash_completion.d/reaper
@@ -560,6 +565,36 @@ pub struct WatchCmd {
 }
 
 #[derive(Debug, Args)]
+pub struct InitCmd {
+    #[command(flatten)]
+    pub db: Db,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// The SQL dialects `reaper schema --sql` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dialect {
+    /// SQLite (also what D1 runs).
+    Sqlite,
+    /// PostgreSQL, in its own schema.
+    Postgres,
+}
+
+#[derive(Debug, Args)]
+pub struct SchemaCmd {
+    /// Print the DDL as one SQL script (the only format; the flag says what is printed).
+    #[arg(long, required = true)]
+    pub sql: bool,
+    /// The database the script is for.
+    #[arg(long, value_enum, default_value = "sqlite", value_name = "DIALECT")]
+    pub dialect: Dialect,
+    /// With --dialect postgres: the schema that holds the reaper's tables.
+    #[arg(long, default_value = reaper_postgres::DEFAULT_SCHEMA, value_name = "NAME")]
+    pub postgres_schema: String,
+}
+
+#[derive(Debug, Args)]
 pub struct PruneCmd {
     #[command(flatten)]
     pub db: Db,
@@ -673,7 +708,10 @@ impl Parsed {
             Command::Watch(a) => &mut a.output,
             Command::Prune(a) => &mut a.output,
             Command::Status(a) => &mut a.output,
-            Command::Settings | Command::Completions { .. } | Command::Man => return Ok(()),
+            Command::Init(a) => &mut a.output,
+            Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
+                return Ok(())
+            }
         };
         if output.json {
             return Ok(());

@@ -6,6 +6,7 @@ mod config;
 mod demo;
 mod health;
 mod help;
+mod init;
 mod prune;
 mod render;
 mod status;
@@ -80,7 +81,8 @@ fn main() -> ExitCode {
         Command::Watch(a) => (&a.output, "info"),
         Command::Prune(a) => (&a.output, "info"),
         Command::Status(a) => (&a.output, "warn"),
-        Command::Settings | Command::Completions { .. } | Command::Man => {
+        Command::Init(a) => (&a.output, "warn"),
+        Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
             return print_docs(&parsed.cli.command)
         }
     };
@@ -112,7 +114,10 @@ async fn run(parsed: &config::Parsed, settings: Settings<'_>) -> Result<Exit, Fa
         Command::Watch(a) => sweep::run_watch(a, settings).await,
         Command::Prune(a) => prune::run(a, settings).await,
         Command::Status(a) => status::run(a, settings).await,
-        Command::Settings | Command::Completions { .. } | Command::Man => Ok(Exit::Ok),
+        Command::Init(a) => init::run(a).await,
+        Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
+            Ok(Exit::Ok)
+        }
     }
 }
 
@@ -125,6 +130,13 @@ fn print_docs(command: &Command) -> ExitCode {
         }
         Command::Completions { shell } => help::print_completions(*shell),
         Command::Man => help::print_man(),
+        Command::Schema(a) => match init::schema_script(a) {
+            Ok(sql) => init::print(&sql),
+            Err(failure) => {
+                eprintln!("reaper: error: {}", failure.message);
+                return ExitCode::from(failure.exit as u8);
+            }
+        },
         _ => Ok(()),
     };
     match printed {

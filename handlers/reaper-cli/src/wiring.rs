@@ -138,12 +138,12 @@ impl Store {
 }
 
 /// Where `--db` / `--database-url` point: a PostgreSQL URL, else an SQLite file.
-enum Target<'a> {
+pub(crate) enum Target<'a> {
     Sqlite(&'a Path),
     Postgres(&'a str),
 }
 
-fn target(db: &Db) -> Target<'_> {
+pub(crate) fn target(db: &Db) -> Target<'_> {
     if let Some(url) = &db.database_url {
         return Target::Postgres(url);
     }
@@ -155,11 +155,11 @@ fn target(db: &Db) -> Target<'_> {
 
 /// The PostgreSQL options: the URL, and the password from `REAPER_DATABASE_PASSWORD` when the
 /// URL has none (read as the serverless handlers read it).
-fn postgres_options(url: &str) -> PostgresOptions {
+pub(crate) fn postgres_options(url: &str) -> PostgresOptions {
     PostgresOptions::from_settings(url, |k| std::env::var(k).ok())
 }
 
-fn postgres_failure(e: reaper_postgres::OpenError) -> Failure {
+pub(crate) fn postgres_failure(e: reaper_postgres::OpenError) -> Failure {
     Failure::cannot_run(format!("cannot open the database: {e}"))
 }
 
@@ -251,14 +251,15 @@ fn check_exists(path: &Path) -> Result<(), Failure> {
     };
     Err(Failure::cannot_run(format!(
         "the database {} {what}: point --db (REAPER_DB) at the SQLite file your application \
-         writes runs into (an empty file is initialised)",
+         writes runs into (an empty file is initialised), or create one with `reaper init --db \
+         PATH`",
         path.display()
     )))
 }
 
 /// SQLite keeps its write-ahead log beside the database, so both the file and its directory must
 /// be writable; saying so up front beats SQLite's "unable to open database file".
-fn check_writable(path: &Path) -> Result<(), Failure> {
+pub(crate) fn check_writable(path: &Path) -> Result<(), Failure> {
     use nix::unistd::{access, AccessFlags};
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),

@@ -101,6 +101,116 @@ fn another_applications_sqlite_database_is_refused_and_left_unchanged() {
         .unwrap();
     }
     refused_by_every_command(&db, "another application (tables: users)");
+    refused_by_every_command(&db, "reaper init --db");
+}
+
+#[test]
+fn init_adds_the_reaper_tables_beside_an_application_s_and_every_command_then_opens_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("app.db");
+    let users = |db: &Path| -> Vec<String> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let mut stmt = conn.prepare("SELECT name FROM users ORDER BY id").unwrap();
+        let names = stmt.query_map([], |r| r.get(0)).unwrap();
+        names.collect::<Result<_, _>>().unwrap()
+    };
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); \
+             INSERT INTO users (name) VALUES ('ada'), ('grace');",
+        )
+        .unwrap();
+
+    let (code, stdout, stderr) = run(reaper().args(["init", "--db"]).arg(&db));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("beside the application's tables users"),
+        "{stdout}"
+    );
+    assert_eq!(users(&db), ["ada", "grace"]);
+
+    let (code, stdout, stderr) = run(reaper().args(["status", "--db"]).arg(&db));
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    let (code, stdout, _) = run(reaper().args(["init", "--json", "--db"]).arg(&db));
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["action"], "current", "{json}");
+    assert_eq!(users(&db), ["ada", "grace"]);
+}
+
+#[test]
+fn init_creates_a_new_database_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("new.db");
+    let (code, stdout, stderr) = run(reaper().args(["init", "--json", "--db"]).arg(&db));
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["action"], "created", "{json}");
+    assert_eq!(json["beside"], serde_json::json!([]));
+    let (code, _, stderr) = run(reaper().args(["status", "--db"]).arg(&db));
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn init_refuses_tables_named_like_the_reaper_s_and_leaves_the_file_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("clash.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch("CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT);")
+        .unwrap();
+    let before = std::fs::read(&db).unwrap();
+    let (code, _, stderr) = run(reaper().args(["init", "--db"]).arg(&db));
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.contains("named like the reaper's (runs)"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    refused_by_every_command(&db, "named like the reaper's (runs)");
+}
+
+#[test]
+fn the_sqlite_schema_script_run_by_an_application_s_migration_tool_opens_as_current() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("migrated.db");
+    let (code, sql, stderr) = run(reaper().args(["schema", "--sql"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(sql.starts_with("BEGIN;"), "{sql}");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY);")
+        .unwrap();
+    conn.execute_batch(&sql).unwrap();
+    drop(conn);
+    let (code, stdout, _) = run(reaper().args(["init", "--json", "--db"]).arg(&db));
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["action"], "current", "{json}");
+}
+
+#[test]
+fn schema_needs_sql_and_refuses_a_hostile_postgres_schema_name() {
+    let (code, _, stderr) = run(reaper().args(["schema"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("--sql"), "{stderr}");
+    let (code, _, stderr) = run(reaper().args([
+        "schema",
+        "--sql",
+        "--dialect",
+        "postgres",
+        "--postgres-schema",
+        "x\"; DROP TABLE users; --",
+    ]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("not a plain identifier"), "{stderr}");
+    let (code, sql, _) = run(reaper().args(["schema", "--sql", "--dialect", "postgres"]));
+    assert_eq!(code, 0);
+    assert!(
+        sql.contains("CREATE SCHEMA IF NOT EXISTS \"reaper\";"),
+        "{sql}"
+    );
+    assert!(sql.contains("CREATE TABLE \"reaper\".runs ("), "{sql}");
 }
 
 #[test]

@@ -137,3 +137,47 @@ async fn sweep_and_status_reach_one_postgres_schema_by_db_or_reaper_database_url
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_schema_script_run_by_an_application_opens_as_current_and_init_is_idempotent()
+{
+    let Ok(server) = std::env::var("REAPER_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: REAPER_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let name = format!(
+        "cli_ddl_{}_{}",
+        std::process::id(),
+        now().rem_euclid(1_000_000_000)
+    );
+    let (client, conn) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let url = match server.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{name}"),
+        None => panic!("unexpected test URL {server}"),
+    };
+    let (code, sql, stderr) = run(reaper().args(["schema", "--sql", "--dialect", "postgres"]));
+    assert_eq!(code, 0, "{stderr}");
+    // The application's migration tool: its own table, then the reaper's script.
+    let (app, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    app.batch_execute("CREATE TABLE public.users (id BIGINT PRIMARY KEY)")
+        .await
+        .unwrap();
+    app.batch_execute(&sql).await.unwrap();
+
+    let (code, stdout, stderr) = run(reaper().args(["init", "--json", "--database-url", &url]));
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["action"], "current", "{json}");
+    let (code, _, stderr) = run(reaper().args(["status", "--database-url", &url]));
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -49,14 +49,14 @@ pub fn is_damaged(e: &StoreError) -> bool {
 #[non_exhaustive]
 pub enum OpenError {
     #[error(
-        "the D1 database holds tables that are not the reaper's ({}) and no reaper_schema \
-         table: refusing to add reaper tables to it; bind an empty database, or create the \
-         reaper tables first (reaper_d1::schema::migration_statements)",
+        "the D1 database holds tables named like the reaper's ({}) and no reaper_schema \
+         table: they belong to another application, so nothing was written; bind the database \
+         the reaper uses, or one without those tables",
         .tables.join(", ")
     )]
-    /// Another application's tables and no `reaper_schema`: nothing was written to it.
+    /// Tables named like the reaper's and no `reaper_schema`: nothing was written to it.
     Foreign {
-        /// The tables found, none of them the reaper's.
+        /// The clashing tables.
         tables: Vec<String>,
     },
     #[error(
@@ -120,8 +120,9 @@ impl std::fmt::Debug for D1Store {
 }
 
 impl D1Store {
-    /// Opens the store, applying any pending migration in one batch. A database with other
-    /// tables and no `reaper_schema`, one at a newer schema version, or a damaged one (a table
+    /// Opens the store, applying any pending migration in one batch; the reaper's tables go
+    /// beside an application's own. A database with tables named like the reaper's but no
+    /// `reaper_schema`, one at a newer schema version, or a damaged one (a table
     /// or column missing, no version row) is refused before anything is written to it. Two Workers migrating at once both succeed: the loser's batch
     /// fails as a whole and it finds the schema current.
     pub async fn open(client: Arc<dyn SqlClient>) -> Result<Self, OpenError> {

@@ -21,11 +21,12 @@ pub use reaper_sql::SCHEMA_VERSION;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Found {
-    /// No tables of anyone's.
+    /// None of the reaper's tables (an application's own may be there): the store creates them.
     Empty,
     /// A reaper database at this version, every table of it in shape.
     Reaper(u32),
-    /// Tables, none of them ours.
+    /// Tables named like the reaper's, but no `reaper_schema`: another application's. The
+    /// clashing names.
     Foreign(Vec<String>),
     /// Ours (it has `reaper_schema`), but damaged: a table or column its version has is
     /// missing, or `reaper_schema` records no version. The reason.
@@ -73,7 +74,17 @@ pub async fn inspect(client: &dyn SqlClient) -> Result<Found, StoreError> {
         return Ok(Found::Empty);
     }
     if !tables.iter().any(|t| t == SCHEMA_TABLE) {
-        return Ok(Found::Foreign(tables));
+        // A D1 binding is chosen on purpose in wrangler.toml: the reaper's tables go beside an
+        // application's own, unless one of its tables has a reaper table's name.
+        let clashing: Vec<String> = tables
+            .into_iter()
+            .filter(|t| TABLES.contains(&t.as_str()))
+            .collect();
+        return Ok(if clashing.is_empty() {
+            Found::Empty
+        } else {
+            Found::Foreign(clashing)
+        });
     }
     let columns = |table: &str| -> Result<Vec<String>, StoreError> {
         let i = TABLES.iter().position(|t| *t == table).ok_or_else(|| {

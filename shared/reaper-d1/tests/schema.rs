@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::SqliteClient;
 use reaper_core::{RunStore, StoreError};
-use reaper_d1::{D1Store, OpenError, SCHEMA_VERSION};
+use reaper_d1::{D1Store, OpenError, SqlClient, SCHEMA_VERSION};
 use rusqlite::Connection;
 
 /// Every schema object and version row, as SQLite records them.
@@ -68,21 +68,46 @@ async fn a_database_written_by_reaper_sqlite_opens_as_current_and_its_runs_read_
 }
 
 #[tokio::test]
-async fn a_database_holding_only_another_application_s_tables_is_refused_untouched() {
+async fn the_reaper_tables_go_beside_an_application_s_own_in_a_d1_database() {
     let client = Arc::new(SqliteClient::in_memory());
-    client.execute("CREATE TABLE users (id INTEGER PRIMARY KEY); CREATE TABLE _cf_KV (k, v);");
+    client.execute(
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); \
+         INSERT INTO users (name) VALUES ('ada'); CREATE TABLE _cf_KV (k, v);",
+    );
+    D1Store::open(client.clone()).await.unwrap();
+    assert_eq!(
+        reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
+        reaper_d1::Found::Reaper(SCHEMA_VERSION)
+    );
+    let rows = client
+        .batch(vec![reaper_d1::Statement::new(
+            "SELECT name FROM users",
+            vec![],
+        )])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].len(), 1, "the application's row is kept");
+}
+
+#[tokio::test]
+async fn a_d1_table_named_like_the_reaper_s_without_its_schema_is_refused_untouched() {
+    let client = Arc::new(SqliteClient::in_memory());
+    client.execute(
+        "CREATE TABLE users (id INTEGER PRIMARY KEY); CREATE TABLE runs (id INTEGER); \
+         CREATE TABLE _cf_KV (k, v);",
+    );
     match D1Store::open(client.clone()).await {
         Err(e @ OpenError::Foreign { .. }) => {
             let message = e.to_string();
             assert!(
-                message.contains("users") && !message.contains("_cf_KV"),
+                message.contains("(runs)") && !message.contains("users"),
                 "{message}"
             );
         }
         other => panic!("opened a foreign database: {other:?}"),
     }
     let tables = reaper_d1::schema::inspect(client.as_ref()).await.unwrap();
-    assert_eq!(tables, reaper_d1::Found::Foreign(vec!["users".into()]));
+    assert_eq!(tables, reaper_d1::Found::Foreign(vec!["runs".into()]));
 }
 
 #[tokio::test]

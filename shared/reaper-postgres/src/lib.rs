@@ -183,6 +183,29 @@ fn tls() -> tokio_postgres_rustls::MakeRustlsConnect {
     tokio_postgres_rustls::MakeRustlsConnect::new(config)
 }
 
+/// The whole schema as one SQL script for an application's migration tool: the schema, every
+/// migration and its `schema_migrations` row in one transaction, so a database it ran on opens
+/// as current. `schema` must be a plain lowercase identifier (as [`PostgresOptions::schema`]).
+pub fn schema_script(schema: &str) -> Result<String, OpenError> {
+    check_schema_name(schema)?;
+    let prefix = format!("\"{schema}\".");
+    let mut out = format!("BEGIN;\nCREATE SCHEMA IF NOT EXISTS \"{schema}\";\n");
+    for m in schema::MIGRATIONS {
+        out.push_str(&format!("-- version {}: {}\n", m.version, m.description));
+        for statement in m.statements {
+            out.push_str(statement.replace("@.", &prefix).trim_end());
+            out.push_str(";\n");
+        }
+        out.push_str(&format!(
+            "INSERT INTO {prefix}schema_migrations (version, description) VALUES ({}, '{}');\n",
+            m.version,
+            m.description.replace('\'', "''")
+        ));
+    }
+    out.push_str("COMMIT;\n");
+    Ok(out)
+}
+
 /// A schema name the store accepts: a plain lowercase identifier, so it needs no quoting rules
 /// beyond the double quotes the store adds.
 fn check_schema_name(name: &str) -> Result<(), OpenError> {

@@ -20,16 +20,34 @@ pub enum OpenError {
         path: PathBuf,
     },
 
-    /// A SQLite database that belongs to something else (it has tables but no reaper schema).
+    /// An application's database with none of the reaper's tables yet: only an explicit `init`
+    /// adds them, so a typo in a path never writes into someone else's database.
     #[error(
-        "{path} is a SQLite database of another application (tables: {}) with no reaper schema \
-         table; the reaper left it untouched: use a separate file for the reaper",
+        "{path} is a SQLite database of another application (tables: {}) with no reaper tables \
+         yet; the reaper left it untouched: run `reaper init --db {}` to add the reaper's tables \
+         beside the application's (or apply the DDL of `reaper schema --sql` with your \
+         migration tool), or use a separate file",
+        tables.join(", "), path.display()
+    )]
+    NotInitialised {
+        /// The database file.
+        path: PathBuf,
+        /// The application's tables.
+        tables: Vec<String>,
+    },
+
+    /// Tables named like the reaper's that are not the reaper's (there is no reaper schema
+    /// table): the reaper's cannot be added beside them.
+    #[error(
+        "{path} holds tables named like the reaper's ({}) but no reaper schema table: they \
+         belong to another application; the reaper left it untouched: use a separate file for \
+         the reaper",
         tables.join(", ")
     )]
     Foreign {
         /// The database file.
         path: PathBuf,
-        /// Its tables, none of them the reaper's.
+        /// The tables whose names clash with the reaper's.
         tables: Vec<String>,
     },
 

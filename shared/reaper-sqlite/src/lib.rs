@@ -37,7 +37,7 @@ use rusqlite::{Connection, OpenFlags};
 pub use error::{is_damaged, OpenError, DAMAGED_KEY};
 pub use log::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
 pub use runs::{DetachedListing, DetachedRun, StatusCounts};
-pub use schema::SCHEMA_VERSION;
+pub use schema::{schema_script, SCHEMA_VERSION};
 
 use error::{name_the_file, store_err};
 use schema::Found;
@@ -48,6 +48,23 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The first 16 bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// What [`SqliteStore::init`] did to the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Initialised {
+    /// Created the reaper's tables, beside these tables of an application (none: a new file).
+    Created {
+        /// The application's tables, left as they were.
+        beside: Vec<String>,
+    },
+    /// The reaper's tables were there at this older version and are now current.
+    Migrated {
+        /// The version found.
+        from: u32,
+    },
+    /// Nothing to do: the tables were current.
+    Current,
+}
 
 /// Every store port over one SQLite database. Cheap to clone: clones share the connection.
 #[derive(Clone)]
@@ -102,7 +119,18 @@ impl SqliteStore {
     /// # }
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, OpenError> {
-        let path = path.as_ref();
+        Self::open_or_init(path.as_ref(), false).map(|(store, _)| store)
+    }
+
+    /// Adds the reaper's tables to the database at `path` (creating the file if missing),
+    /// beside any tables an application already keeps there, and migrates them to
+    /// [`SCHEMA_VERSION`]; says what it did. A database whose tables clash with the reaper's
+    /// names, or are damaged, is refused untouched, as by [`open`](Self::open).
+    pub fn init(path: impl AsRef<Path>) -> Result<(Self, Initialised), OpenError> {
+        Self::open_or_init(path.as_ref(), true)
+    }
+
+    fn open_or_init(path: &Path, beside_app: bool) -> Result<(Self, Initialised), OpenError> {
         check_header(path, true)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -112,16 +140,25 @@ impl SqliteStore {
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
         // Decide whose file this is with reads only: the WAL switch below rewrites the header.
         let found = schema::inspect(&conn).map_err(sql)?;
-        let current = found == Found::Reaper(SCHEMA_VERSION);
-        refuse_unless_ours(path, found)?;
+        let done = match &found {
+            Found::Reaper(v) if *v == SCHEMA_VERSION => Initialised::Current,
+            Found::Reaper(v) => Initialised::Migrated { from: *v },
+            Found::AppOnly(tables) if beside_app => Initialised::Created {
+                beside: tables.clone(),
+            },
+            _ => Initialised::Created { beside: Vec::new() },
+        };
+        if !beside_app || !matches!(found, Found::AppOnly(_)) {
+            refuse_unless_ours(path, found)?;
+        }
         enable_wal(&conn).map_err(sql)?;
         // In WAL mode NORMAL loses at most the last commits on power loss, never consistency.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sql)?;
-        if !current {
-            refuse_unless_ours(path, schema::migrate(&mut conn).map_err(sql)?)?;
+        if done != Initialised::Current {
+            refuse_unless_ours(path, schema::migrate(&mut conn, beside_app).map_err(sql)?)?;
         }
-        Ok(Self::wrap(conn, Some(path.to_path_buf()), false))
+        Ok((Self::wrap(conn, Some(path.to_path_buf()), false), done))
     }
 
     /// Opens an existing reaper database without ever writing to it (for `reaper status`). Refuses
@@ -160,7 +197,7 @@ impl SqliteStore {
         let path = Path::new(":memory:");
         let sql = |e| OpenError::from_sqlite(path, e);
         let mut conn = Connection::open_in_memory().map_err(sql)?;
-        schema::migrate(&mut conn).map_err(sql)?;
+        schema::migrate(&mut conn, false).map_err(sql)?;
         Ok(Self::wrap(conn, None, false))
     }
 
@@ -271,6 +308,10 @@ fn refuse_unless_ours(path: &Path, found: Found) -> Result<(), OpenError> {
             path: path.to_path_buf(),
             found,
             supported: SCHEMA_VERSION,
+        }),
+        Found::AppOnly(tables) => Err(OpenError::NotInitialised {
+            path: path.to_path_buf(),
+            tables,
         }),
         Found::Foreign(tables) => Err(OpenError::Foreign {
             path: path.to_path_buf(),

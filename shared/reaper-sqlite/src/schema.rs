@@ -2,6 +2,7 @@
 //! `SCHEMA.md` beside this crate documents it for the applications that write into the same
 //! file; the two must change together.
 
+use reaper_sql::schema::TABLES;
 use reaper_sql::schema::{
     pending, recorded_version, shape_at, shape_problem, CURRENT_VERSION, RECORD_MIGRATION,
     TABLE_COLUMNS,
@@ -18,7 +19,11 @@ pub(crate) enum Found {
     Empty,
     /// A reaper database at this version, every table of it in shape.
     Reaper(u32),
-    /// Tables, none of them ours.
+    /// An application's tables and none of the reaper's: `init` may add the reaper's beside
+    /// them. Its table names.
+    AppOnly(Vec<String>),
+    /// Tables named like the reaper's but without its schema table: not ours, and ours cannot
+    /// be added beside them. The clashing names.
     Foreign(Vec<String>),
     /// Ours (it has `reaper_schema`), but damaged: the reason.
     Damaged(String),
@@ -45,7 +50,16 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
         return Ok(Found::Empty);
     }
     if !tables.iter().any(|t| t == SCHEMA_TABLE) {
-        return Ok(Found::Foreign(tables));
+        let clashing: Vec<String> = tables
+            .iter()
+            .filter(|t| TABLES.contains(&t.as_str()))
+            .cloned()
+            .collect();
+        return Ok(if clashing.is_empty() {
+            Found::AppOnly(tables)
+        } else {
+            Found::Foreign(clashing)
+        });
     }
     // The version table first: without its columns there is no version to read.
     for (table, expected) in shape_at(1).filter(|(t, _)| *t == SCHEMA_TABLE) {
@@ -78,10 +92,13 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
 
 /// Brings the database to [`SCHEMA_VERSION`] in one immediate transaction. Re-inspects inside the
 /// transaction, so two processes opening a new file at once apply each migration exactly once.
-pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<Found> {
+/// `beside_app`: create the tables in a database that holds only an application's tables (an
+/// explicit `init`; a plain open never writes into someone else's database).
+pub(crate) fn migrate(conn: &mut Connection, beside_app: bool) -> rusqlite::Result<Found> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let from = match inspect(&tx)? {
         Found::Empty => 0,
+        Found::AppOnly(_) if beside_app => 0,
         Found::Reaper(v) if v < SCHEMA_VERSION => v,
         other => return Ok(other),
     };
@@ -100,6 +117,26 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<Found> {
     Ok(Found::Reaper(SCHEMA_VERSION))
 }
 
+/// The whole schema as one SQL script for an application's own migration tool: every migration
+/// and its `reaper_schema` row in one transaction, so a database it ran on opens as current.
+pub fn schema_script() -> String {
+    let mut out = String::from("BEGIN;\n");
+    for m in reaper_sql::MIGRATIONS {
+        out.push_str(&format!("-- version {}: {}\n", m.version, m.description));
+        for sql in m.statements {
+            out.push_str(sql.trim_end());
+            out.push_str(";\n");
+        }
+        out.push_str(&format!(
+            "INSERT INTO {SCHEMA_TABLE} (version, description) VALUES ({}, '{}');\n",
+            m.version,
+            m.description.replace('\'', "''")
+        ));
+    }
+    out.push_str("COMMIT;\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,7 +144,7 @@ mod tests {
     #[test]
     fn sqlite_stores_each_migration_statement_verbatim() {
         let mut conn = Connection::open_in_memory().unwrap();
-        migrate(&mut conn).unwrap();
+        migrate(&mut conn, false).unwrap();
         let mut stmt = conn
             .prepare("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
             .unwrap();

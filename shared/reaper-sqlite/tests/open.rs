@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use reaper_core::{NewRun, RunStore};
-use reaper_sqlite::{OpenError, SqliteStore, SCHEMA_VERSION};
+use reaper_sqlite::{Initialised, OpenError, SqliteStore, SCHEMA_VERSION};
 use rusqlite::Connection;
 
 use common::temp_dir;
@@ -90,7 +90,7 @@ fn a_database_with_a_newer_schema_is_refused_naming_both_versions_and_left_untou
 }
 
 #[test]
-fn a_sqlite_database_of_another_application_is_refused_and_left_untouched() {
+fn an_application_database_is_not_written_by_a_plain_open_and_init_is_named() {
     let dir = temp_dir();
     let path = dir.path().join("crm.db");
     Connection::open(&path)
@@ -101,15 +101,93 @@ fn a_sqlite_database_of_another_application_is_refused_and_left_untouched() {
 
     let err = SqliteStore::open(&path).unwrap_err();
     match &err {
-        OpenError::Foreign { tables, .. } => assert_eq!(tables, &vec!["customers".to_string()]),
-        other => panic!("expected Foreign, got {other:?}"),
+        OpenError::NotInitialised { tables, .. } => {
+            assert_eq!(tables, &vec!["customers".to_string()])
+        }
+        other => panic!("expected NotInitialised, got {other:?}"),
     }
-    assert!(err.to_string().contains("customers"), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("customers"), "{message}");
+    assert!(message.contains("reaper init --db"), "{message}");
     assert!(matches!(
         SqliteStore::open_read_only(&path).unwrap_err(),
-        OpenError::Foreign { .. }
+        OpenError::NotInitialised { .. }
     ));
     assert_eq!(fingerprint(&path), before);
+}
+
+#[test]
+fn init_adds_the_reaper_tables_beside_an_application_s_and_keeps_its_rows() {
+    let dir = temp_dir();
+    let path = dir.path().join("app.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT); \
+             INSERT INTO customers (name) VALUES ('ada'), ('grace');",
+        )
+        .unwrap();
+
+    let (_, done) = SqliteStore::init(&path).unwrap();
+    assert_eq!(
+        done,
+        Initialised::Created {
+            beside: vec!["customers".to_string()]
+        }
+    );
+    let names: Vec<String> = Connection::open(&path)
+        .unwrap()
+        .prepare("SELECT name FROM customers ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(names, ["ada", "grace"]);
+    // From now on every command opens it, and a second init has nothing to do.
+    SqliteStore::open(&path).unwrap();
+    SqliteStore::open_read_only(&path).unwrap();
+    assert_eq!(SqliteStore::init(&path).unwrap().1, Initialised::Current);
+}
+
+#[test]
+fn tables_named_like_the_reaper_s_without_its_schema_are_refused_even_by_init() {
+    let dir = temp_dir();
+    let path = dir.path().join("clash.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY); \
+             CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT);",
+        )
+        .unwrap();
+    let before = fingerprint(&path);
+
+    for err in [
+        SqliteStore::open(&path).unwrap_err(),
+        SqliteStore::init(&path).unwrap_err(),
+        SqliteStore::open_read_only(&path).unwrap_err(),
+    ] {
+        match &err {
+            OpenError::Foreign { tables, .. } => assert_eq!(tables, &vec!["runs".to_string()]),
+            other => panic!("expected Foreign, got {other:?}"),
+        }
+    }
+    assert_eq!(fingerprint(&path), before);
+}
+
+#[test]
+fn the_schema_script_applied_by_an_application_opens_as_current() {
+    let dir = temp_dir();
+    let path = dir.path().join("migrated-by-the-app.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch("CREATE TABLE customers (id INTEGER PRIMARY KEY);")
+        .unwrap();
+    conn.execute_batch(&reaper_sqlite::schema_script()).unwrap();
+    drop(conn);
+
+    SqliteStore::open_read_only(&path).unwrap();
+    assert_eq!(SqliteStore::init(&path).unwrap().1, Initialised::Current);
 }
 
 #[test]

@@ -418,9 +418,13 @@ export class ReaperD1 {
         .filter(ours)
       if (tables.length === 0) return { tables, version: 0 }
       if (!tables.includes('reaper_schema')) {
+        // A D1 binding is chosen on purpose in wrangler.toml: the reaper's tables go beside an
+        // application's own, unless one of its tables has a reaper table's name.
+        const clashing = tables.filter((t) => REAPER_TABLES.has(t))
+        if (clashing.length === 0) return { tables, version: 0 }
         throw new SchemaError(
-          `the D1 database holds another application's tables (${tables.join(', ')}) and no reaper_schema; ` +
-            'nothing was written. Bind the database the reaper Worker uses, or an empty one.',
+          `the D1 database holds tables named like the reaper's (${clashing.join(', ')}) and no reaper_schema: ` +
+            "they belong to another application; nothing was written. Bind the database the reaper Worker uses, or one without those tables.",
         )
       }
       const v = (await this.st('SELECT MAX(version) AS v FROM reaper_schema').first<Row>())?.v as number | null
@@ -449,3 +453,8 @@ export class ReaperD1 {
     }
   }
 }
+
+/** Every table the reaper's migrations create: an application's table by one of these names clashes. */
+const REAPER_TABLES = new Set(
+  MIGRATIONS.flatMap((m) => m.statements.map((s) => /^CREATE TABLE (\w+)/.exec(s)?.[1]).filter((t) => t !== undefined)),
+)

@@ -38,6 +38,12 @@ export interface SqliteOptions {
   busyTimeoutMs?: number
   /** How often a tailing `read` looks for new chunks. Default 50 ms. */
   pollMs?: number
+  /**
+   * Add the reaper's tables to a database that holds only the application's own tables (as
+   * `reaper init --db PATH` does). Default false: such a file is refused untouched, so a wrong
+   * path never writes into someone else's database.
+   */
+  besideAppTables?: boolean
 }
 
 /** The reaper's SQLite file opened for a TanStack AI app. */
@@ -55,7 +61,7 @@ export class ReaperSqlite {
     this.pollMs = options.pollMs ?? 50
     this.db = new DatabaseSync(path)
     this.db.exec(`PRAGMA busy_timeout = ${options.busyTimeoutMs ?? 5000}`)
-    migrate(this.db, path)
+    migrate(this.db, path, options.besideAppTables ?? false)
     this.db.exec('PRAGMA journal_mode = WAL')
     this.runs = this.runStore()
     this.transcripts = this.transcriptStore()
@@ -423,8 +429,13 @@ export class ReaperSqlite {
   }
 }
 
+/** Every table the reaper's migrations create: an application's table by one of these names clashes. */
+const REAPER_TABLES = new Set(
+  MIGRATIONS.flatMap((m) => m.statements.map((s) => /^CREATE TABLE (\w+)/.exec(s)?.[1]).filter((t) => t !== undefined)),
+)
+
 /** Applies the reaper's own migrations (the statements of `reaper_sql::MIGRATIONS`), or refuses. */
-function migrate(db: DatabaseSync, path: string): void {
+function migrate(db: DatabaseSync, path: string, besideAppTables: boolean): void {
   const tables = () =>
     db
       .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
@@ -437,10 +448,21 @@ function migrate(db: DatabaseSync, path: string): void {
   // Checked before any write, so a refused file is left as it was.
   const found = tables()
   if (found.length > 0 && !found.includes('reaper_schema')) {
-    throw new SchemaError(
-      `${path} is another application's SQLite database (tables: ${found.join(', ')}), not a reaper ` +
-        'database; nothing was written. Point this package at the file `reaper sweep --db` uses.',
-    )
+    const clashing = found.filter((t) => REAPER_TABLES.has(t))
+    if (clashing.length > 0) {
+      throw new SchemaError(
+        `${path} holds tables named like the reaper's (${clashing.join(', ')}) but no reaper_schema: ` +
+          'they belong to another application; nothing was written. Use a separate file for the reaper.',
+      )
+    }
+    if (!besideAppTables) {
+      throw new SchemaError(
+        `${path} is another application's SQLite database (tables: ${found.join(', ')}) with no reaper ` +
+          'tables yet; nothing was written. Pass { besideAppTables: true } (or run `reaper init --db ' +
+          `${path}\`) to add the reaper's tables beside the application's, or point this package at the ` +
+          'file `reaper sweep --db` uses.',
+      )
+    }
   }
   if (found.includes('reaper_schema') && version() > SCHEMA_VERSION) {
     throw new SchemaError(

@@ -45,12 +45,43 @@ it('a schema version newer than the package is refused and the file is left byte
   assert.deepEqual(readFileSync(path), before)
 })
 
-it("another application's SQLite file is refused, naming its tables", () => {
+it("another application's SQLite file is refused, naming its tables and how to add the reaper's", () => {
   const path = join(scratch('schema'), 'foreign.db')
   const db = new DatabaseSync(path)
   db.exec('CREATE TABLE invoices (id INTEGER)')
   db.close()
   const before = readFileSync(path)
-  assert.throws(() => ReaperSqlite.open(path), /another application's SQLite database \(tables: invoices\)/)
+  assert.throws(
+    () => ReaperSqlite.open(path),
+    /another application's SQLite database \(tables: invoices\) with no reaper tables yet; nothing was written\. Pass \{ besideAppTables: true \}/,
+  )
+  assert.deepEqual(readFileSync(path), before)
+})
+
+it("besideAppTables adds the reaper's tables beside an application's and keeps its rows", () => {
+  const path = join(scratch('schema'), 'app.db')
+  const db = new DatabaseSync(path)
+  db.exec("CREATE TABLE invoices (id INTEGER, what TEXT); INSERT INTO invoices VALUES (1, 'tea')")
+  db.close()
+  ReaperSqlite.open(path, { besideAppTables: true }).close()
+  // From now on a plain open (and the Rust reaper) takes it as a reaper database.
+  const store = ReaperSqlite.open(path)
+  assert.deepEqual(
+    store.db.prepare('SELECT what FROM invoices').all().map((r) => (r as { what: string }).what),
+    ['tea'],
+  )
+  store.close()
+})
+
+it("a table named like the reaper's without its schema is refused even beside app tables", () => {
+  const path = join(scratch('schema'), 'clash.db')
+  const db = new DatabaseSync(path)
+  db.exec('CREATE TABLE invoices (id INTEGER); CREATE TABLE runs (id INTEGER)')
+  db.close()
+  const before = readFileSync(path)
+  assert.throws(
+    () => ReaperSqlite.open(path, { besideAppTables: true }),
+    /holds tables named like the reaper's \(runs\) but no reaper_schema/,
+  )
   assert.deepEqual(readFileSync(path), before)
 })
