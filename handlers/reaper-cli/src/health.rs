@@ -1,7 +1,8 @@
 //! The health contract every platform serves (`reaper_core::health`): `reaper status --check`,
 //! and `reaper watch --listen ADDR` serving `/healthz` (GET and HEAD; 503 when unhealthy) and
 //! `/metrics` (Prometheus text). Both only read: no route can start a sweep, so a monitor may
-//! hold the optional read-only `REAPER_STATUS_TOKEN`.
+//! hold the optional read-only `REAPER_STATUS_TOKEN`. The dashboard (`crate::dashboard`) is
+//! served beside them under the same token.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -104,13 +105,7 @@ impl StatusToken {
     pub fn from_env() -> Result<Option<StatusToken>, Failure> {
         match std::env::var(STATUS_TOKEN) {
             Ok(v) if v.trim().is_empty() => Ok(None),
-            Ok(v) if v.len() < 16 || v.chars().any(|c| c.is_whitespace() || c.is_control()) => {
-                Err(Failure::usage(format!(
-                    "invalid value for {STATUS_TOKEN}: expected at least 16 characters without \
-                     spaces (e.g. `openssl rand -hex 32`), as it travels in an HTTP header"
-                )))
-            }
-            Ok(v) => Ok(Some(StatusToken(digest(format!("Bearer {v}").as_bytes())))),
+            Ok(v) => StatusToken::parse(&v).map(Some),
             Err(std::env::VarError::NotPresent) => Ok(None),
             Err(std::env::VarError::NotUnicode(_)) => Err(Failure::usage(format!(
                 "invalid value for {STATUS_TOKEN}: not UTF-8"
@@ -118,8 +113,19 @@ impl StatusToken {
         }
     }
 
+    /// A token's value as `REAPER_STATUS_TOKEN` holds it.
+    pub fn parse(v: &str) -> Result<StatusToken, Failure> {
+        if v.len() < 16 || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Failure::usage(format!(
+                "invalid value for {STATUS_TOKEN}: expected at least 16 characters without \
+                 spaces (e.g. `openssl rand -hex 32`), as it travels in an HTTP header"
+            )));
+        }
+        Ok(StatusToken(digest(format!("Bearer {v}").as_bytes())))
+    }
+
     /// Exactly one `Authorization: Bearer <token>` header.
-    fn admits(&self, headers: &HeaderMap) -> bool {
+    pub fn admits(&self, headers: &HeaderMap) -> bool {
         let mut values = headers.get_all(header::AUTHORIZATION).iter();
         match (values.next(), values.next()) {
             (Some(v), None) => bool::from(digest(v.as_bytes()).ct_eq(&self.0)),
@@ -298,6 +304,7 @@ pub async fn listen(
     store: Arc<Store>,
     limits: StatusLimits,
     metrics: Arc<Metrics>,
+    recent: Arc<crate::dashboard::RecentSweeps>,
     token: Option<StatusToken>,
 ) -> Result<SocketAddr, Failure> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
@@ -309,6 +316,13 @@ pub async fn listen(
     let bound = listener
         .local_addr()
         .map_err(|e| Failure::cannot_run(format!("cannot read the listening address: {e}")))?;
+    let dashboard = crate::dashboard::Dashboard {
+        ports: store.ports(),
+        limits,
+        recent,
+        token: token.clone(),
+        clock: Arc::new(SystemClock),
+    };
     let served = Served {
         store,
         limits,
@@ -319,7 +333,8 @@ pub async fn listen(
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(serve_metrics))
-        .with_state(served);
+        .with_state(served)
+        .merge(dashboard.router());
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(target: "reaper", %error, "the health endpoint stopped serving");

@@ -3,10 +3,12 @@
 //! its result to an exit code.
 
 mod config;
+mod dashboard;
 mod demo;
 mod health;
 mod help;
 mod init;
+mod progress;
 mod prune;
 mod render;
 mod status;

@@ -117,7 +117,23 @@ pub async fn sweep_once(
     stop: Option<&CancellationToken>,
 ) -> Swept {
     sweeper.progress.start_sweep();
-    let report = sweep_until(&sweeper.deps, options, lease_ttl(options), stop).await;
+    let sweep = sweep_until(&sweeper.deps, options, lease_ttl(options), stop);
+    let report = match sweeper.progress.heartbeat() {
+        None => sweep.await,
+        Some(every) => {
+            tokio::pin!(sweep);
+            // The heartbeat keeps a single long step from going silent.
+            let mut beat = tokio::time::interval_at(Instant::now() + every, every);
+            beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    report = &mut sweep => break report,
+                    _ = beat.tick() => sweeper.progress.tick(),
+                }
+            }
+        }
+    };
+    sweeper.progress.finish();
     // The last-sweep mark `status --check` and /healthz judge staleness by; never fatal.
     if let Some(mark) = LastSweep::of(&report, &options.owner) {
         let leases = &*sweeper.deps.leases;
@@ -230,6 +246,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let mut signals = Signals::install()?;
     let owner = wiring::owner_id();
     let metrics = std::sync::Arc::new(health::Metrics::new());
+    let recent = std::sync::Arc::new(crate::dashboard::RecentSweeps::default());
     let listening = match &a.listen {
         Some(addr) => {
             let token = health::StatusToken::from_env()?;
@@ -238,7 +255,17 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
                 settings.run_budget_ms,
                 every.as_millis() as u64,
             );
-            Some(health::listen(addr, store.clone(), limits, metrics.clone(), token).await?)
+            Some(
+                health::listen(
+                    addr,
+                    store.clone(),
+                    limits,
+                    metrics.clone(),
+                    recent.clone(),
+                    token,
+                )
+                .await?,
+            )
         }
         None => None,
     };
@@ -254,6 +281,26 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let lines = Lines {
         json: a.output.json,
     };
+    let slow_lines = Lines {
+        json: a.output.json,
+    };
+    let progress_after = settings.progress_after;
+    sweeper.progress.on_slow(move |slow| {
+        slow_lines.event(
+            format!(
+                "sweep {} is taking longer than {} (--progress-after): {} run step(s) so far{}",
+                slow.n,
+                humantime::format_duration(progress_after),
+                slow.steps,
+                slow.current
+                    .as_ref()
+                    .map(|c| format!(", now {c}"))
+                    .unwrap_or_default()
+            ),
+            "slow",
+            json!({"n": slow.n, "elapsedMs": slow.elapsed_ms, "steps": slow.steps, "current": slow.current}),
+        );
+    });
     lines.event(
         format!(
             "watch started: sweeping every {}, pruning every {}, as {owner}, serving providers \
@@ -262,7 +309,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
             humantime::format_duration(prune_every),
             providers.names().join(", "),
             listening
-                .map(|a| format!(", health and metrics on http://{a}/healthz and /metrics"))
+                .map(|a| format!(", the dashboard on http://{a}/ (health and metrics at /healthz and /metrics)"))
                 .unwrap_or_default()
         ),
         "start",
@@ -320,6 +367,7 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         // detached run is visited within ceil(backlog / batch) sweeps.
         resume_after = swept.report.report.cursor.clone();
         metrics.observe(&swept);
+        recent.observe(n, &swept);
         let mut fields = swept.json();
         fields["n"] = json!(n);
         let r = &swept.report.report;

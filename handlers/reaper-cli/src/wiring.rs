@@ -3,10 +3,9 @@
 //! around them (per-sandbox journal directories, progress lines, and a record of when this
 //! process held the sweep lease).
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use reaper_core::probe::{JournalExitProbe, ProbeOptions};
@@ -483,58 +482,7 @@ impl JournalDirs {
     }
 }
 
-/// Progress lines on stderr, one per run step, once a sweep has run longer than a threshold (at
-/// once on a terminal). Quiet for the quick sweeps a scheduler runs every minute.
-#[derive(Clone)]
-pub struct Progress {
-    inner: Arc<ProgressInner>,
-}
-
-struct ProgressInner {
-    after: Option<Duration>,
-    started: Mutex<Instant>,
-}
-
-impl Progress {
-    /// `after = None` never prints.
-    pub fn new(after: Option<Duration>) -> Self {
-        let after = after.map(|a| {
-            if std::io::stderr().is_terminal() {
-                Duration::ZERO
-            } else {
-                a
-            }
-        });
-        Progress {
-            inner: Arc::new(ProgressInner {
-                after,
-                started: Mutex::new(Instant::now()),
-            }),
-        }
-    }
-
-    pub fn start_sweep(&self) {
-        *self.inner.started.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
-
-    fn step(&self, what: &str, run_id: &str) {
-        let Some(after) = self.inner.after else {
-            return;
-        };
-        let elapsed = self
-            .inner
-            .started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed();
-        if elapsed >= after {
-            eprintln!(
-                "reaper: sweep {:.1}s: {what} run {run_id}",
-                elapsed.as_secs_f64()
-            );
-        }
-    }
-}
+pub use crate::progress::Progress;
 
 /// The journal exit probe, reading each run's journal where its sandbox keeps it.
 struct LocalJournalProbe {
