@@ -1,4 +1,4 @@
-//! Progress during a long sweep. On a terminal: a spinner (`indicatif`) with the run steps so
+//! Progress during a long sweep. On a terminal (`TERM` set, not `dumb`): a spinner (`indicatif`) with the run steps so
 //! far and the step in progress, at once. Otherwise (a log file, a journal): quiet for the quick
 //! sweeps a scheduler runs every minute, then, once a sweep has run for `--progress-after`, one
 //! timestamped line per run step and a heartbeat line every `--progress-after` while a single
@@ -64,15 +64,27 @@ struct State {
 impl Progress {
     /// Progress on stderr: a spinner at once on a terminal, lines after `after` otherwise.
     pub fn new(after: Option<Duration>) -> Self {
-        if std::io::stderr().is_terminal() {
+        // A terminal that cannot move the cursor (`TERM` unset or `dumb`) gets lines: the
+        // spinner would stay hidden there.
+        let dumb = std::env::var("TERM").map_or(true, |t| t == "dumb");
+        let terminal = std::io::stderr().is_terminal();
+        if terminal && !dumb {
             Self::build(after, Arc::new(SystemClock), Sink::Bar(Mutex::new(None)))
+        } else if terminal {
+            // Someone is watching: lines at once, as the spinner would be.
+            let after = after.map(|_| Duration::ZERO);
+            Self::lines(after, Arc::new(SystemClock), Box::new(std::io::stderr()))
         } else {
             Self::lines(after, Arc::new(SystemClock), Box::new(std::io::stderr()))
         }
     }
 
     /// Plain lines to `out`, timed by `clock`.
-    pub fn lines(after: Option<Duration>, clock: Arc<dyn Clock>, out: Box<dyn Write + Send>) -> Self {
+    pub fn lines(
+        after: Option<Duration>,
+        clock: Arc<dyn Clock>,
+        out: Box<dyn Write + Send>,
+    ) -> Self {
         Self::build(after, clock, Sink::Lines(Mutex::new(out)))
     }
 
@@ -332,14 +344,20 @@ mod tests {
     fn a_sweep_slow_before_its_first_step_says_it_is_listing() {
         let clock = Arc::new(Manual(AtomicI64::new(T0)));
         let out = Captured::default();
-        let p = Progress::lines(Some(Duration::from_secs(1)), clock.clone(), Box::new(out.clone()));
+        let p = Progress::lines(
+            Some(Duration::from_secs(1)),
+            clock.clone(),
+            Box::new(out.clone()),
+        );
         p.start_sweep();
         at(&clock, 3_000);
         p.tick();
         assert_eq!(
             out.take(),
-            vec!["2027-01-15T08:00:03Z reaper: sweep 3.0s: still running, 0 run step(s) so far, \
-                  listing the detached runs"]
+            vec![
+                "2027-01-15T08:00:03Z reaper: sweep 3.0s: still running, 0 run step(s) so far, \
+                  listing the detached runs"
+            ]
         );
     }
 

@@ -141,8 +141,13 @@ fn is_event(line: &str, name: &str) -> bool {
 /// dashboard's address and the first sweep's line.
 fn start_watch(site: &Site, token: Option<&str>) -> (Spawned, String) {
     let mut cmd = site.reaper("watch");
-    cmd.args(["--detached-ttl", "30m", "--every", "1h"])
-        .args(["--quiet-window", "0ms", "--json", "--listen", "127.0.0.1:0"]);
+    cmd.args(["--detached-ttl", "30m", "--every", "1h"]).args([
+        "--quiet-window",
+        "0ms",
+        "--json",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
     if let Some(t) = token {
         cmd.env("REAPER_STATUS_TOKEN", t);
     }
@@ -257,7 +262,12 @@ async fn the_dashboard_in_chromium_shows_the_seeded_runs_and_leaks_and_every_lin
         "the first sweep finalized run-done"
     );
     let ledger = &doms["/ledger"];
-    for text in ["run-leaky", "leaked", "sbx-leaked-1", "the provider answered 502"] {
+    for text in [
+        "run-leaky",
+        "leaked",
+        "sbx-leaked-1",
+        "the provider answered 502",
+    ] {
         assert!(ledger.contains(text), "no {text:?} on /ledger:\n{ledger}");
     }
     let sweeps = &doms["/sweeps"];
@@ -361,8 +371,14 @@ async fn dashboard_pages_at_100k_runs_print_their_timings() {
                 let thread = format!("thread-{i}");
                 let key = format!("local:{thread}");
                 let detached = t - 120 * MINUTE + (i as i64 % 7_000_000) / 1000;
-                run.execute(rusqlite::params![id, thread, t - 180 * MINUTE, detached, key])
-                    .unwrap();
+                run.execute(rusqlite::params![
+                    id,
+                    thread,
+                    t - 180 * MINUTE,
+                    detached,
+                    key
+                ])
+                .unwrap();
                 instance
                     .execute(rusqlite::params![key, format!("sbx-{i}"), thread, id, t])
                     .unwrap();
@@ -397,7 +413,10 @@ async fn dashboard_pages_at_100k_runs_print_their_timings() {
         tx.commit().unwrap();
     }
     let (mut watch, addr) = start_watch(&site, None);
-    let last_page = format!("/runs?after={}.run-0099900", t - 120 * MINUTE + 99_900 / 1000);
+    let last_page = format!(
+        "/runs?after={}.run-0099900",
+        t - 120 * MINUTE + 99_900 / 1000
+    );
     println!("page timings over {RUNS} detached runs and {ENTRIES} ledger entries:");
     for path in [
         "/",

@@ -12,7 +12,11 @@ use super::{SweepLine, LEDGER_ROWS, PAGE_ROWS};
 use crate::render::{human_ms, timestamp};
 
 /// Everything but unreserved characters is encoded, so a run id is always one path segment.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 fn run_href(run_id: &str) -> String {
     format!("/runs/{}", utf8_percent_encode(run_id, SEGMENT))
@@ -85,7 +89,10 @@ fn age(now: EpochMs, at: EpochMs) -> String {
 /// probe this is the TTL arithmetic only: inside the TTL a sweep probes the run's journal.
 pub fn detached_reason(record: &RunRecord, ttl_ms: u64, now: EpochMs) -> (&'static str, String) {
     let Some(since) = record.detached_since else {
-        return ("attached", "a viewer is attached: no sweep touches it".into());
+        return (
+            "attached",
+            "a viewer is attached: no sweep touches it".into(),
+        );
     };
     let for_ms = now.saturating_sub(since).max(0);
     let ttl = ttl_ms.min(i64::MAX as u64) as i64;

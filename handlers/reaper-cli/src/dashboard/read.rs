@@ -51,7 +51,10 @@ pub async fn detached_page(
     let page = ports
         .runs
         .list_reclaimable_page(ReclaimableQuery {
-            detached_after: None,
+            // A floor below every instant: the same runs as no floor, but a store then skips the
+            // whole-table search for unlistable rows it attaches to a sweep's first page (200 ms
+            // at 100k runs on SQLite); the overview's health verdict still reports those.
+            detached_after: Some(EpochMs::MIN),
             detached_until: now,
             after: after.clone(),
             limit: rows + 1,
@@ -67,9 +70,7 @@ pub async fn detached_page(
         shown.push(DetachedRow { record, sandbox });
     }
     let next = if more {
-        shown
-            .last()
-            .and_then(|r| ReclaimableCursor::of(&r.record))
+        shown.last().and_then(|r| ReclaimableCursor::of(&r.record))
     } else {
         None
     };

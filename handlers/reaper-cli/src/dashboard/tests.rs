@@ -309,7 +309,10 @@ async fn an_unknown_run_is_a_404_page_and_a_bad_page_position_a_400() {
     let (_, d) = seeded(3, 0).await;
     let (status, body) = get(&d, "/runs/nope").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(body.contains("The store has no run with id &quot;nope&quot;"), "{body}");
+    assert!(
+        body.contains("The store has no run with id &quot;nope&quot;"),
+        "{body}"
+    );
     let (status, _) = get(&d, "/runs?after=not-a-position").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
