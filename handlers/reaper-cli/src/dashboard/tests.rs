@@ -153,7 +153,7 @@ async fn seeded(runs: usize, leaks: usize) -> (Arc<Counted>, Dashboard) {
     let inner = MemoryStore::new();
     for i in 0..runs {
         let id = format!("run-{i:06}");
-        let mut r = RunRecord::new(&id, &format!("thread-{i}"), NOW - 120 * MINUTE);
+        let mut r = RunRecord::new(&id, format!("thread-{i}"), NOW - 120 * MINUTE);
         r.detached_since = Some(NOW - 90 * MINUTE + i as i64);
         r.sandbox_key = Some(format!("local:thread-{i}"));
         inner.put_run(r);
@@ -173,7 +173,7 @@ async fn seeded(runs: usize, leaks: usize) -> (Arc<Counted>, Dashboard) {
         .unwrap();
     }
     for i in 0..leaks {
-        let r = RunRecord::new(&format!("leak-{i:06}"), "t", NOW - 60 * MINUTE);
+        let r = RunRecord::new(format!("leak-{i:06}"), "t", NOW - 60 * MINUTE);
         let mut intent = ReclaimIntent::new(&r, NOW - 30 * MINUTE);
         intent.attempts = 2;
         intent.last_error = Some("the provider answered 502".into());
