@@ -21,8 +21,8 @@ const GUARD: Duration = Duration::from_secs(300);
 const TOKEN: &str = "dashboard-token-0123456789abcdef";
 
 /// `REAPER_CHROMIUM`, else `chromium` on `PATH`. `None` (the test then says how to install it)
-/// unless `REAPER_REQUIRE_CHROMIUM` is set, as the test command sets it: there a missing
-/// browser fails the test instead of skipping it.
+/// unless `CI` or `REAPER_REQUIRE_CHROMIUM` is set: there a missing browser fails the test
+/// instead of skipping it.
 fn chromium() -> Option<PathBuf> {
     let found = std::env::var_os("REAPER_CHROMIUM")
         .map(PathBuf::from)
@@ -34,10 +34,12 @@ fn chromium() -> Option<PathBuf> {
     if found.is_none() {
         let how = "no chromium on PATH (nor REAPER_CHROMIUM): install it with \
                    `apt-get install -y chromium` to run the dashboard's browser tests";
-        assert!(
-            std::env::var_os("REAPER_REQUIRE_CHROMIUM").is_none(),
-            "REAPER_REQUIRE_CHROMIUM is set but {how}"
-        );
+        for required in ["CI", "REAPER_REQUIRE_CHROMIUM"] {
+            assert!(
+                std::env::var_os(required).is_none(),
+                "{required} is set but {how}"
+            );
+        }
         eprintln!("SKIPPED: {how}");
     }
     found
