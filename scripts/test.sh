@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 export CARGO_TERM_COLOR=never
+# The test command installs Chromium, so the dashboard's browser test must find it, never skip.
+export REAPER_REQUIRE_CHROMIUM=1
 SCRATCH=$(mktemp -d)
 TIMINGS="$SCRATCH/timings"
 : > "$TIMINGS"
@@ -54,9 +56,10 @@ system_packages() {
     # busybox: the BusyBox-userland prune/probe tests. docker.io: the Docker provider's tests
     # against a real dockerd (and the container image's smoke test). postgresql-15: the PostgreSQL
     # store's private server. systemd: `systemd-analyze verify` of deploy/'s units. groff-base:
-    # rendering `reaper man` in its test. The rest: Debian's rustc built for wasm32 and its std
-    # source, to prove the core compiles for a Worker.
-    apt_packages busybox docker.io postgresql-15 systemd groff-base rustc-web cargo-web rust-web-src lld-22
+    # rendering `reaper man` in its test. chromium (fonts-liberation for legible screenshots): the
+    # dashboard's browser test. The rest: Debian's rustc built for wasm32 and its std source, to
+    # prove the core compiles for a Worker.
+    apt_packages busybox docker.io postgresql-15 systemd groff-base chromium fonts-liberation rustc-web cargo-web rust-web-src lld-22
     command -v java >/dev/null || { echo "java is required for DynamoDB Local (apt-get install default-jre-headless)"; exit 1; }
     command -v npm >/dev/null || { echo "npm is required for DynamoDB Local"; exit 1; }
 }
