@@ -11,6 +11,10 @@ pub struct NamedSandboxEnvelope {
     pub sandbox: NamedSandbox,
     /// Its current session.
     pub session: Session,
+    /// Whether this read resumed a stopped sandbox (`resume=true`): `session` is then the new
+    /// session Vercel started from the sandbox's snapshot.
+    #[serde(default)]
+    pub resumed: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

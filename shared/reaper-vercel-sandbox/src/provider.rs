@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use reaper_core::{ExecOptions, ExecOutput, SandboxError, SandboxHandle, SandboxProvider};
+use reaper_core::{
+    ExecOptions, ExecOutput, SandboxError, SandboxHandle, SandboxProvider,
+    SandboxState as CoreState,
+};
 use reaper_http_sandbox::{
     redact_url, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError,
 };
@@ -144,18 +147,10 @@ impl VercelSandboxProvider {
         validate_id(id, "sandbox")?;
         let inner = &self.inner;
         let (session, persistent) = match target(id) {
-            Target::Named(name) => {
-                let response = inner
-                    .call(HttpMethod::Get, &inner.named_url(name, &[]), None::<&()>)
-                    .await?;
-                // 410: Vercel says it is gone for good.
-                if response.status == 410 || inner.is_gone(&response) {
-                    return Ok(Presence::Gone);
-                }
-                let found: NamedSandboxEnvelope =
-                    inner.expect(response, "get named sandbox", id)?;
-                (found.session, found.sandbox.persistent)
-            }
+            Target::Named(name) => match self.read_named(name, false).await? {
+                None => return Ok(Presence::Gone),
+                Some(found) => (found.session, found.sandbox.persistent),
+            },
             Target::Session(session) => {
                 let response = inner
                     .call(
@@ -187,6 +182,33 @@ impl VercelSandboxProvider {
                 session.status
             ))),
         }
+    }
+
+    /// `GET /v2/sandboxes/{name}?projectId=…`, with `resume=true` when asked (Vercel then
+    /// starts a new session of a stopped persistent sandbox from its snapshot). `None`: Vercel
+    /// says it is gone (410, or a 404 whose body says the sandbox was not found).
+    async fn read_named(
+        &self,
+        name: &str,
+        resume: bool,
+    ) -> Result<Option<NamedSandboxEnvelope>, SandboxError> {
+        let inner = &self.inner;
+        let query: &[(&str, &str)] = if resume { &[("resume", "true")] } else { &[] };
+        let response = inner
+            .call(HttpMethod::Get, &inner.named_url(name, query), None::<&()>)
+            .await?;
+        // 410: Vercel says it is gone for good.
+        if response.status == 410 || inner.is_gone(&response) {
+            return Ok(None);
+        }
+        let what = if resume {
+            "resume named sandbox"
+        } else {
+            "get named sandbox"
+        };
+        let found: NamedSandboxEnvelope = inner.expect(response, what, name)?;
+        validate_id(&found.session.id, "session")?;
+        Ok(Some(found))
     }
 
     /// A handle to session `session` without asking Vercel whether it is live; a gone session
@@ -250,6 +272,80 @@ impl SandboxProvider for VercelSandboxProvider {
                  snapshot billed), and reading its journal would resume it, which this reaper \
                  was not asked to do"
             ))),
+        }
+    }
+
+    /// One request (`GET /v2/sandboxes/{name}`), which starts nothing. A live session is
+    /// `Running`; a pending one (a resume Vercel has not finished) and a persistent sandbox
+    /// stopping or snapshotting are `Changing`; any other stopped session of a **persistent**
+    /// sandbox is `Stopped` (its snapshot resumes); a sandbox Vercel says is gone, or one that
+    /// stopped without persistence, is `Gone`. A session id (`sbx_…`) is never said to be
+    /// stopped (`None`): a session alone cannot be resumed, only a named sandbox can.
+    async fn state(&self, id: &str) -> Result<Option<CoreState>, SandboxError> {
+        validate_id(id, "sandbox")?;
+        let Target::Named(name) = target(id) else {
+            return Ok(None);
+        };
+        let Some(found) = self.read_named(name, false).await? else {
+            return Ok(Some(CoreState::Gone));
+        };
+        let persistent = found.sandbox.persistent;
+        Ok(match found.session.status.as_str() {
+            "running" => Some(CoreState::Running),
+            "pending" => Some(CoreState::Changing),
+            _ if !persistent => Some(CoreState::Gone),
+            "stopping" | "snapshotting" => Some(CoreState::Changing),
+            "stopped" | "failed" | "aborted" => Some(CoreState::Stopped),
+            // A state this provider does not know: it does not say, and nothing is started.
+            _ => None,
+        })
+    }
+
+    /// One request: `GET /v2/sandboxes/{name}?projectId=…&resume=true`, the read with which
+    /// `@vercel/sandbox` resumes a stopped persistent sandbox (a new session from its
+    /// snapshot). Vercel may answer before the new session runs; the core asks
+    /// [`state`](SandboxProvider::state) until it does. Gone is `NotFound`; a sandbox Vercel
+    /// did not resume (not persistent) is an error.
+    async fn start_for_read(&self, id: &str) -> Result<(), SandboxError> {
+        validate_id(id, "sandbox")?;
+        let Target::Named(name) = target(id) else {
+            return Err(SandboxError::Refused(format!(
+                "Vercel session {id} cannot be resumed: only a named sandbox can (the record \
+                 names a 1.x session)"
+            )));
+        };
+        let Some(found) = self.read_named(name, true).await? else {
+            return Err(SandboxError::NotFound(id.to_string()));
+        };
+        match is_live_status(&found.session.status) {
+            Some(true) => Ok(()),
+            _ => Err(SandboxError::Other(format!(
+                "Vercel did not resume sandbox {id}: its session {} is {:?}{}",
+                found.session.id,
+                found.session.status,
+                if found.sandbox.persistent {
+                    ""
+                } else {
+                    " and the sandbox is not persistent"
+                }
+            ))),
+        }
+    }
+
+    /// Stops the session a read resumed, so the sandbox is stopped again (and snapshotted, as
+    /// Vercel does for a persistent sandbox): two requests, the named read for its current
+    /// session and `POST /v2/sandboxes/sessions/{sessionId}/stop`. Already stopped or gone is
+    /// `Ok` after the read.
+    async fn restore(&self, id: &str) -> Result<(), SandboxError> {
+        validate_id(id, "sandbox")?;
+        let Target::Named(_) = target(id) else {
+            return Err(SandboxError::Refused(format!(
+                "Vercel session {id} was never resumed by this reaper: only named sandboxes are"
+            )));
+        };
+        match self.presence(id).await? {
+            Presence::Live { session } => self.stop_session(&session).await,
+            Presence::Stopped { .. } | Presence::Gone => Ok(()),
         }
     }
 

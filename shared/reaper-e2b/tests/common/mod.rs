@@ -4,10 +4,12 @@
 //! - The control plane (`GET`/`DELETE /sandboxes/{sandboxID}`) is served by
 //!   `reaper_fake_api::FakeApi`, which checks every request and response against the stored
 //!   copy of E2B's OpenAPI document (`openapi/openapi.yml`).
-//! - envd's `process.Process/Start` (Connect over `process.proto`, which no OpenAPI document
-//!   covers) is served under `/envd/{sandboxID}` as an undocumented prefix; [`check_start`]
-//!   holds each request to the recorded shape derived from `openapi/process.proto` and records
-//!   every departure, and the answers are written to the same shape. It behaves as envd does
+//! - envd's `process.Process/Start` (Connect streaming with the JSON codec) is served under
+//!   `/envd/{sandboxID}`, a prefix the control plane's document does not cover. Every exchange
+//!   is held to E2B's published envd document (`openapi/envd-process-start.openapi.yml`) by
+//!   [`envd::check_exchange`] when the fake is checked: the request's headers, content type,
+//!   framing and `StartRequest`, and every answer envelope. [`check_start`] adds this
+//!   client's own rules (no stdin, no pty, envd's user). It behaves as envd does
 //!   (infra `packages/envd/internal/services/process/start.go` and `handler/handler.go`): output
 //!   streamed in chunks of at most 32 KiB, no output bound, `Connect-Timeout-Ms` kills the
 //!   started process only (not what it started) and ends the stream with `deadline_exceeded`,
@@ -17,6 +19,8 @@
 //! `{domain}` substitution is exercised too.
 
 #![allow(dead_code)]
+
+pub mod envd;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -175,9 +179,21 @@ impl E2bFake {
         counts
     }
 
-    /// Every departure from the OpenAPI document and from the recorded envd shape.
+    /// Every departure from the OpenAPI documents (the control plane's and envd's) and from
+    /// this client's own envd rules.
     pub fn assert_clean(&self) {
         self.api.assert_no_violations();
+        let doc = envd::document();
+        let exchanges = self.api.requests();
+        let broken: Vec<String> = envd::starts(&exchanges)
+            // A stream the client stopped reading may end mid-envelope: not `whole`.
+            .flat_map(|r| envd::check_exchange(&doc, r, false).violations)
+            .collect();
+        assert!(
+            broken.is_empty(),
+            "envd exchanges broke E2B's published envd document:\n{}",
+            broken.join("\n")
+        );
         let shape = self.state.shape_violations.lock().unwrap().clone();
         assert!(
             shape.is_empty(),

@@ -104,7 +104,7 @@ struct Named {
 struct State {
     /// Sandbox name (the local sandbox's id) → its current session.
     sandboxes: Mutex<HashMap<String, Named>>,
-    /// Session id → (sandbox name, status: `running` or `stopped`).
+    /// Session id → (sandbox name, status: `pending`, `running` or `stopped`).
     sessions: Mutex<HashMap<String, (String, &'static str)>>,
     /// How many sessions were started by a `resume=true` read.
     resumes: AtomicU64,
@@ -280,7 +280,7 @@ fn session_json(id: &str, name: &str, status: &str) -> Value {
 
 fn named_json(name: &str, named: &Named, status: &str) -> Value {
     let now = SystemClock.now_ms();
-    let status = if status == "running" {
+    let status = if status == "running" || status == "pending" {
         "running"
     } else {
         "stopped"
@@ -293,6 +293,20 @@ fn named_json(name: &str, named: &Named, status: &str) -> Value {
 }
 
 impl State {
+    /// A session's status as one read sees it: a resumed session reads `pending` once after
+    /// the resume answer, then runs.
+    fn observe(&self, session: &str) -> &'static str {
+        let mut sessions = lock(&self.sessions);
+        let Some(entry) = sessions.get_mut(session) else {
+            return "stopped";
+        };
+        let seen = entry.1;
+        if seen == "pending" {
+            entry.1 = "running";
+        }
+        seen
+    }
+
     fn start_session(&self, name: &str) -> String {
         let id = format!("sbx_{}", self.next_session.fetch_add(1, Ordering::Relaxed));
         lock(&self.sessions).insert(id.clone(), (name.to_string(), "running"));
@@ -355,13 +369,19 @@ async fn handle(
             "getNamedSandbox" => {
                 let mut named = named;
                 let mut resumed = false;
-                if req.query("resume") == Some("true") && status != "running" && named.persistent {
+                if req.query("resume") == Some("true") && status == "stopped" && named.persistent {
+                    // A new session from the snapshot, answered before it runs (`pending`).
                     named.session = state.start_session(&name);
+                    lock(&state.sessions).get_mut(&named.session).unwrap().1 = "pending";
                     lock(&state.sandboxes).insert(name.clone(), named.clone());
                     state.resumes.fetch_add(1, Ordering::Relaxed);
                     resumed = true;
                 }
-                let status = lock(&state.sessions)[&named.session].1;
+                let status = if resumed {
+                    "pending"
+                } else {
+                    state.observe(&named.session)
+                };
                 FakeResponse::json(
                     200,
                     &json!({
@@ -387,9 +407,9 @@ async fn handle(
         return not_found("Session", &session);
     };
     match (operation.as_str(), status) {
-        ("getSession", status) => FakeResponse::json(
+        ("getSession", _) => FakeResponse::json(
             200,
-            &json!({"session": session_json(&session, &name, status), "routes": []}),
+            &json!({"session": session_json(&session, &name, state.observe(&session)), "routes": []}),
         ),
         ("stopSession", "stopped") => stopped(),
         ("stopSession", _) => {
