@@ -24,7 +24,11 @@ fn the_stored_envd_excerpt_loads_and_every_schema_compiles() {
 #[tokio::test]
 async fn every_process_start_the_provider_sends_and_the_fake_answers_fits_e2bs_published_envd_document(
 ) {
-    let fake = E2bFake::start_with(|c| c.output_limit = 1024 * 1024).await;
+    let fake = E2bFake::start_with(|c| {
+        c.output_limit = 256 * 1024;
+        c.max_response_bytes = 8 * 1024 * 1024;
+    })
+    .await;
     let id = fake.create_sandbox().await;
     let handle = reaper_core::SandboxProvider::resume(&fake.provider, &id)
         .await
@@ -53,7 +57,8 @@ async fn every_process_start_the_provider_sends_and_the_fake_answers_fits_e2bs_p
     let doc = envd::document();
     let exchanges = fake.api.requests();
     let starts: Vec<&Recorded> = envd::starts(&exchanges).collect();
-    assert_eq!(starts.len(), 3);
+    // The three execs, and the kill the provider runs after the deadline (a Start of its own).
+    assert_eq!(starts.len(), 4);
     let checked: Vec<_> = starts
         .iter()
         .map(|r| check_exchange(&doc, r, true))
@@ -68,12 +73,12 @@ async fn every_process_start_the_provider_sends_and_the_fake_answers_fits_e2bs_p
         );
         assert!(found.ended, "every answer ends its stream");
     }
-    // start + stdout + stderr + end; start + 4 × 32 KiB data + end; start only.
+    // start + stdout + stderr + end; start + 4 × 32 KiB data + end.
     assert!(checked[0].messages >= 4, "{}", checked[0].messages);
     assert!(checked[1].messages >= 5, "{}", checked[1].messages);
     assert_eq!(
         checked.iter().map(|c| c.error_code.as_deref()).collect::<Vec<_>>(),
-        [None, None, Some("deadline_exceeded")]
+        [None, None, Some("deadline_exceeded"), None]
     );
 }
 
