@@ -16,7 +16,10 @@ use serde_json::{json, Value};
 #[test]
 fn the_stored_envd_excerpt_loads_and_every_schema_compiles() {
     let doc = envd::document();
-    assert_eq!(doc.title(), "E2B Sandbox API (process.Process/Start excerpt)");
+    assert_eq!(
+        doc.title(),
+        "E2B Sandbox API (process.Process/Start excerpt)"
+    );
     assert_eq!(doc.operation_ids(), ["process.Process.Start"]);
     doc.compile_all().expect("every schema compiles");
 }
@@ -37,15 +40,18 @@ async fn every_process_start_the_provider_sends_and_the_fake_answers_fits_e2bs_p
     // Both streams and an exit code; output past envd's 32 KiB read size (several data
     // events); a command past its timeout (an end of stream carrying deadline_exceeded).
     let out = handle
-        .exec(
-            "printf out; printf err >&2; exit 3",
-            ExecOptions::default(),
-        )
+        .exec("printf out; printf err >&2; exit 3", ExecOptions::default())
         .await
         .unwrap();
-    assert_eq!((out.stdout.as_str(), out.stderr.as_str(), out.exit_code), ("out", "err", 3));
+    assert_eq!(
+        (out.stdout.as_str(), out.stderr.as_str(), out.exit_code),
+        ("out", "err", 3)
+    );
     let out = handle
-        .exec("head -c 100000 /dev/zero | tr '\\0' x", ExecOptions::default())
+        .exec(
+            "head -c 100000 /dev/zero | tr '\\0' x",
+            ExecOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(out.stdout.len(), 100_000);
@@ -77,7 +83,10 @@ async fn every_process_start_the_provider_sends_and_the_fake_answers_fits_e2bs_p
     assert!(checked[0].messages >= 4, "{}", checked[0].messages);
     assert!(checked[1].messages >= 5, "{}", checked[1].messages);
     assert_eq!(
-        checked.iter().map(|c| c.error_code.as_deref()).collect::<Vec<_>>(),
+        checked
+            .iter()
+            .map(|c| c.error_code.as_deref())
+            .collect::<Vec<_>>(),
         [None, None, Some("deadline_exceeded"), None]
     );
 }
@@ -143,6 +152,9 @@ fn violations(request: &[u8], headers: &[(&str, &str)], answer: &[u8]) -> Vec<St
     check_exchange(&envd::document(), &exchange(request, headers, answer), true).violations
 }
 
+/// What is broken, the request body, its headers, the answer body.
+type Case<'a> = (&'a str, Vec<u8>, Vec<(&'a str, &'a str)>, Vec<u8>);
+
 #[test]
 fn the_envd_document_check_rejects_what_breaks_the_published_shapes() {
     let good_request = frame(0, &request());
@@ -153,10 +165,14 @@ fn the_envd_document_check_rejects_what_breaks_the_published_shapes() {
         "a well-formed exchange"
     );
 
-    let mut cases: Vec<(&str, Vec<u8>, Vec<(&str, &str)>, Vec<u8>)> = Vec::new();
+    let mut cases: Vec<Case> = Vec::new();
     let headers = HEADERS.to_vec();
     let without = |name: &str| -> Vec<(&str, &str)> {
-        HEADERS.iter().copied().filter(|(k, _)| *k != name).collect()
+        HEADERS
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != name)
+            .collect()
     };
     cases.push((
         "a unary JSON content type",
@@ -237,7 +253,10 @@ fn the_envd_document_check_rejects_what_breaks_the_published_shapes() {
         "an end-of-stream error code Connect does not have",
         good_request.clone(),
         headers.clone(),
-        answer(&[], &json!({"error": {"code": "timeout", "message": "late"}})),
+        answer(
+            &[],
+            &json!({"error": {"code": "timeout", "message": "late"}}),
+        ),
     ));
     cases.push((
         "no end of stream",
@@ -252,7 +271,11 @@ fn the_envd_document_check_rejects_what_breaks_the_published_shapes() {
         "a message after the end of stream",
         good_request.clone(),
         headers.clone(),
-        [good_answer.clone(), frame(0, &json!({"event": {"keepalive": {}}}))].concat(),
+        [
+            good_answer.clone(),
+            frame(0, &json!({"event": {"keepalive": {}}})),
+        ]
+        .concat(),
     ));
     for (what, request, headers, answer) in cases {
         let found = violations(&request, &headers, &answer);

@@ -17,6 +17,8 @@
 //!   not persistent) is `None` from `resume`, `Ok` from `destroy` and `NotFound` from `exec`;
 //!   every other refusal, a bare 404 included, is an error that keeps the record.
 //! - `resume` never starts a sandbox: a stopped persistent sandbox is an error (it lives on).
+//!   Only `start_for_read` resumes one (`resume=true`), when the core asks to read a journal;
+//!   `restore` stops it again.
 //! - An `exec`'s output is bounded per stream inside the sandbox ([`wrapper`]) and its log
 //!   stream by [`log_stream_bound`]: more is `OutputLimit` (or an error), never a truncation.
 //! - The token goes only into the `Authorization` header: it is in no `Debug`, log or error.

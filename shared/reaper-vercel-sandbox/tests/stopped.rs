@@ -116,13 +116,14 @@ async fn state_resume_and_restore_are_the_documented_named_read_and_one_session_
         .api
         .requests()
         .into_iter()
-        .filter(|r| r.query_param("resume").is_some())
-        .map(|r| r.query_param("resume").unwrap())
+        .filter_map(|r| r.query_param("resume"))
         .collect();
     assert_eq!(resumes, ["true"], "only start_for_read asks for a resume");
 
     // Gone, not persistent, and 1.x session ids: nothing to resume.
-    let plain = fake.create_sandbox_with(CreateOptions::default(), false).await;
+    let plain = fake
+        .create_sandbox_with(CreateOptions::default(), false)
+        .await;
     fake.auto_stop(&plain).await;
     assert_eq!(p.state(&plain).await.unwrap(), Some(SandboxState::Gone));
     assert_eq!(
@@ -319,7 +320,10 @@ async fn stopped_sandboxes_past_the_sweeps_resume_cap_wait_stopped_for_a_later_s
         Some("stopped"),
         "left stopped, not resumed"
     );
-    let record = RunStore::get(store.as_ref(), left.0).await.unwrap().unwrap();
+    let record = RunStore::get(store.as_ref(), left.0)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.status, RunStatus::Running, "nothing lost: it waits");
 
     let report = reap_detached_runs(&deps, &options).await.unwrap();

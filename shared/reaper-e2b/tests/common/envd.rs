@@ -126,18 +126,24 @@ pub fn check_exchange(doc: &OpenApi, exchange: &Recorded, whole: bool) -> Checke
                 envelope.flags
             ));
         }
-        let check = doc.inspect_request(
-            &exchange.method,
-            START,
-            &exchange.headers,
-            envelope.message,
+        let check =
+            doc.inspect_request(&exchange.method, START, &exchange.headers, envelope.message);
+        v.extend(
+            check
+                .violations
+                .into_iter()
+                .map(|e| format!("request: {e}")),
         );
-        v.extend(check.violations.into_iter().map(|e| format!("request: {e}")));
         operation = operation.or(check.operation);
     }
     if sent.is_empty() {
         let check = doc.inspect_request(&exchange.method, START, &exchange.headers, b"");
-        v.extend(check.violations.into_iter().map(|e| format!("request: {e}")));
+        v.extend(
+            check
+                .violations
+                .into_iter()
+                .map(|e| format!("request: {e}")),
+        );
     }
     let Some(op) = operation else {
         return checked;
@@ -185,7 +191,10 @@ pub fn check_exchange(doc: &OpenApi, exchange: &Recorded, whole: bool) -> Checke
             }
             0x02 => {
                 if checked.ended {
-                    v.push(format!("response: a second end of stream (envelope {})", i + 1));
+                    v.push(format!(
+                        "response: a second end of stream (envelope {})",
+                        i + 1
+                    ));
                 }
                 checked.ended = true;
                 let Some(fields) = json.as_object() else {
@@ -205,12 +214,17 @@ pub fn check_exchange(doc: &OpenApi, exchange: &Recorded, whole: bool) -> Checke
                     // The document's error answer (`default`): connect.error.
                     let body = error.to_string();
                     if let Err(e) = doc.check_response(&op, 500, headers, body.as_bytes()) {
-                        v.extend(e.into_iter().map(|e| format!("response: end of stream: {e}")));
+                        v.extend(
+                            e.into_iter()
+                                .map(|e| format!("response: end of stream: {e}")),
+                        );
                     }
                 }
                 if let Some(metadata) = fields.get("metadata") {
                     if !metadata.is_object() {
-                        v.push("response: the end of the stream's metadata is not an object".into());
+                        v.push(
+                            "response: the end of the stream's metadata is not an object".into(),
+                        );
                     }
                 }
             }

@@ -6,8 +6,8 @@
 //! run-command request starts the command in the background, the log stream and the
 //! `wait=true` read answer when it ends, a kill aborts it (which kills its process group). A
 //! session stop kills its commands; a persistent sandbox keeps its directory (its "snapshot")
-//! and resumes as a new session on `resume=true`, a non-persistent one loses it. A delete
-//! destroys the local sandbox. Every exchange goes through `reaper_fake_api`, which checks it
+//! and resumes as a new session on `resume=true` (answered `pending` once), a non-persistent
+//! one loses it. A delete destroys the local sandbox. Every exchange goes through `reaper_fake_api`, which checks it
 //! against `openapi/vercel-sandboxes-v2.openapi.json`.
 
 #![allow(dead_code)]
