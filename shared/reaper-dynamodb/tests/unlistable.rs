@@ -234,9 +234,25 @@ async fn a_detached_run_whose_status_is_no_run_status_is_indexed_by_the_next_wri
         sleeper: Arc::new(TokioSleeper),
         damage: Default::default(),
     };
+    let before = store.request_stats();
     let report = reap_detached_runs(&deps, &ReapOptions::new(30 * 60_000, "unlistable-test"))
         .await
         .unwrap();
+    // No Scan: the listing is its one page Query plus the one Query past 2^53 - 1.
+    let after = store.request_stats();
+    let sent = |op: &str| after.op(op).requests - before.op(op).requests;
+    eprintln!(
+        "sweep requests: {} in all, by operation {:?}",
+        after.total.requests - before.total.requests,
+        after
+            .by_operation
+            .keys()
+            .map(|op| (op.as_str(), sent(op)))
+            .filter(|(_, n)| *n > 0)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(sent("list_unlistable"), 1);
+    assert!(after.by_operation.keys().all(|op| !op.contains("scan")));
     let mut corrupt: Vec<_> = report
         .corrupt
         .iter()
