@@ -98,32 +98,6 @@ async fn a_scheduled_rule_event_and_a_scheduler_payload_sweep_real_runs_and_answ
     w.provider.destroy(&producing_sbx).await.unwrap();
 }
 
-/// Fault injection: a TCP relay in front of sandboxd that runs `hook` once, when the function
-/// first connects (its first question about a sandbox, which comes after its listing read the
-/// runs), before relaying a byte; later connections wait behind it. Returns its URL.
-async fn relay_after_hook(
-    upstream: String,
-    hook: impl std::future::Future<Output = ()> + Send + 'static,
-) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        let mut hook = Some(hook);
-        while let Ok((mut inbound, _)) = listener.accept().await {
-            if let Some(hook) = hook.take() {
-                hook.await;
-            }
-            let upstream = upstream.clone();
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
-    format!("http://127.0.0.1:{port}")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_deleted_under_the_invocation_is_reported_as_damage_and_no_run_is_finished_nor_sandbox_destroyed(
 ) {
@@ -133,7 +107,7 @@ async fn a_table_deleted_under_the_invocation_is_reported_as_damage_and_no_run_i
     // The table goes away once the sweep has listed both runs: when it first asks sandboxd.
     let (client, table) = (w.store.client().clone(), w.table.clone());
     let (deleted_tx, deleted_rx) = tokio::sync::oneshot::channel();
-    let relay = relay_after_hook(w.sandboxd.addr.clone(), async move {
+    let relay = reaper_e2e::sandboxd::relay_after_hook(w.sandboxd.addr.clone(), async move {
         client
             .delete_table()
             .table_name(table)
