@@ -199,3 +199,30 @@ fn path_str(path: &Path) -> &str {
     path.to_str()
         .unwrap_or_else(|| panic!("{} is not UTF-8", path.display()))
 }
+
+/// Fault injection for the handler suites: a TCP relay to `upstream` (a sandboxd's `addr`) that
+/// runs `hook` once, when the first connection comes in (a sweep's first question about a
+/// sandbox, which comes after its listing read the runs), before relaying a byte; later
+/// connections wait behind it. Returns the relay's URL, to give the function as its sandboxd.
+pub async fn relay_after_hook(
+    upstream: String,
+    hook: impl std::future::Future<Output = ()> + Send + 'static,
+) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut hook = Some(hook);
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            if let Some(hook) = hook.take() {
+                hook.await;
+            }
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}

@@ -99,6 +99,83 @@ async fn a_scheduled_rule_event_and_a_scheduler_payload_sweep_real_runs_and_answ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_deleted_under_the_invocation_is_reported_as_damage_and_no_run_is_finished_nor_sandbox_destroyed(
+) {
+    let w = World::new().await;
+    let (first, first_sbx) = w.finished_run("first", 1_000).await;
+    let (second, second_sbx) = w.finished_run("second", 2 * 3_600_000).await;
+    // The table goes away once the sweep has listed both runs: when it first asks sandboxd.
+    let (client, table) = (w.store.client().clone(), w.table.clone());
+    let (deleted_tx, deleted_rx) = tokio::sync::oneshot::channel();
+    let relay = reaper_e2e::sandboxd::relay_after_hook(w.sandboxd.addr.clone(), async move {
+        client
+            .delete_table()
+            .table_name(table)
+            .send()
+            .await
+            .unwrap();
+        let _ = deleted_tx.send(());
+    })
+    .await;
+    let f = w.function(&[("REAPER_SANDBOXD_URL", relay.as_str())]);
+
+    // The contract: the invocation succeeds and its report names the damage.
+    let report = w.emulator.sweep(&scheduled_event()).await;
+    deleted_rx
+        .await
+        .expect("the sweep never asked sandboxd, so the table was never deleted");
+    assert_eq!(report["sweep"]["state"], "swept", "{report}");
+    assert_eq!(
+        report["considered"], 2,
+        "both runs were listed first: {report}"
+    );
+    let damage = report["damaged"].as_str().unwrap_or_default();
+    assert!(
+        damage.contains("ResourceNotFoundException") && damage.contains("damaged"),
+        "the report names no damage: {report}"
+    );
+    // No run finished (neither the finished one nor the expired one), none recorded terminal.
+    assert_eq!(report["outcomes"]["finalized"], 0, "{report}");
+    assert_eq!(report["outcomes"]["expired"], 0, "{report}");
+    for run in report["runs"].as_array().unwrap() {
+        assert!(run.get("status").is_none(), "recorded terminal: {run}");
+        assert!(run.get("sandbox").is_none(), "reclaimed: {run}");
+    }
+    // Both sandboxes live on (asked of sandboxd itself, not through the relay).
+    assert!(
+        w.sandbox_exists(&first_sbx).await,
+        "{first}'s sandbox was destroyed"
+    );
+    assert!(
+        w.sandbox_exists(&second_sbx).await,
+        "{second}'s sandbox was destroyed"
+    );
+
+    // The error-level summary a log alarm matches, and the failed-sweep metric.
+    let logs = f.log_lines();
+    assert!(
+        logs.iter().any(|l| l["level"] == "ERROR"
+            && l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("sweep summary: the database is damaged"))),
+        "{}",
+        f.output()
+    );
+    let metrics = f.metrics();
+    assert_eq!(metrics.len(), 1, "{}", f.output());
+    assert_eq!(
+        (
+            &metrics[0][reaper_lambda::emf::SWEEP_FAILED],
+            &metrics[0][reaper_lambda::emf::SWEPT],
+            &metrics[0]["finalized"]
+        ),
+        (&json!(1), &json!(0), &json!(0)),
+        "{}",
+        metrics[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_overlapping_invocations_one_sweeps_and_the_other_reports_the_lease_held() {
     let w = World::new().await;
     let (finished, _) = w.finished_run("finished", 1_000).await;

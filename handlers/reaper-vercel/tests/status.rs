@@ -386,3 +386,64 @@ async fn a_sweep_that_met_damage_answers_500_logs_an_error_and_the_status_is_503
     );
     let _ = finished;
 }
+
+#[tokio::test]
+async fn a_table_deleted_after_the_listing_answers_500_with_no_run_finished_and_no_sandbox_destroyed(
+) {
+    let world = World::new().await;
+    let (first, first_sbx) = world.finished_detached_run().await;
+    let (second, second_sbx) = world.finished_detached_run().await;
+    // The table goes away once the sweep has listed both runs: when it first asks sandboxd.
+    let (client, table) = (world.store.client().clone(), world.table.clone());
+    let (deleted_tx, deleted_rx) = tokio::sync::oneshot::channel();
+    let relay = reaper_e2e::sandboxd::relay_after_hook(world.sandboxd.addr.clone(), async move {
+        client
+            .delete_table()
+            .table_name(table)
+            .send()
+            .await
+            .unwrap();
+        let _ = deleted_tx.send(());
+    })
+    .await;
+    let mut env = world.env(Some(&world.secret));
+    env.retain(|(k, _)| k != "REAPER_SANDBOXD_URL");
+    env.push(("REAPER_SANDBOXD_URL".into(), relay));
+    let function = DevFunction::start(&env, world.tmp.path()).await;
+    let bearer = format!("Bearer {}", world.secret);
+
+    let swept = send(function.port, "GET", PATH, Some(&bearer), &[]).await;
+    deleted_rx
+        .await
+        .expect("the sweep never asked sandboxd, so the table was never deleted");
+    assert_eq!(swept.status, 500, "{}", swept.body);
+    let report = swept.json();
+    assert_eq!(
+        report["considered"], 2,
+        "both runs were listed first: {report}"
+    );
+    let damage = report["damaged"].as_str().unwrap_or_default();
+    assert!(
+        damage.contains("ResourceNotFoundException"),
+        "the report names no damage: {report}"
+    );
+    assert_eq!(report["outcomes"]["finalized"], 0, "{report}");
+    for run in report["runs"].as_array().unwrap() {
+        assert!(run.get("status").is_none(), "recorded terminal: {run}");
+        assert!(run.get("sandbox").is_none(), "reclaimed: {run}");
+    }
+    assert!(
+        sandbox_exists(&world, &first_sbx).await,
+        "{first}'s sandbox was destroyed"
+    );
+    assert!(
+        sandbox_exists(&world, &second_sbx).await,
+        "{second}'s sandbox was destroyed"
+    );
+    let log = function.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("sweep summary: the database is damaged")),
+        "{log}"
+    );
+}

@@ -17,7 +17,8 @@ pub const PK: &str = "pk";
 /// Sort key (S) of every item.
 pub const SK: &str = "sk";
 
-/// The sparse index of detached `running` runs, `gsi1pk` (S) = [`DETACHED`], `gsi1sk` (N) =
+/// The sparse index of detached runs that are not `interrupted` or terminal (see
+/// [`LEAVES_RECLAIMABLE`]), `gsi1pk` (S) = [`DETACHED`], `gsi1sk` (N) =
 /// `detachedSince`, and of reclaim-ledger entries, `gsi1pk` = [`RECLAIM`], `gsi1sk` =
 /// `nextAttemptAt`. Projection ALL, so a listing needs no per-item read.
 pub const RECLAIMABLE_INDEX: &str = "reclaimable";
@@ -175,6 +176,39 @@ pub fn sandbox_indexed(status: RunStatus, sandbox_key: Option<&str>) -> bool {
 /// Whether a run with this state belongs in the sparse index.
 pub fn indexed(status: RunStatus, detached_since: Option<EpochMs>) -> bool {
     status == RunStatus::Running && detached_since.is_some()
+}
+
+/// The `status` values that keep a detached run item out of [`RECLAIMABLE_INDEX`]: every run
+/// status but `running`. Membership follows detachment, not a valid status: an item whose
+/// `status` is no run status (`RUNNING`, a number, none) stays in the index while detached, so
+/// the sweep's listing reads it and reports it as corrupt instead of never seeing it (finding
+/// it outside the index would take a Scan).
+pub const LEAVES_RECLAIMABLE: [&str; 4] = ["interrupted", "completed", "failed", "aborted"];
+
+/// The `status` values that keep a run item out of [`SANDBOX_INDEX`]: the terminal ones. An
+/// item whose status is no run status stays in it, so the reclaim's in-use check meets it
+/// (and keeps the sandbox) rather than missing a run that may be live.
+pub const LEAVES_SANDBOX_INDEX: [&str; 3] = ["completed", "failed", "aborted"];
+
+/// The index attributes a run item should carry, from its raw attributes (so an item that does
+/// not parse is placed by the same rule): `gsi1sk` (the `detachedSince` number as stored) when
+/// it belongs in [`RECLAIMABLE_INDEX`], `gsi3pk` when it belongs in [`SANDBOX_INDEX`]. A
+/// `detachedSince` that is no number cannot be an index key and keeps the item out.
+pub(crate) fn wanted_index(item: &Item) -> (Option<String>, Option<String>) {
+    let status = match item.get(run::STATUS) {
+        Some(AttributeValue::S(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let leaves = |set: &[&str]| status.is_some_and(|s| set.contains(&s));
+    let gsi1sk = match item.get(run::DETACHED_SINCE) {
+        Some(AttributeValue::N(d)) if !leaves(&LEAVES_RECLAIMABLE) => Some(d.clone()),
+        _ => None,
+    };
+    let gsi3pk = match item.get(run::SANDBOX_KEY) {
+        Some(AttributeValue::S(k)) if !leaves(&LEAVES_SANDBOX_INDEX) => Some(sandbox_gsi_pk(k)),
+        _ => None,
+    };
+    (gsi1sk, gsi3pk)
 }
 
 /// Reads typed attributes out of an item, naming the item in every error.

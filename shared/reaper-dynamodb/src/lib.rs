@@ -26,8 +26,9 @@
 //!
 //! Indexes (both projection ALL):
 //! - `reclaimable`: `gsi1pk` (S) = `"DETACHED"`, `gsi1sk` (N) = `detachedSince`. **Sparse**:
-//!   present exactly on run items with `status = running` and a `detachedSince`. Detaching sets
-//!   it; the terminal write and a re-attach (clearing `detachedSince`) remove it in the same
+//!   present exactly on run items with a `detachedSince` whose `status` is not `interrupted`
+//!   or terminal (`running`, or a value that is no run status, which the listing then reports
+//!   as corrupt instead of never reading). Detaching sets it; the terminal write and a re-attach (clearing `detachedSince`) remove it in the same
 //!   `UpdateItem`. It is never keyed on `detachedSince` alone, which the sweep never clears.
 //!   `list_reclaimable` is one paginated Query `gsi1pk = DETACHED AND gsi1sk <= now - ttl`.
 //!   Reclaim-ledger entries live in the same index under `gsi1pk` = `"RECLAIM"`, `gsi1sk` =

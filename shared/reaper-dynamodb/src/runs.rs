@@ -14,9 +14,8 @@ use reaper_core::{
 use crate::error::CONDITION_FAILED;
 use crate::layout::{
     self, indexed, json_to_attr, key, n, run, run_error_value, run_from_item, run_id_of, run_item,
-    run_pk, s, sandbox_gsi_pk, sandbox_indexed, status_value, thread_gsi_pk, Item, DETACHED,
-    GSI1_PK, GSI1_SK, GSI2_PK, GSI3_PK, LOG_SK, PK, RECLAIMABLE_INDEX, RUN_SK, SANDBOX_INDEX,
-    THREAD_INDEX, TTL,
+    run_pk, s, sandbox_gsi_pk, status_value, thread_gsi_pk, Item, DETACHED, GSI1_PK, GSI1_SK,
+    GSI2_PK, GSI3_PK, LOG_SK, PK, RECLAIMABLE_INDEX, RUN_SK, SANDBOX_INDEX, THREAD_INDEX, TTL,
 };
 use crate::store::{DynamoStore, Expr};
 
@@ -241,9 +240,9 @@ impl DynamoStore {
     /// is no time in milliseconds a sweep's cutoff can be (the rule SQLite's and D1's
     /// `LIST_UNLISTABLE` apply to `detached_since`). One Query of that end of the `DETACHED`
     /// partition, at most `MAX_UNLISTABLE_REPORTED` items, each as [`StoreError::Corrupt`]
-    /// naming its run. A status that is no run status (`RUNNING`) on an indexed item is
-    /// already reported by the page that reads it; such an item outside the index is not
-    /// reachable without a Scan (LAYOUT.md).
+    /// naming its run. A status that is no run status (`RUNNING`) is reported by the page that
+    /// reads it: a detached item stays in the index whatever its status says, unless it is a
+    /// run status other than `running` ([`layout::LEAVES_RECLAIMABLE`], LAYOUT.md).
     pub async fn unlistable(&self) -> Result<Vec<StoreError>, StoreError> {
         let res = self
             .client
@@ -385,69 +384,75 @@ impl DynamoStore {
 
     /// Brings the index attributes in line with the item's state when a patch could not decide
     /// them alone: `gsi1*` when it changed `status` or `detachedSince` but not both, `gsi3pk`
-    /// when it changed `status` or `sandboxKey` but not both. Conditional on the state it saw,
-    /// so it never undoes a newer write; that newer write checks for itself.
+    /// when it changed `status` or `sandboxKey` but not both. Decided from the raw attributes
+    /// ([`layout::wanted_index`]), so an item whose status is no run status is kept in the
+    /// index and reported as corrupt by the listing. Conditional on the state it saw, so it
+    /// never undoes a newer write; that newer write checks for itself.
     async fn fix_index(&self, item: &Item) -> Result<(), StoreError> {
-        let Ok(record) = run_from_item(item) else {
+        let Some(pk) = item.get(PK).cloned() else {
             return Ok(());
         };
-        let reader = layout::Reader::new(item, record.run_id.clone());
+        let (want1, want3) = layout::wanted_index(item);
+        let have1 = match (item.get(GSI1_PK), item.get(GSI1_SK)) {
+            (Some(AttributeValue::S(p)), Some(AttributeValue::N(d))) if p == DETACHED => {
+                Some(d.clone())
+            }
+            _ => None,
+        };
         let mut e = Expr::default();
-        let want = indexed(record.status, record.detached_since);
-        let have_sk = reader.opt_num::<EpochMs>(GSI1_SK)?;
-        let have = item.contains_key(GSI1_PK) && have_sk.is_some();
-        if want != have || (want && have_sk != record.detached_since) {
-            match (want, record.detached_since) {
-                (true, Some(d)) => {
+        if want1 != have1 {
+            match want1 {
+                Some(d) => {
                     e.set(GSI1_PK, s(DETACHED));
-                    e.set(GSI1_SK, n(d));
+                    e.set(GSI1_SK, AttributeValue::N(d));
                 }
-                _ => {
+                None => {
                     e.remove(GSI1_PK);
                     e.remove(GSI1_SK);
                 }
             }
         }
-        let want3 = sandbox_indexed(record.status, record.sandbox_key.as_deref())
-            .then(|| record.sandbox_key.as_deref().map(sandbox_gsi_pk))
-            .flatten();
-        let have3 = reader.opt_str(GSI3_PK)?;
+        let have3 = match item.get(GSI3_PK) {
+            Some(AttributeValue::S(k)) => Some(k.clone()),
+            _ => None,
+        };
         if want3 != have3 {
             match want3 {
-                Some(pk) => e.set(GSI3_PK, s(pk)),
+                Some(k) => e.set(GSI3_PK, s(k)),
                 None => e.remove(GSI3_PK),
             }
         }
         if e.is_empty() {
             return Ok(());
         }
-        let status = e.name(run::STATUS);
-        let status_v = e.value(status_value(record.status));
-        let detached = e.name(run::DETACHED_SINCE);
-        let detached_cond = match record.detached_since {
-            Some(d) => {
-                let v = e.value(n(d));
-                format!("{detached} = {v}")
-            }
-            None => format!("attribute_not_exists({detached})"),
-        };
-        let sandbox = e.name(run::SANDBOX_KEY);
-        let sandbox_cond = match &record.sandbox_key {
-            Some(k) => {
-                let v = e.value(s(k));
-                format!("{sandbox} = {v}")
-            }
-            None => format!("attribute_not_exists({sandbox})"),
-        };
+        // The attributes the decision read, exactly as seen (whatever their type).
+        let condition = [run::STATUS, run::DETACHED_SINCE, run::SANDBOX_KEY]
+            .into_iter()
+            .map(|attr| {
+                let name = e.name(attr);
+                match item.get(attr) {
+                    None => format!("attribute_not_exists({name})"),
+                    Some(AttributeValue::Null(_)) => {
+                        let t = e.value(s("NULL"));
+                        format!("attribute_type({name}, {t})")
+                    }
+                    Some(v) => {
+                        let v = e.value(v.clone());
+                        format!("{name} = {v}")
+                    }
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let mut k = key(String::new(), RUN_SK);
+        k.insert(PK.into(), pk);
         let res = self
             .client
             .update_item()
             .table_name(self.table_name())
-            .set_key(Some(key(run_pk(&record.run_id), RUN_SK)))
+            .set_key(Some(k))
             .update_expression(e.update_expression())
-            .condition_expression(format!(
-                "{status} = {status_v} AND {detached_cond} AND {sandbox_cond}"
-            ))
+            .condition_expression(condition)
             .set_expression_attribute_names(e.names())
             .set_expression_attribute_values(e.values())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -601,7 +606,8 @@ impl DynamoStore {
                 _ => Fenced::Written(true),
             });
         }
-        // The sparse index follows `status == running && detachedSince present`, decided in the
+        // The sparse index follows `detachedSince present && status not in LEAVES_RECLAIMABLE`
+        // (for the statuses a patch can write: `running`), decided in the
         // same request whenever the patch alone determines it; otherwise `fix_index` settles it
         // from the returned item.
         let status_known_not_running = patch.status.is_some_and(|s| s != RunStatus::Running);

@@ -59,6 +59,15 @@ const sandboxPk = (key: string) => `SANDBOX#${keyId(key)}`
 const threadPk = (threadId: string) => `THREAD#${keyId(threadId)}`
 const entrySk = (seq: number) => `LOG#${String(seq).padStart(20, '0')}`
 
+/**
+ * Statuses that keep a detached run item out of the `reclaimable` index: every run status but
+ * `running`. Membership follows detachment, not a valid status, so an item whose status is no
+ * run status (`RUNNING`) stays where the sweep reads it and reports it corrupt (LAYOUT.md).
+ */
+const LEAVES_RECLAIMABLE: ReadonlyArray<string> = ['interrupted', 'completed', 'failed', 'aborted']
+/** Statuses that keep a run item out of the `by-sandbox` index: the terminal ones. */
+const LEAVES_SANDBOX_INDEX: ReadonlyArray<string> = ['completed', 'failed', 'aborted']
+
 const S = (v: string): AttributeValue => ({ S: v })
 const N = (v: number): AttributeValue => ({ N: String(v) })
 
@@ -125,6 +134,14 @@ function toRecord(item: Item): RunRecord {
   const driverEpoch = num(item, 'driverEpoch')
   if (driverEpoch !== undefined) rec.driverEpoch = driverEpoch
   return rec
+}
+
+/** Why a status the caller passed is refused (JavaScript callers are not type-checked). */
+function noRunStatus(runId: string, status: unknown): string {
+  return (
+    `run ${runId}: status ${JSON.stringify(status)} is no run status (one of running, interrupted, ` +
+    'completed, failed, aborted); nothing was written'
+  )
 }
 
 function isConditionFailure(e: unknown): boolean {
@@ -244,30 +261,68 @@ export class ReaperDynamo {
       const item = await this.getItem(runPk(runId), 'RUN')
       return item ? toRecord(item) : null
     }
-    /** Puts the sparse index attributes right when a patch could not decide them alone. */
+    /**
+     * Puts the sparse index attributes right when a patch could not decide them alone, from the
+     * item's raw attributes (LAYOUT.md): `gsi1pk`/`gsi1sk` on a detached item unless its status
+     * is a run status other than `running`, so an item whose status is no run status stays
+     * where the sweep reads it and reports it corrupt; `gsi3pk` on an item naming a sandbox
+     * key unless its status is terminal. Conditional on what it read, so it never undoes a
+     * newer write.
+     */
     const fixIndex = async (item: Item) => {
       const status = str(item, 'status')
-      const detached = num(item, 'detachedSince')
-      const want = status === 'running' && detached !== undefined
-      const has = item.gsi1pk?.S === 'DETACHED' && num(item, 'gsi1sk') === detached
-      if (want === has && (want || item.gsi1pk === undefined)) return
-      const values: Item = { ':s': S(status!) }
-      let condition = '#st = :s AND '
-      if (detached === undefined) condition += 'attribute_not_exists(detachedSince)'
-      else {
-        condition += 'detachedSince = :d'
-        values[':d'] = N(detached)
+      const detached = item.detachedSince?.N
+      const sandboxKey = str(item, 'sandboxKey')
+      const want1 = detached !== undefined && !(status !== undefined && LEAVES_RECLAIMABLE.includes(status))
+      const has1 = item.gsi1pk?.S === 'DETACHED' && item.gsi1sk?.N === detached
+      const ok1 = want1 === has1 && (want1 || (item.gsi1pk === undefined && item.gsi1sk === undefined))
+      const want3 =
+        sandboxKey !== undefined && !(status !== undefined && LEAVES_SANDBOX_INDEX.includes(status))
+          ? sandboxPk(sandboxKey)
+          : undefined
+      const ok3 = item.gsi3pk?.S === want3 && (want3 !== undefined || item.gsi3pk === undefined)
+      if (ok1 && ok3) return
+      const set: Array<string> = []
+      const remove: Array<string> = []
+      const names: Record<string, string> = { '#st': 'status', '#ds': 'detachedSince', '#sk': 'sandboxKey' }
+      const values: Item = {}
+      if (!ok1) {
+        if (want1) {
+          set.push('gsi1pk = :p', 'gsi1sk = :d')
+          values[':p'] = S('DETACHED')
+        } else remove.push('gsi1pk', 'gsi1sk')
       }
-      if (want) values[':p'] = S('DETACHED')
+      if (!ok3) {
+        if (want3 !== undefined) {
+          set.push('gsi3pk = :g')
+          values[':g'] = S(want3)
+        } else remove.push('gsi3pk')
+      }
+      // The attributes the decision read, exactly as seen (whatever their type).
+      const seen = ([['#st', 'status', ':s'], ['#ds', 'detachedSince', ':d'], ['#sk', 'sandboxKey', ':k']] as const).map(
+        ([name, attr, value]) => {
+          const v = item[attr]
+          if (v === undefined) return `attribute_not_exists(${name})`
+          if (v.NULL) {
+            values[`${value}t`] = S('NULL')
+            return `attribute_type(${name}, ${value}t)`
+          }
+          values[value] = v
+          return `${name} = ${value}`
+        },
+      )
+      const expr = [set.length ? `SET ${set.join(', ')}` : '', remove.length ? `REMOVE ${remove.join(', ')}` : '']
+        .filter(Boolean)
+        .join(' ')
       try {
         await client.send(
           new UpdateItemCommand({
             TableName: table,
             Key: { pk: item.pk, sk: S('RUN') },
-            UpdateExpression: want ? 'SET gsi1pk = :p, gsi1sk = :d' : 'REMOVE gsi1pk, gsi1sk',
-            ConditionExpression: condition,
-            ExpressionAttributeNames: { '#st': 'status' },
-            ExpressionAttributeValues: values,
+            UpdateExpression: expr,
+            ConditionExpression: seen.join(' AND '),
+            ExpressionAttributeNames: names,
+            ExpressionAttributeValues: Object.keys(values).length ? values : undefined,
           }),
         )
       } catch (e) {
@@ -285,6 +340,8 @@ export class ReaperDynamo {
         const remove: Array<string> = []
         const names: Record<string, string> = {}
         const values: Item = {}
+        if (patch.status !== undefined && !isRunStatus(patch.status))
+          throw new TypeError(noRunStatus(runId, patch.status))
         const has = (k: keyof typeof patch) => Object.hasOwn(patch, k)
         const put = (name: string, v: AttributeValue | undefined) => {
           names[`#${name}`] = name
@@ -311,11 +368,18 @@ export class ReaperDynamo {
         const detach = has('detachedSince') && patch.detachedSince !== undefined
         const leaves =
           (has('detachedSince') && patch.detachedSince === undefined) ||
-          (patch.status !== undefined && patch.status !== 'running')
+          (patch.status !== undefined && LEAVES_RECLAIMABLE.includes(patch.status))
         if (leaves) remove.push('gsi1pk', 'gsi1sk')
         else if (detach) {
           set.push('gsi1pk = :gsi1pk', 'gsi1sk = :detachedSince')
           values[':gsi1pk'] = S('DETACHED')
+        }
+        // The sandbox index the same way: live runs naming a key.
+        const ends = patch.status !== undefined && LEAVES_SANDBOX_INDEX.includes(patch.status)
+        if (ends || (has('sandboxKey') && patch.sandboxKey === undefined)) remove.push('gsi3pk')
+        else if (has('sandboxKey') && patch.sandboxKey !== undefined) {
+          set.push('gsi3pk = :gsi3pk')
+          values[':gsi3pk'] = S(sandboxPk(patch.sandboxKey))
         }
         if (held !== undefined) values[':held'] = N(held)
         if (set.length === 0 && remove.length === 0) {
@@ -354,6 +418,8 @@ export class ReaperDynamo {
     return {
       createOrResume: async (input) => {
         const status = input.status ?? 'running'
+        // Refused before anything is written: the reaper would read such an item as corrupt.
+        if (!isRunStatus(status)) throw new TypeError(noRunStatus(input.runId, status))
         const item: Item = {
           pk: S(runPk(input.runId)),
           sk: S('RUN'),
@@ -447,7 +513,7 @@ export class ReaperDynamo {
             M: { message: S(write.error.message), ...(write.error.code !== undefined ? { code: S(write.error.code) } : {}) },
           }
         }
-        expr += ' REMOVE gsi1pk, gsi1sk'
+        expr += ' REMOVE gsi1pk, gsi1sk, gsi3pk'
         try {
           await client.send(
             new UpdateItemCommand({
