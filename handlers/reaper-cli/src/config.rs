@@ -523,6 +523,11 @@ pub struct SweepCmd {
     pub sandboxes: Sandboxes,
     #[command(flatten)]
     pub sweep: SweepArgs,
+    /// Say what a sweep would do with each run and each due ledger entry, and why (the TTL
+    /// arithmetic, the probe's verdict, the in-use check), writing nothing and touching no
+    /// sandbox beyond read-only journal probes.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub output: Output,
 }
@@ -602,6 +607,10 @@ pub struct PruneCmd {
     pub sandboxes: Sandboxes,
     #[command(flatten)]
     pub prune: PruneArgs,
+    /// Say which journals a prune would delete and why (the run's terminal status, or an
+    /// orphan's age against the orphan TTL), deleting nothing and ageing out no events.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub output: Output,
 }
@@ -998,6 +1007,8 @@ pub struct PruneSettings {
     pub orphan_ttl_ms: u64,
     pub max_deletes: usize,
     pub event_retention_ms: u64,
+    /// Decide, delete nothing (`reaper prune --dry-run`).
+    pub dry_run: bool,
 }
 
 impl PruneSettings {
@@ -1011,6 +1022,7 @@ impl PruneSettings {
                 0,
                 MAX_AGE_MS,
             )?,
+            dry_run: false,
         })
     }
 }

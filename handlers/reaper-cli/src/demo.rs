@@ -377,6 +377,7 @@ async fn stage_sweep_and_explain(
         orphan_ttl_ms: ORPHAN_TTL_MS,
         max_deletes: reaper_core::journal::DEFAULT_MAX_DELETES,
         event_retention_ms: reaper_sqlite::DEFAULT_EVENT_RETENTION_MS,
+        dry_run: false,
     };
     let pruned = prune_all(
         any_store,

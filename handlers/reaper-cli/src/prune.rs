@@ -56,6 +56,9 @@ pub struct EventsPruned {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PruneAll {
+    /// A dry run: nothing was deleted; each sandbox's `planned` says what would be.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
     pub journals: Vec<SandboxPrune>,
     /// Sandboxes that could not be pruned (their metadata is unreadable, or listing failed).
     pub skipped: Vec<Skipped>,
@@ -77,6 +80,15 @@ impl PruneAll {
     }
 
     pub fn summary(&self) -> String {
+        if self.dry_run {
+            let planned: usize = self.journals.iter().map(|j| j.report.planned.len()).sum();
+            return format!(
+                "dry run: {planned} journal(s) would be deleted in {} sandbox(es), {} \
+                 failure(s); nothing was deleted and no events were aged out",
+                self.journals.len(),
+                self.failures()
+            );
+        }
         let events = match (&self.events.error, self.events.events_deleted) {
             (Some(e), _) => format!("event retention failed: {e}"),
             (None, n) => format!(
@@ -116,10 +128,19 @@ impl PruneAll {
                 .iter()
                 .map(|f| f.message.clone())
                 .collect();
+            let deleted: Vec<String> = if self.dry_run {
+                j.report
+                    .planned
+                    .iter()
+                    .map(|p| format!("would delete {} ({})", p.run_id, p.proof))
+                    .collect()
+            } else {
+                j.report.deleted.clone()
+            };
             table.row(vec![
                 j.provider.clone(),
                 j.sandbox.clone(),
-                dash(j.report.deleted.join(", ")),
+                dash(deleted.join(", ")),
                 dash(kept.join(", ")),
                 dash(failures.join("; ")),
             ]);
@@ -163,6 +184,7 @@ pub async fn prune_all(
     now: EpochMs,
 ) -> PruneAll {
     let mut all = PruneAll {
+        dry_run: s.dry_run,
         journals: Vec::new(),
         skipped: Vec::new(),
         events: EventsPruned {
@@ -177,6 +199,7 @@ pub async fn prune_all(
         options.dir = dir;
         options.orphan_ttl_ms = s.orphan_ttl_ms;
         options.max_deletes = s.max_deletes;
+        options.dry_run = s.dry_run;
         options
     };
     if let Some(local) = &providers.local {
@@ -191,6 +214,10 @@ pub async fn prune_all(
             &mut all,
         )
         .await;
+    }
+    if s.dry_run {
+        // The event retention is a write: a dry run leaves the events as they are.
+        return all;
     }
     all.events = match store
         .prune_events(now, s.event_retention_ms, EVENT_BATCH)
@@ -312,9 +339,14 @@ async fn prune_docker(
 }
 
 pub async fn run(a: &PruneCmd, s: Settings<'_>) -> Result<Exit, Failure> {
-    let settings = PruneSettings::parse(s, &a.prune)?;
+    let mut settings = PruneSettings::parse(s, &a.prune)?;
+    settings.dry_run = a.dry_run;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
-    let store = wiring::open(&a.db).await?;
+    let store = if a.dry_run {
+        wiring::open_read_only(&a.db).await?
+    } else {
+        wiring::open(&a.db).await?
+    };
     let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let result = prune_all(
         &store,

@@ -125,6 +125,22 @@ pub fn sweep_headline(r: &SweepReport) -> String {
             format!("could not sweep: taking the sweep lease failed: {error}")
         }
         SweepStatus::InvalidOptions { error } => format!("could not sweep: {error}"),
+        SweepStatus::DryRun => format!(
+            "dry run: {} detached run{} planned (probed {}, read-only); nothing was written and \
+             no sandbox touched",
+            r.report.considered,
+            if r.report.considered == 1 { "" } else { "s" },
+            r.report.probed,
+        ),
+        SweepStatus::Paused { by, since, reason } => format!(
+            "paused: sweeping was paused by {by} at {}{}; nothing done (reaper resume ends the \
+             pause)",
+            timestamp(*since),
+            reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
     }
 }
 
@@ -178,7 +194,7 @@ pub fn ledger_line(r: &ReclaimReport, now: EpochMs) -> String {
 pub fn sweep_report(r: &SweepReport) -> String {
     let mut out = sweep_headline(r);
     out.push('\n');
-    if r.sweep != SweepStatus::Swept {
+    if !matches!(r.sweep, SweepStatus::Swept | SweepStatus::DryRun) {
         return out;
     }
     if !r.report.runs.is_empty() {
@@ -186,7 +202,11 @@ pub fn sweep_report(r: &SweepReport) -> String {
         for e in &r.report.runs {
             table.row(vec![
                 e.run_id.clone(),
-                e.outcome.to_string(),
+                if e.planned {
+                    format!("would: {}", e.outcome)
+                } else {
+                    e.outcome.to_string()
+                },
                 e.status
                     .map(|s| s.to_string())
                     .unwrap_or_else(|| "-".into()),
@@ -225,6 +245,13 @@ pub fn sweep_report(r: &SweepReport) -> String {
     }
     if !r.report.runs.is_empty() {
         let _ = writeln!(out, "totals: {}", outcome_totals(&r.report.outcomes));
+    }
+    for p in &r.report.reclaims.planned {
+        let _ = writeln!(
+            out,
+            "ledger {}: would {} ({})",
+            p.run_id, p.action, p.why
+        );
     }
     let _ = writeln!(
         out,

@@ -104,7 +104,11 @@ impl Swept {
                     Exit::Ok
                 }
             }
-            SweepStatus::AlreadyRunning { .. } => Exit::Ok,
+            SweepStatus::AlreadyRunning { .. } | SweepStatus::Paused { .. } => Exit::Ok,
+            SweepStatus::DryRun => match self.cannot_run() {
+                Some(_) => Exit::CannotRun,
+                None => Exit::Ok,
+            },
             SweepStatus::InvalidOptions { .. } => Exit::Usage,
             SweepStatus::LeaseUnavailable { .. } => Exit::CannotRun,
         }
@@ -163,7 +167,12 @@ pub fn journal_dir(value: &Option<String>) -> Result<Option<String>, Failure> {
 pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     let settings = SweepSettings::parse(s, &a.sweep)?;
     let journal_dir = journal_dir(&a.sandboxes.journal_dir)?;
-    let store = wiring::open(&a.db).await?;
+    // A dry run opens the database read-only: the store refuses a write too, not only the core.
+    let store = if a.dry_run {
+        wiring::open_read_only(&a.db).await?
+    } else {
+        wiring::open(&a.db).await?
+    };
     let providers = Providers::from_settings(s, &a.sandboxes).await?;
     let sweeper = Sweeper::new(
         &store,
@@ -172,7 +181,9 @@ pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         Progress::new(Some(settings.progress_after)),
         DriveTuning::default(),
     );
-    let swept = sweep_once(&sweeper, &reap_options(&settings, wiring::owner_id()), None).await;
+    let mut options = reap_options(&settings, wiring::owner_id());
+    options.dry_run = a.dry_run;
+    let swept = sweep_once(&sweeper, &options, None).await;
     if a.output.json {
         println!("{}", swept.json());
     } else {

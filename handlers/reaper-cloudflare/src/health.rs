@@ -38,7 +38,11 @@ impl Mark {
     /// The mark of a sweep that returned a report.
     pub fn of(report: &SweepReport, finished_at: EpochMs) -> Mark {
         let error = match &report.sweep {
-            SweepStatus::Swept | SweepStatus::AlreadyRunning { .. } => None,
+            // A pause is an operator's decision, not a failure: the staleness rule still tells.
+            SweepStatus::Swept
+            | SweepStatus::AlreadyRunning { .. }
+            | SweepStatus::Paused { .. }
+            | SweepStatus::DryRun => None,
             SweepStatus::LeaseUnavailable { error } => {
                 Some(format!("the sweep lease is unavailable: {error}"))
             }

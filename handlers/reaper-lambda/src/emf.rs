@@ -75,6 +75,8 @@ pub fn document(
         SweepStatus::Swept if r.damaged.is_some() => (0, 1),
         SweepStatus::Swept => (0, 0),
         SweepStatus::AlreadyRunning { .. } => (1, 0),
+        // An operator's pause is no failure to alarm on (the staleness alarm still fires).
+        SweepStatus::Paused { .. } => (0, 0),
         _ => (0, 1),
     };
     let mut doc = Map::new();

@@ -279,4 +279,13 @@ impl<T: Reclaim + ?Sized> Reclaim for Guarded<T> {
         }
         out
     }
+
+    /// Reads only: forwarded whatever the latch says.
+    async fn plan(
+        &self,
+        record: &RunRecord,
+        intent: &ReclaimIntent,
+    ) -> Result<Option<crate::reclaim::ReclaimPlan>, ReclaimError> {
+        self.inner.plan(record, intent).await
+    }
 }

@@ -747,4 +747,14 @@ pub trait Reclaim: MaybeSend + MaybeSync {
         record: &RunRecord,
         intent: &ReclaimIntent,
     ) -> Result<Reclaimed, ReclaimError>;
+
+    /// What [`Reclaim::reclaim`] would do for `record`, from reads alone: no destroy, no delete
+    /// (a dry run's proof). `None`: this reclaimer cannot tell without acting.
+    async fn plan(
+        &self,
+        _record: &RunRecord,
+        _intent: &ReclaimIntent,
+    ) -> Result<Option<crate::reclaim::ReclaimPlan>, ReclaimError> {
+        Ok(None)
+    }
 }

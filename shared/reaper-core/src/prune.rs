@@ -71,6 +71,9 @@ pub struct PruneOptions {
     /// List names and ages in one `exec` (see [`journal_inventory_command`]); `false` sends the
     /// reference's two listings.
     pub combined_listing: bool,
+    /// A dry run: list and decide as usual, delete nothing; the report's `planned` says which
+    /// journals a prune would delete and the proof for each.
+    pub dry_run: bool,
 }
 
 impl PruneOptions {
@@ -84,6 +87,7 @@ impl PruneOptions {
             exec_timeout_ms: ExecOptions::default().timeout_ms,
             delete_batch_bytes: DEFAULT_DELETE_BATCH_BYTES,
             combined_listing: true,
+            dry_run: false,
         }
     }
 }
@@ -186,13 +190,29 @@ pub struct PruneReport {
     pub kept: Vec<KeptJournal>,
     pub age_gate: AgeGate,
     pub failures: Vec<PruneFailure>,
+    /// A dry run ([`PruneOptions::dry_run`]): nothing was deleted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// A dry run: the journals a prune would delete, with the proof for each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub planned: Vec<PlannedDeletion>,
+}
+
+/// A journal a prune would delete, and why it may.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedDeletion {
+    pub run_id: String,
+    pub names: Vec<String>,
+    /// The store's word (the run's terminal status) or, for an orphan, the age arithmetic.
+    pub proof: String,
 }
 
 enum Verdict {
     Keep(KeptReason),
     StoreFailed(String),
-    /// Scheduled; the outcome lands in `deletions`.
-    Delete,
+    /// Scheduled; the outcome lands in `deletions`. With the proof that it may go.
+    Delete(String),
 }
 
 struct Group {
@@ -236,6 +256,8 @@ pub async fn prune_journals(
                 kept: Vec::new(),
                 age_gate: AgeGate::Unavailable,
                 failures,
+                dry_run: options.dry_run,
+                planned: Vec::new(),
             };
         }
     };
@@ -285,16 +307,25 @@ pub async fn prune_journals(
                 Ok(Some(record)) if !record.status.is_terminal() => {
                     Verdict::Keep(KeptReason::NonTerminal)
                 }
-                Ok(Some(_)) => Verdict::Delete,
+                Ok(Some(record)) => Verdict::Delete(format!(
+                    "the store records the run {}: terminal, so its journal is no longer needed",
+                    record.status
+                )),
             }
         };
-        if matches!(verdict, Verdict::Delete) {
+        if matches!(verdict, Verdict::Delete(_)) {
             scheduled.push(i);
         }
         verdicts.push(verdict);
     }
 
-    let (deletions, execs) = delete_batches(handle, &groups, &scheduled, &dir, options).await;
+    // A dry run stops here: every decision is made, and nothing is sent to the sandbox.
+    let (deletions, execs) = if options.dry_run {
+        (Deletions::new(), 0)
+    } else {
+        delete_batches(handle, &groups, &scheduled, &dir, options).await
+    };
+    let mut planned = Vec::new();
 
     let mut deleted = Vec::new();
     for (i, (group, verdict)) in groups.into_iter().zip(verdicts).enumerate() {
@@ -308,7 +339,15 @@ pub async fn prune_journals(
                 });
                 KeptReason::StoreError
             }
-            Verdict::Delete => match deletions.get(&i) {
+            Verdict::Delete(proof) if options.dry_run => {
+                planned.push(PlannedDeletion {
+                    run_id: group.run_id,
+                    names: group.names,
+                    proof,
+                });
+                continue;
+            }
+            Verdict::Delete(_) => match deletions.get(&i) {
                 Some(Ok(())) => {
                     deleted.push(group.run_id);
                     continue;
@@ -341,6 +380,8 @@ pub async fn prune_journals(
         kept,
         age_gate,
         failures,
+        dry_run: options.dry_run,
+        planned,
     };
     tracing::debug!(
         dir = %dir,
@@ -501,7 +542,10 @@ fn orphan_verdict(
     if newest > cutoff {
         Verdict::Keep(KeptReason::OrphanTooRecent)
     } else {
-        Verdict::Delete
+        Verdict::Delete(format!(
+            "no run record (an orphan) and its newest file, modified at {newest}, is at or \
+             before the orphan cutoff {cutoff} (now minus the orphan TTL)"
+        ))
     }
 }
 

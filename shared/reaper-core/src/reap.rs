@@ -176,6 +176,12 @@ pub struct ReapRunEntry {
     /// The run's sandbox was stopped and this sweep started it to read the journal.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub started_for_read: bool,
+    /// A dry run's entry: what a sweep would do, not what was done ([`ReapOptions::dry_run`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub planned: bool,
+    /// What a dry run's decision rests on. Boxed: only planned entries have one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proof: Option<Box<crate::plan::PlanProof>>,
 }
 
 /// What became of a terminal run's sandbox.
@@ -195,7 +201,7 @@ pub enum SandboxFate {
 }
 
 impl ReapRunEntry {
-    fn new(run_id: &str, outcome: ReapOutcome) -> Self {
+    pub(crate) fn new(run_id: &str, outcome: ReapOutcome) -> Self {
         let mut entry = ReapRunEntry {
             run_id: run_id.to_string(),
             outcome,
@@ -207,12 +213,14 @@ impl ReapRunEntry {
             kept_because: None,
             reason: Reason::new(ReasonCode::ProducingNoExitYet, String::new()),
             started_for_read: false,
+            planned: false,
+            proof: None,
         };
         entry.reason = entry.explain();
         entry
     }
 
-    fn with_error(mut self, error: ReapError) -> Self {
+    pub(crate) fn with_error(mut self, error: ReapError) -> Self {
         self.error = Some(Box::new(error));
         self.reason = self.explain();
         self
@@ -220,7 +228,7 @@ impl ReapRunEntry {
 
     /// The reason this entry's fields give. The causes the fields cannot tell (why the probe
     /// could not reach the journal, why a sandbox was kept) are set where they are known.
-    fn explain(&self) -> Reason {
+    pub(crate) fn explain(&self) -> Reason {
         let status = self.status.map_or("not terminal".into(), |s| s.to_string());
         let error = || {
             self.error
@@ -462,6 +470,9 @@ pub struct ReclaimReport {
     pub ledger: Option<LedgerCounts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A dry run: what a sweep would do with each due entry, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub planned: Vec<crate::plan::PlannedRetry>,
 }
 
 impl ReclaimReport {
@@ -482,7 +493,7 @@ pub struct CorruptRow {
 }
 
 impl ReapReport {
-    fn push(&mut self, entry: ReapRunEntry) {
+    pub(crate) fn push(&mut self, entry: ReapRunEntry) {
         // One line per run with its reason, so a log alone tells why a run was left or reaped.
         let (code, why) = (entry.reason.code.as_str(), entry.reason.message.as_str());
         match entry.outcome {
@@ -655,6 +666,10 @@ pub struct ReapOptions {
     /// journal of a stopped sandbox is unreadable): finds finished runs before their TTL at
     /// the cost of a start each. Off by default: such a run waits for its TTL.
     pub start_stopped_inside_ttl: bool,
+    /// A dry run: report what a sweep would do with each run and each due ledger entry, and
+    /// why, writing nothing and touching no sandbox beyond read-only probes. The core enforces
+    /// it: the sweep takes no lease, and its ports refuse every write, start and destroy.
+    pub dry_run: bool,
 }
 
 impl ReapOptions {
@@ -676,6 +691,7 @@ impl ReapOptions {
             backlog_count_max: DEFAULT_BACKLOG_COUNT_MAX,
             max_starts_per_sweep: DEFAULT_MAX_STARTS_PER_SWEEP,
             start_stopped_inside_ttl: false,
+            dry_run: false,
         }
     }
 
@@ -784,6 +800,16 @@ pub enum SweepStatus {
     LeaseUnavailable { error: String },
     /// The options were invalid: nothing was done.
     InvalidOptions { error: String },
+    /// A dry run ([`ReapOptions::dry_run`]): the entries say what a sweep would do; nothing was
+    /// written and no sandbox touched beyond read-only probes.
+    DryRun,
+    /// An operator paused the sweeps ([`crate::pause`]): nothing was done.
+    Paused {
+        by: String,
+        since: EpochMs,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// The version of the sweep report's JSON shape, carried as `schemaVersion` and described by
@@ -905,6 +931,39 @@ pub async fn sweep_until(
             ReapReport::default(),
         );
     }
+    if options.dry_run {
+        // No lease either: a dry run beside a real sweep is harmless, and takes nothing from it.
+        let report = crate::plan::plan_sweep(deps, options).await;
+        return done(SweepStatus::DryRun, report);
+    }
+    // Before the lease: a paused reaper writes nothing at all.
+    match crate::pause::read_pause(deps.leases.as_ref()).await {
+        Ok(Some(mark)) if mark.paused => {
+            tracing::info!(target: "reaper", by = %mark.by, since = mark.at, reason = mark.reason.as_deref(), "sweeping is paused; nothing done (reaper resume ends the pause)");
+            return done(
+                SweepStatus::Paused {
+                    by: mark.by,
+                    since: mark.at,
+                    reason: mark.reason,
+                },
+                ReapReport::default(),
+            );
+        }
+        Ok(_) | Err(StoreError::Unsupported(_)) => {}
+        Err(error) => {
+            // Fail closed: an operator may have paused for a reason this sweep cannot read.
+            tracing::error!(target: "reaper", %error, "reading the pause mark failed; not sweeping");
+            return done(
+                SweepStatus::LeaseUnavailable {
+                    error: format!(
+                        "reading the pause mark failed, so nothing was swept: {error} (reaper \
+                         resume rewrites a mark that does not parse)"
+                    ),
+                },
+                ReapReport::default(),
+            );
+        }
+    }
     let lease = match deps
         .leases
         .acquire(SWEEP_LEASE_KEY, &options.owner, started_at, lease_ttl_ms)
@@ -965,7 +1024,7 @@ pub async fn sweep_until(
 
 /// The cursor the last sweep left with the sweep lease. Never fatal: a store without notes, a
 /// failed read or a note this build cannot decode (another version's) restarts the round robin.
-async fn read_cursor_note(deps: &ReapDeps) -> Option<ReclaimableCursor> {
+pub(crate) async fn read_cursor_note(deps: &ReapDeps) -> Option<ReclaimableCursor> {
     let note = match deps.leases.note(SWEEP_LEASE_KEY).await {
         Ok(note) => note?,
         Err(StoreError::Unsupported(_)) => return None,
@@ -1082,7 +1141,7 @@ async fn reap_with(
 
 /// Whether the batch must stop before its next item: a shutdown, damage, or too little time
 /// left.
-fn out_of_time(deps: &ReapDeps, options: &ReapOptions, stop: Option<&CancellationToken>) -> bool {
+pub(crate) fn out_of_time(deps: &ReapDeps, options: &ReapOptions, stop: Option<&CancellationToken>) -> bool {
     // Damage stops the sweep as a shutdown does: the runs not started are deferred.
     if stop.is_some_and(CancellationToken::is_cancelled) || deps.damage.seen().is_some() {
         return true;
@@ -1104,7 +1163,7 @@ const MAX_LISTING_REQUESTS: usize = 6;
 /// from the round-robin cursor among the runs inside the TTL, wrapping around once. Every
 /// detached run is therefore visited within ⌈backlog / batch⌉ sweeps, however long the runs
 /// ahead of it keep producing. Returns the batch and the index of its first run inside the TTL.
-async fn list_batch(
+pub(crate) async fn list_batch(
     deps: &ReapDeps,
     options: &ReapOptions,
     now: EpochMs,
@@ -1309,7 +1368,7 @@ async fn reap_listed(
 
 /// The backlog figure: the store's bounded count, or, when it cannot count, the rows this
 /// sweep's listing read (then "at least", never exact).
-async fn count_backlog(
+pub(crate) async fn count_backlog(
     deps: &ReapDeps,
     options: &ReapOptions,
     now: EpochMs,
@@ -1455,7 +1514,7 @@ async fn probe(
 }
 
 /// A finished run's exit code, or the entry of a run the probe says to leave alone.
-fn leave_alone(
+pub(crate) fn leave_alone(
     run_id: &str,
     answer: Option<Result<RunExitProbe, crate::error::ProbeError>>,
     step_timeout_ms: u64,
@@ -1751,7 +1810,7 @@ fn not_confirmed(run_id: &str, reason: String) -> ReapRunEntry {
 }
 
 /// `fut`, or `None` once `ms` passed first (the future is dropped, abandoning the step).
-async fn within<T>(
+pub(crate) async fn within<T>(
     sleeper: &dyn Sleeper,
     ms: u64,
     fut: impl std::future::Future<Output = T>,

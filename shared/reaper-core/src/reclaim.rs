@@ -10,7 +10,8 @@ use crate::ports::{Reclaim, Reclaimed, RunStore, SandboxInstanceStore, SandboxPr
 use crate::reason::{Reason, ReasonCode};
 
 /// What [`reclaim_sandbox`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "outcome")]
 pub enum ReclaimOutcome {
     /// The provider destroyed it and the instance record is gone.
     Destroyed,
@@ -69,24 +70,108 @@ pub async fn reclaim_sandbox(
     instances: &dyn SandboxInstanceStore,
     runs: &dyn RunStore,
 ) -> Result<ReclaimOutcome, StoreError> {
+    match plan_reclaim(record, intent, provider, instances, runs).await? {
+        ReclaimPlan::Leave(outcome) => Ok(outcome),
+        ReclaimPlan::Destroy {
+            key,
+            provider: name,
+            provider_sandbox_id,
+            delete_record,
+        } => {
+            let outcome = destroy(provider, record, &key, &name, &provider_sandbox_id).await;
+            if delete_record && outcome == ReclaimOutcome::Destroyed {
+                instances.delete(&key).await?;
+            }
+            Ok(outcome)
+        }
+    }
+}
+
+/// What [`reclaim_sandbox`] would do, decided from reads alone (a dry run shows it as the proof
+/// of a planned destroy or keep).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum ReclaimPlan {
+    /// Destroy `provider_sandbox_id` of `provider`; then delete the instance record `key` when
+    /// `delete_record` (it still names this sandbox).
+    Destroy {
+        key: String,
+        provider: String,
+        provider_sandbox_id: String,
+        delete_record: bool,
+    },
+    /// Destroy nothing, for this reason.
+    Leave(ReclaimOutcome),
+}
+
+impl ReclaimPlan {
+    /// A sentence for a dry run's proof.
+    pub fn describe(&self) -> String {
+        match self {
+            ReclaimPlan::Destroy {
+                key,
+                provider,
+                provider_sandbox_id,
+                ..
+            } => format!(
+                "in-use check passed (no live run uses sandbox key {key}): would destroy \
+                 {provider} sandbox {provider_sandbox_id}"
+            ),
+            ReclaimPlan::Leave(ReclaimOutcome::InUse { run_id }) => {
+                format!("in-use check: run {run_id} is not terminal and uses the sandbox: would keep it")
+            }
+            ReclaimPlan::Leave(ReclaimOutcome::LatestRunUnknown { run_id }) => format!(
+                "in-use check: the sandbox's latest run {run_id} has no record yet (a turn being \
+                 set up): would keep it"
+            ),
+            ReclaimPlan::Leave(ReclaimOutcome::ProviderMismatch) => "the sandbox's provider is \
+                 not served here: would leave it to the ledger as a leak"
+                .into(),
+            ReclaimPlan::Leave(ReclaimOutcome::NoSandboxKey) => {
+                "the run names no sandbox: nothing to destroy".into()
+            }
+            ReclaimPlan::Leave(other) => {
+                format!("no sandbox on file ({}): nothing to destroy", other.as_str())
+            }
+        }
+    }
+}
+
+/// The checks of [`reclaim_sandbox`] (provider, then in use), with no destroy and no delete.
+pub async fn plan_reclaim(
+    record: &RunRecord,
+    intent: &ReclaimIntent,
+    provider: &dyn SandboxProvider,
+    instances: &dyn SandboxInstanceStore,
+    runs: &dyn RunStore,
+) -> Result<ReclaimPlan, StoreError> {
+    let leave = |o| Ok(ReclaimPlan::Leave(o));
     let Some(key) = record
         .sandbox_key
         .as_deref()
         .or(intent.sandbox_key.as_deref())
     else {
-        return Ok(ReclaimOutcome::NoSandboxKey);
+        return leave(ReclaimOutcome::NoSandboxKey);
     };
     let on_file = intent
         .provider
         .as_deref()
         .zip(intent.provider_sandbox_id.as_deref());
+    let destroy_on_file = |p: &str, id: &str| {
+        Ok(ReclaimPlan::Destroy {
+            key: key.to_string(),
+            provider: p.to_string(),
+            provider_sandbox_id: id.to_string(),
+            delete_record: false,
+        })
+    };
     let Some(instance) = instances.get(key).await? else {
         // An earlier attempt deleted nothing (it failed) but the application may have: destroy
         // the sandbox that attempt saw, if it is this provider's.
         return match on_file {
-            Some((p, id)) if provider.serves(p) => Ok(destroy(provider, record, key, p, id).await),
-            Some(_) => Ok(ReclaimOutcome::ProviderMismatch),
-            None => Ok(ReclaimOutcome::NotFound),
+            Some((p, id)) if provider.serves(p) => destroy_on_file(p, id),
+            Some(_) => leave(ReclaimOutcome::ProviderMismatch),
+            None => leave(ReclaimOutcome::NotFound),
         };
     };
     if !provider.serves(&instance.provider) {
@@ -98,12 +183,12 @@ pub async fn reclaim_sandbox(
             reclaimer_provider = provider.name(),
             "the sandbox record belongs to a different provider; refusing to reclaim it"
         );
-        return Ok(ReclaimOutcome::ProviderMismatch);
+        return leave(ReclaimOutcome::ProviderMismatch);
     }
     if let Some((p, old)) = on_file {
         if p == instance.provider && old != instance.provider_sandbox_id {
             // The key now names a new sandbox (the thread's next turn): only the old one is ours.
-            return Ok(destroy(provider, record, key, p, old).await);
+            return destroy_on_file(p, old);
         }
     }
     if let Some(user) = live_user(record, key, &instance, runs).await? {
@@ -115,7 +200,7 @@ pub async fn reclaim_sandbox(
                 latest_run_id = %run_id,
                 "the sandbox's latest run has no record yet (a turn being set up); keeping it"
             );
-            return Ok(ReclaimOutcome::LatestRunUnknown { run_id });
+            return leave(ReclaimOutcome::LatestRunUnknown { run_id });
         }
         let user = user.run_id();
         tracing::info!(
@@ -125,20 +210,14 @@ pub async fn reclaim_sandbox(
             in_use_by = %user,
             "a non-terminal run still uses the sandbox; keeping it"
         );
-        return Ok(ReclaimOutcome::InUse { run_id: user });
+        return leave(ReclaimOutcome::InUse { run_id: user });
     }
-    let outcome = destroy(
-        provider,
-        record,
-        key,
-        &instance.provider,
-        &instance.provider_sandbox_id,
-    )
-    .await;
-    if outcome == ReclaimOutcome::Destroyed {
-        instances.delete(key).await?;
-    }
-    Ok(outcome)
+    Ok(ReclaimPlan::Destroy {
+        key: key.to_string(),
+        provider: instance.provider,
+        provider_sandbox_id: instance.provider_sandbox_id,
+        delete_record: true,
+    })
 }
 
 async fn destroy(
@@ -260,6 +339,22 @@ impl std::fmt::Debug for SandboxReclaimer {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 impl Reclaim for SandboxReclaimer {
+    async fn plan(
+        &self,
+        record: &RunRecord,
+        intent: &ReclaimIntent,
+    ) -> Result<Option<ReclaimPlan>, ReclaimError> {
+        let plan = plan_reclaim(
+            record,
+            intent,
+            self.provider.as_ref(),
+            self.instances.as_ref(),
+            self.runs.as_ref(),
+        )
+        .await?;
+        Ok(Some(plan))
+    }
+
     async fn reclaim(
         &self,
         record: &RunRecord,

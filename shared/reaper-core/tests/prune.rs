@@ -756,6 +756,8 @@ async fn a_failed_listing_ends_the_prune_with_a_warning() {
                 run_id: None,
                 message: SandboxError::Other("ls exploded".into()).to_string(),
             }],
+            dry_run: false,
+            planned: vec![],
         }
     );
     assert_eq!(logs.count(Level::WARN), 1);
@@ -780,6 +782,8 @@ async fn an_empty_directory_gives_an_empty_listed_report() {
             kept: vec![],
             age_gate: AgeGate::Listed,
             failures: vec![],
+            dry_run: false,
+            planned: vec![],
         }
     );
     assert_eq!(

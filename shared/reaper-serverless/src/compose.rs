@@ -400,13 +400,16 @@ impl ServerlessReport {
         }
     }
 
-    /// `swept`, `already-running`, `lease-unavailable` or `invalid-options`.
+    /// `swept`, `already-running`, `lease-unavailable`, `invalid-options`, `dry-run` or
+    /// `paused`.
     pub fn state(&self) -> &'static str {
         match self.sweep.sweep {
             SweepStatus::Swept => "swept",
             SweepStatus::AlreadyRunning { .. } => "already-running",
             SweepStatus::LeaseUnavailable { .. } => "lease-unavailable",
             SweepStatus::InvalidOptions { .. } => "invalid-options",
+            SweepStatus::DryRun => "dry-run",
+            SweepStatus::Paused { .. } => "paused",
         }
     }
 }
