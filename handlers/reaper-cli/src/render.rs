@@ -247,11 +247,7 @@ pub fn sweep_report(r: &SweepReport) -> String {
         let _ = writeln!(out, "totals: {}", outcome_totals(&r.report.outcomes));
     }
     for p in &r.report.reclaims.planned {
-        let _ = writeln!(
-            out,
-            "ledger {}: would {} ({})",
-            p.run_id, p.action, p.why
-        );
+        let _ = writeln!(out, "ledger {}: would {} ({})", p.run_id, p.action, p.why);
     }
     let _ = writeln!(
         out,

@@ -7,10 +7,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{now, processes_under, run, Site, HELLO, MINUTE};
-use reaper_core::{
-    ReclaimIntent, ReclaimLedger, RunPatch, RunStatus, RunStore,
-};
+use common::{assert_valid, now, processes_under, run, Site, HELLO, MINUTE};
+use reaper_core::{ReclaimIntent, ReclaimLedger, RunPatch, RunStatus, RunStore};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -57,7 +55,9 @@ fn hashes(dirs: &[&Path]) -> BTreeMap<String, String> {
 /// - an orphan journal two days old in `run-leaked`'s sandbox (prune deletes it).
 async fn scene() -> (Site, Vec<reaper_local::LocalSandbox>) {
     let site = Site::new();
-    let done = site.detached_run("run-done", Some(HELLO), true, MINUTE).await;
+    let done = site
+        .detached_run("run-done", Some(HELLO), true, MINUTE)
+        .await;
     let busy = site
         .detached_run("run-busy", Some(PRODUCING), false, MINUTE)
         .await;
@@ -88,8 +88,8 @@ async fn scene() -> (Site, Vec<reaper_local::LocalSandbox>) {
     intent.last_error = Some("destroy failed: injected".into());
     assert!(site.store.record_intent(&intent).await.unwrap());
     // The orphan: a journal and its sidecar of a run the store never heard of, two days old.
-    let paths = reaper_core::journal::journal_paths("run-orphan", Some(leaked.journal_dir()))
-        .unwrap();
+    let paths =
+        reaper_core::journal::journal_paths("run-orphan", Some(leaked.journal_dir())).unwrap();
     for file in [&paths.journal, &paths.stderr] {
         std::fs::write(file, "{\"delta\":\"old\"}\n").unwrap();
         let status = std::process::Command::new("touch")
@@ -147,6 +147,7 @@ async fn a_dry_run_sweep_and_prune_plan_every_run_and_journal_and_leave_database
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["sweep"]["state"], "dry-run", "{report:#}");
+    assert_valid(&report);
 
     let done = entry(&report, "run-done");
     assert_eq!(done["planned"], true);
@@ -154,7 +155,10 @@ async fn a_dry_run_sweep_and_prune_plan_every_run_and_journal_and_leave_database
     assert_eq!(done["sandbox"], "destroyed", "{done:#}");
     assert_eq!(done["proof"]["pastTtl"], false);
     assert!(
-        done["proof"]["probe"].as_str().unwrap().starts_with("finished"),
+        done["proof"]["probe"]
+            .as_str()
+            .unwrap()
+            .starts_with("finished"),
         "{done:#}"
     );
     assert_eq!(done["proof"]["reclaim"]["action"], "destroy", "{done:#}");
@@ -180,7 +184,11 @@ async fn a_dry_run_sweep_and_prune_plan_every_run_and_journal_and_leave_database
         overdue["proof"]["ttlMs"].as_i64().unwrap(),
         overdue["proof"]["expiresAt"].as_i64().unwrap(),
     );
-    assert_eq!((ttl, expires), (30 * MINUTE, since + ttl), "the TTL arithmetic");
+    assert_eq!(
+        (ttl, expires),
+        (30 * MINUTE, since + ttl),
+        "the TTL arithmetic"
+    );
     assert!(overdue["proof"]["now"].as_i64().unwrap() >= expires);
     assert!(overdue["proof"].get("probe").is_none(), "{overdue:#}");
     assert_eq!(overdue["sandbox"], "destroyed");
@@ -200,13 +208,20 @@ async fn a_dry_run_sweep_and_prune_plan_every_run_and_journal_and_leave_database
         "0ms",
     ]));
     assert_eq!(code, 0, "{table}\n{stderr}");
-    assert!(table.starts_with("dry run: 3 detached runs planned"), "{table}");
+    assert!(
+        table.starts_with("dry run: 3 detached runs planned"),
+        "{table}"
+    );
     assert!(table.contains("would: expired"), "{table}");
-    assert!(table.contains("ledger run-leaked: would retry-destroy"), "{table}");
+    assert!(
+        table.contains("ledger run-leaked: would retry-destroy"),
+        "{table}"
+    );
 
-    let (code, stdout, stderr) = run(site
-        .reaper("prune")
-        .args(["--dry-run", "--json", "--orphan-ttl", "1h"]));
+    let (code, stdout, stderr) =
+        run(site
+            .reaper("prune")
+            .args(["--dry-run", "--json", "--orphan-ttl", "1h"]));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let pruned: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(pruned["dryRun"], true);
@@ -245,12 +260,10 @@ async fn a_dry_run_sweep_and_prune_plan_every_run_and_journal_and_leave_database
         "the dry runs started or stopped a process in a sandbox"
     );
     // The witness is sensitive: the same sweep without --dry-run changes both.
-    let (code, stdout, stderr) = run(site.reaper("sweep").args([
-        "--detached-ttl",
-        "30m",
-        "--quiet-window",
-        "0ms",
-    ]));
+    let (code, stdout, stderr) =
+        run(site
+            .reaper("sweep")
+            .args(["--detached-ttl", "30m", "--quiet-window", "0ms"]));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert_ne!(hashes(&[site.tmp.path()]), before, "a real sweep writes");
     site.teardown().await;

@@ -3,28 +3,9 @@
 
 mod common;
 
-use common::{now, run, Site, HELLO, MINUTE};
+use common::{assert_valid, now, run, Site, HELLO, MINUTE};
 use reaper_core::{NewRun, RunPatch, RunStore, SandboxProvider};
 use serde_json::Value;
-
-fn schema() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/reaper-core/schema/sweep-report.schema.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// Asserts `report` is valid against the published schema, listing every violation.
-pub fn assert_valid(report: &Value) {
-    let schema = schema();
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(report)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{errors:#?}\nin {report:#}");
-}
 
 /// A detached run the way a chat route writes it without a sandbox, or with a key whose instance
 /// record was never written.

@@ -18,8 +18,8 @@ use crate::domain::{
 };
 use crate::error::{DriveError, ProbeError, ReclaimError, SandboxError, StoreError};
 use crate::ports::{
-    Appended, BoundedCount, ChunkStream, DeliveryLog, Drive, DriveRequest, EpochBump,
-    ExitProbe, Fenced, Lease, LeaseGrant, LeaseStore, Reclaim, ReclaimLedger, ReclaimablePage,
+    Appended, BoundedCount, ChunkStream, DeliveryLog, Drive, DriveRequest, EpochBump, ExitProbe,
+    Fenced, Lease, LeaseGrant, LeaseStore, Reclaim, ReclaimLedger, ReclaimablePage,
     ReclaimableQuery, Reclaimed, RecordedSandbox, RunExitProbe, RunStore, RunStoreCapabilities,
     SandboxState,
 };
@@ -122,7 +122,12 @@ pub(crate) async fn plan_sweep(deps: &ReapDeps, options: &ReapOptions) -> ReapRe
     report
 }
 
-async fn plan_retries(deps: &ReapDeps, options: &ReapOptions, now: EpochMs, report: &mut ReapReport) {
+async fn plan_retries(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    now: EpochMs,
+    report: &mut ReapReport,
+) {
     let due = match deps
         .ledger
         .due_intents(now, options.max_reclaim_retries)
@@ -194,7 +199,12 @@ async fn reclaim_plan(
     }
 }
 
-async fn plan_listed(deps: &ReapDeps, options: &ReapOptions, now: EpochMs, report: &mut ReapReport) {
+async fn plan_listed(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    now: EpochMs,
+    report: &mut ReapReport,
+) {
     if !deps.runs.capabilities().list_reclaimable {
         return;
     }
@@ -376,9 +386,7 @@ async fn plan_one(
     };
     let code = match (&entry.reason, explained.code) {
         // The leave-alone entries carry their precise code already.
-        (r, _) if !matches!(entry.outcome, ReapOutcome::Finalized | ReapOutcome::Expired) => {
-            r.code
-        }
+        (r, _) if !matches!(entry.outcome, ReapOutcome::Finalized | ReapOutcome::Expired) => r.code,
         (_, code) => code,
     };
     entry.reason = Reason::new(code, format!("dry run: {with_sandbox}"));

@@ -1141,7 +1141,11 @@ async fn reap_with(
 
 /// Whether the batch must stop before its next item: a shutdown, damage, or too little time
 /// left.
-pub(crate) fn out_of_time(deps: &ReapDeps, options: &ReapOptions, stop: Option<&CancellationToken>) -> bool {
+pub(crate) fn out_of_time(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    stop: Option<&CancellationToken>,
+) -> bool {
     // Damage stops the sweep as a shutdown does: the runs not started are deferred.
     if stop.is_some_and(CancellationToken::is_cancelled) || deps.damage.seen().is_some() {
         return true;

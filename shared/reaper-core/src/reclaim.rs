@@ -11,7 +11,11 @@ use crate::reason::{Reason, ReasonCode};
 
 /// What [`reclaim_sandbox`] did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case", tag = "outcome")]
+#[serde(
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase",
+    tag = "outcome"
+)]
 pub enum ReclaimOutcome {
     /// The provider destroyed it and the instance record is gone.
     Destroyed,
@@ -90,7 +94,11 @@ pub async fn reclaim_sandbox(
 /// What [`reclaim_sandbox`] would do, decided from reads alone (a dry run shows it as the proof
 /// of a planned destroy or keep).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase", tag = "action")]
+#[serde(
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase",
+    tag = "action"
+)]
 pub enum ReclaimPlan {
     /// Destroy `provider_sandbox_id` of `provider`; then delete the instance record `key` when
     /// `delete_record` (it still names this sandbox).
@@ -131,7 +139,10 @@ impl ReclaimPlan {
                 "the run names no sandbox: nothing to destroy".into()
             }
             ReclaimPlan::Leave(other) => {
-                format!("no sandbox on file ({}): nothing to destroy", other.as_str())
+                format!(
+                    "no sandbox on file ({}): nothing to destroy",
+                    other.as_str()
+                )
             }
         }
     }

@@ -313,3 +313,23 @@ pub fn processes_under(dir: &Path) -> Vec<String> {
 pub const HELLO: &str = r#"printf '{"delta":"Hello"}\n{"delta":" there"}\n'"#;
 /// An agent that keeps producing.
 pub const TICKING: &str = r#"while :; do printf '{"delta":"."}\n'; sleep 0.2; done"#;
+
+/// The published JSON Schema of the sweep report.
+pub fn schema() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reaper-core/schema/sweep-report.schema.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Asserts `report` is valid against the published schema, listing every violation.
+pub fn assert_valid(report: &serde_json::Value) {
+    let schema = schema();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(report)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}\nin {report:#}");
+}
