@@ -12,8 +12,9 @@ use crate::config::Config;
 
 /// Kept back from the wall limit: the report write and the final `setAlarm`.
 pub const MIN_WALL_MARGIN_MS: u64 = 5_000;
-/// Subrequests of the sweep itself, outside any run: the lease, the listing, the release.
-pub const SWEEP_OVERHEAD_SUBREQUESTS: u64 = 8;
+/// Subrequests of the sweep itself, outside any run: the pause mark, the lease, the listing,
+/// the release.
+pub const SWEEP_OVERHEAD_SUBREQUESTS: u64 = 9;
 /// D1 round trips (subrequests) the event retention after a sweep may make, kept out of the
 /// runs' share.
 pub const RETENTION_ROUND_TRIPS: usize = 8;

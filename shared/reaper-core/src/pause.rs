@@ -41,10 +41,25 @@ pub struct PauseMark {
 /// holds the key this instant (try again), so an operator never believes a pause landed that
 /// did not.
 pub async fn record_pause(leases: &dyn LeaseStore, mark: &PauseMark) -> Result<(), StoreError> {
+    record_pause_note(leases, PAUSE_KEY, mark).await
+}
+
+/// The pause mark, or `None` when nobody ever paused. A mark this build cannot read is
+/// [`StoreError::Corrupt`].
+pub async fn read_pause(leases: &dyn LeaseStore) -> Result<Option<PauseMark>, StoreError> {
+    read_pause_note(leases, PAUSE_KEY).await
+}
+
+/// [`record_pause`] under `key` (the conformance suite gives each case a key of its own).
+pub async fn record_pause_note<S: LeaseStore + ?Sized>(
+    leases: &S,
+    key: &str,
+    mark: &PauseMark,
+) -> Result<(), StoreError> {
     let note = serde_json::to_string(mark)
         .map_err(|e| StoreError::Backend(format!("cannot encode the pause mark: {e}")))?;
     let lease = match leases
-        .acquire(PAUSE_KEY, &mark.by, mark.at, PAUSE_WRITE_LEASE_MS)
+        .acquire(key, &mark.by, mark.at, PAUSE_WRITE_LEASE_MS)
         .await?
     {
         LeaseGrant::Acquired(lease) => lease,
@@ -66,16 +81,18 @@ pub async fn record_pause(leases: &dyn LeaseStore, mark: &PauseMark) -> Result<(
     }
 }
 
-/// The pause mark, or `None` when nobody ever paused. A mark this build cannot read is
-/// [`StoreError::Corrupt`].
-pub async fn read_pause(leases: &dyn LeaseStore) -> Result<Option<PauseMark>, StoreError> {
-    let Some(note) = leases.note(PAUSE_KEY).await? else {
+/// [`read_pause`] under `key`.
+pub async fn read_pause_note<S: LeaseStore + ?Sized>(
+    leases: &S,
+    key: &str,
+) -> Result<Option<PauseMark>, StoreError> {
+    let Some(note) = leases.note(key).await? else {
         return Ok(None);
     };
     serde_json::from_str(&note)
         .map(Some)
         .map_err(|e| StoreError::Corrupt {
-            key: PAUSE_KEY.into(),
+            key: key.into(),
             reason: format!("the pause mark does not parse: {e}"),
         })
 }

@@ -3,8 +3,9 @@
 //! nor release a newer grant. A key's note (the sweep's listing cursor) is written only by the
 //! grant holding the key and outlives the grants.
 
+use reaper_core::pause::{read_pause_note, record_pause_note, PauseMark};
 use reaper_core::ports::{Lease, LeaseGrant, LeaseStore};
-use reaper_core::EpochMs;
+use reaper_core::{EpochMs, StoreError};
 
 use super::{Case, CaseContext, CaseResult, Failure, Verdict};
 
@@ -33,6 +34,8 @@ macro_rules! __reaper_lease_store_cases {
             a_note_from_a_grant_another_owner_took_over_is_refused,
             a_note_from_a_released_grant_is_refused,
             a_note_survives_release_and_reacquire,
+            a_pause_mark_reads_back_and_a_resume_replaces_it,
+            a_pause_mark_is_refused_while_another_writer_holds_its_key,
         ] }
     };
 }
@@ -422,6 +425,65 @@ pub async fn a_note_survives_release_and_reacquire<S: LeaseStore + ?Sized>(
         note_of(store, &key).await?.as_deref(),
         Some("cursor-2"),
         "the note after the lease expired and was taken again"
+    );
+    Ok(Verdict::Passed)
+}
+
+fn pause_mark(paused: bool, by: &str, at: EpochMs) -> PauseMark {
+    PauseMark {
+        paused,
+        by: by.into(),
+        at,
+        reason: paused.then(|| "investigating a leak".into()),
+    }
+}
+
+/// The operator's pause (issue 25) lives in a key's note: every store keeps it after the
+/// write's lease is released, and the next writer replaces it.
+pub async fn a_pause_mark_reads_back_and_a_resume_replaces_it<S: LeaseStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("pause");
+    ensure_eq!(
+        read_pause_note(store, &key).await?,
+        None,
+        "the pause mark before any was written"
+    );
+    let paused = pause_mark(true, "alice@ops-1", 5_000);
+    record_pause_note(store, &key, &paused).await?;
+    ensure_eq!(
+        read_pause_note(store, &key).await?,
+        Some(paused),
+        "the pause mark after it was written"
+    );
+    // The write's lease was released: another operator writes at once, well inside its TTL.
+    let resumed = pause_mark(false, "bob@ops-2", 5_001);
+    record_pause_note(store, &key, &resumed).await?;
+    ensure_eq!(
+        read_pause_note(store, &key).await?,
+        Some(resumed),
+        "the resume replaces the pause"
+    );
+    Ok(Verdict::Passed)
+}
+
+pub async fn a_pause_mark_is_refused_while_another_writer_holds_its_key<S: LeaseStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    let key = ctx.id("pause");
+    let lease = must_acquire(store, &key, "alice@ops-1", 5_000).await?;
+    let refused = record_pause_note(store, &key, &pause_mark(true, "bob@ops-2", 5_500)).await;
+    ensure!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "a pause written while another writer held the key: {refused:?}"
+    );
+    store.release(&lease).await?;
+    ensure_eq!(
+        read_pause_note(store, &key).await?,
+        None,
+        "a refused pause wrote nothing"
     );
     Ok(Verdict::Passed)
 }
