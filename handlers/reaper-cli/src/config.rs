@@ -292,6 +292,15 @@ pub enum Command {
     Init(InitCmd),
     /// Print the reaper's tables as SQL (DDL) for an application's migration tool.
     Schema(SchemaCmd),
+    /// Expire one detached run now, through the sweep's own expire path (asks first).
+    Expire(crate::actions::ExpireCmd),
+    /// Act on one reclaim-ledger entry: retry it now, or forget a leak destroyed by hand.
+    #[command(subcommand)]
+    Ledger(crate::actions::LedgerCmd),
+    /// Pause sweeping: every handler sweeping this database does nothing until resumed.
+    Pause(crate::actions::PauseCmd),
+    /// Resume sweeping after reaper pause.
+    Resume(crate::actions::PauseCmd),
     /// Print every setting as a Markdown table (the README's, generated from this binary).
     Settings,
     /// Print a shell completion script: reaper completions bash > /etc/bash_completion.d/reaper
@@ -718,6 +727,10 @@ impl Parsed {
             Command::Prune(a) => &mut a.output,
             Command::Status(a) => &mut a.output,
             Command::Init(a) => &mut a.output,
+            Command::Expire(a) => &mut a.output,
+            Command::Ledger(crate::actions::LedgerCmd::Retry(a))
+            | Command::Ledger(crate::actions::LedgerCmd::Forget(a)) => &mut a.output,
+            Command::Pause(a) | Command::Resume(a) => &mut a.output,
             Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
                 return Ok(())
             }

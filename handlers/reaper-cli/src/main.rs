@@ -2,6 +2,7 @@
 //! settings, set up logging, open the SQLite store and the local sandboxes, run a command, map
 //! its result to an exit code.
 
+mod actions;
 mod config;
 mod dashboard;
 mod demo;
@@ -84,6 +85,9 @@ fn main() -> ExitCode {
         Command::Prune(a) => (&a.output, "info"),
         Command::Status(a) => (&a.output, "warn"),
         Command::Init(a) => (&a.output, "warn"),
+        Command::Expire(a) => (&a.output, "info"),
+        Command::Ledger(a) => (a.output(), "info"),
+        Command::Pause(a) | Command::Resume(a) => (&a.output, "info"),
         Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
             return print_docs(&parsed.cli.command)
         }
@@ -117,6 +121,10 @@ async fn run(parsed: &config::Parsed, settings: Settings<'_>) -> Result<Exit, Fa
         Command::Prune(a) => prune::run(a, settings).await,
         Command::Status(a) => status::run(a, settings).await,
         Command::Init(a) => init::run(a).await,
+        Command::Expire(a) => actions::run_expire(a, settings).await,
+        Command::Ledger(a) => actions::run_ledger(a, settings).await,
+        Command::Pause(a) => actions::run_pause(a, true).await,
+        Command::Resume(a) => actions::run_pause(a, false).await,
         Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
             Ok(Exit::Ok)
         }

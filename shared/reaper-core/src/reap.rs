@@ -1707,7 +1707,7 @@ async fn restore(
 }
 
 /// The rest of [`reap_one`] for a run that is finished or expired: claim, drive, settle.
-async fn reap_claimed(
+pub(crate) async fn reap_claimed(
     deps: &ReapDeps,
     options: &ReapOptions,
     record: &RunRecord,
@@ -1973,7 +1973,7 @@ async fn retry_reclaims(
     }
 }
 
-async fn settle_intent(
+pub(crate) async fn settle_intent(
     deps: &ReapDeps,
     options: &ReapOptions,
     intent: ReclaimIntent,
