@@ -272,10 +272,10 @@ mod tests {
             "o",
             T0,
         );
-        // The static estimate would have capped the batch at (1000 - 16) / 124 = 7 runs.
+        // The static estimate would have capped the batch at (1000 - 17) / 124 = 7 runs.
         assert_eq!((p.max_runs, p.limited_by), (25, "configured"));
         assert_eq!(p.concurrency, WORKER_CONCURRENCY);
-        assert_eq!(p.subrequest_stop_at, Some(1000 - 16 - 4 * 124));
+        assert_eq!(p.subrequest_stop_at, Some(1000 - 17 - 4 * 124));
     }
 
     #[test]
@@ -283,13 +283,14 @@ mod tests {
         let p = plan(&config(&[("REAPER_SUBREQUESTS", "100")]), "o", T0);
         assert_eq!(p.concurrency, 1);
         assert_eq!(p.options.concurrency, 1);
-        assert_eq!(p.subrequest_stop_at, Some(100 - 16 - 36));
+        assert_eq!(p.subrequest_stop_at, Some(100 - 17 - 36));
         assert_eq!(p.limited_by, "configured");
     }
 
     #[test]
     fn the_event_retention_s_round_trips_come_out_of_the_static_cap() {
-        // Too small for even one metered run (16 + 36 > 52): the static cap, (52 - 16) / 36.
+        // Too small for even one metered run (17 + 36 > 52): the static cap, (52 - 17) / 36,
+        // and never less than one run.
         let p = plan(
             &config(&[
                 ("REAPER_SUBREQUESTS", "52"),
