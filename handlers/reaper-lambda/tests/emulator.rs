@@ -382,3 +382,28 @@ async fn the_release_bootstrap_zip_builds_and_sweeps_under_the_emulator() {
         warm_time
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_recorded_in_the_table_makes_the_function_answer_paused_and_touch_nothing() {
+    let w = World::new().await;
+    let (expired, expired_sbx) = w.finished_run("expired", 2 * 3_600_000).await;
+    let mark = reaper_core::pause::PauseMark {
+        paused: true,
+        by: "alice@ops-1".into(),
+        at: reaper_e2e::util::now_ms(),
+        reason: Some("investigating a leak".into()),
+    };
+    reaper_core::pause::record_pause(&w.store, &mark)
+        .await
+        .unwrap();
+    let _f = w.function(&[]);
+
+    let report = w.emulator.sweep(&scheduled_event()).await;
+
+    assert_eq!(report["sweep"]["state"], "paused", "{report}");
+    assert_eq!(report["sweep"]["by"], "alice@ops-1", "{report}");
+    assert_eq!(report["considered"], 0, "{report}");
+    let run = w.run(&expired).await;
+    assert_eq!((run.status, run.driver_epoch), (RunStatus::Running, None));
+    assert!(w.sandbox_exists(&expired_sbx).await);
+}
