@@ -3,8 +3,8 @@
 //! arithmetic, the exit probe's verdict, the in-use check), writing nothing and touching no
 //! sandbox beyond read-only probes.
 //!
-//! Enforced here, not by the caller: [`plan_sweep`] takes no lease, and runs over the sweep's
-//! ports behind [`ReadOnly`] wrappers that refuse every write, every sandbox start and every
+//! Enforced here, not by the caller: the dry run takes no lease, and runs over the sweep's
+//! ports behind `ReadOnly` wrappers that refuse every write, every sandbox start and every
 //! destroy. The planner itself calls none of them; the wrappers make a slip an error in the
 //! report instead of a change in the store.
 
