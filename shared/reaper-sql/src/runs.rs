@@ -157,9 +157,10 @@ pub const UNLISTABLE_WHERE: &str = unlistable_where!();
 /// Up to `?1` rows [`UNLISTABLE_WHERE`] selects. The sweep and `reaper status` report them as
 /// corrupt by the same rule. The WHERE is the index's verbatim and the order is the index's
 /// own, so SQLite reads the partial index `runs_unlistable` and nothing else: a healthy
-/// database reads no row (D1 bills rows read), a damaged one at most `?1`. Selects `run_id`,
-/// `rowid`, `status`, `detached_since` as text (`detached_text`) and its type
-/// (`detached_type`), named because D1 keys a row's values by column name.
+/// database reads none of its runs (D1 bills rows read; it counts 1 for the empty seek), a
+/// damaged one at most `?1` of them. Selects `run_id`, `rowid`, `status`, `detached_since` as
+/// text (`detached_text`) and its type (`detached_type`), named because D1 keys a row's values
+/// by column name.
 pub const LIST_UNLISTABLE: &str = concat!(
     "SELECT run_id, rowid AS rowid, status, CAST(detached_since AS TEXT) AS detached_text, \
      typeof(detached_since) AS detached_type FROM runs WHERE ",
