@@ -33,6 +33,7 @@ pub use client::{classify_d1_error, Row, SqlClient, SqlValue, Statement, MAX_SAF
 pub use log::DEFAULT_RETENTION_ROUND_TRIPS;
 pub use reaper_sql::logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
 pub use reaper_sql::DAMAGED_KEY;
+pub use runs::MAX_UNLISTABLE_REPORTED;
 pub use schema::{Found, SCHEMA_VERSION};
 
 /// Whether `e` says the database itself is damaged (a table or column of the schema missing,

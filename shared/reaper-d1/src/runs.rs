@@ -59,6 +59,38 @@ fn decode_run(row: &Row, unreadable: &str) -> Result<RunRecord, StoreError> {
     })
 }
 
+/// Most unlistable rows one sweep reports: enough to see the problem, a bounded read whatever
+/// the damage (the SQLite store's bound).
+pub const MAX_UNLISTABLE_REPORTED: usize = 100;
+
+/// One row [`sql::LIST_UNLISTABLE`] selected, as [`StoreError::Corrupt`] naming the run (or its
+/// rowid when the run id is not text), with the reason `reaper status` gives.
+fn unlistable_row(row: &Row) -> StoreError {
+    let rowid = row.opt_int("rowid", "runs").ok().flatten();
+    let key = match row.get("run_id") {
+        Some(serde_json::Value::String(id)) => id.clone(),
+        _ => sql::row_key(rowid),
+    };
+    let status = match row.get("status") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+    };
+    let text = |column: &str| match row.get(column) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    };
+    corrupt(
+        key,
+        sql::unlistable(
+            status.as_deref(),
+            &text("detached_text"),
+            &text("detached_type"),
+        ),
+    )
+}
+
 fn decode_all(rows: &[Row]) -> Result<Vec<RunRecord>, StoreError> {
     rows.iter()
         .map(|row| decode_run(row, "<unreadable run_id>"))
@@ -317,17 +349,30 @@ impl RunStore for D1Store {
             cursor,
             query.limit,
         );
-        let rows = self
-            .one(Statement::new(
-                page_sql.sql,
-                vec![
-                    safe(page_sql.detached_until).into(),
-                    safe(page_sql.since).into(),
-                    page_sql.run_id.into(),
-                    safe(page_sql.limit).into(),
-                ],
-            ))
-            .await?;
+        let page_statement = Statement::new(
+            page_sql.sql,
+            vec![
+                safe(page_sql.detached_until).into(),
+                safe(page_sql.since).into(),
+                page_sql.run_id.into(),
+                safe(page_sql.limit).into(),
+            ],
+        );
+        // The rows no page can reach are reported with the sweep's first page (the range past
+        // the TTL, from its start), so every sweep reports them once, as `reaper status` and
+        // the SQLite store do. In the page's batch: no extra round trip, and the partial index
+        // `runs_unlistable` keeps it to the unlistable rows themselves (none when healthy).
+        let first = query.after.is_none() && query.detached_after.is_none();
+        let mut statements = vec![page_statement];
+        if first {
+            statements.push(Statement::new(
+                sql::LIST_UNLISTABLE,
+                vec![safe_u(MAX_UNLISTABLE_REPORTED as u64).into()],
+            ));
+        }
+        let mut out = self.batch(statements).await?;
+        let unlistable = if first { out.pop() } else { None };
+        let rows = out.pop().unwrap_or_default();
         let mut page = ReclaimablePage::default();
         for row in &rows {
             // The keyset of every row, a corrupt one included, so the next page starts past it.
@@ -351,6 +396,8 @@ impl RunStore for D1Store {
         if rows.len() < query.limit {
             page.next = None;
         }
+        page.corrupt
+            .extend(unlistable.iter().flatten().map(unlistable_row));
         Ok(page)
     }
 

@@ -122,7 +122,8 @@ async fn a_version_two_database_without_lease_notes_is_not_damaged_and_migrates(
     use reaper_core::{LeaseGrant, LeaseStore};
 
     let client = edited(&format!(
-        "DROP TABLE reaper_lease_notes; {V3_LISTING_INDEX} DELETE FROM reaper_schema WHERE version >= 3"
+        "DROP TABLE reaper_lease_notes; {V3_LISTING_INDEX} {V4_INDEXES} \
+         DELETE FROM reaper_schema WHERE version >= 3"
     ))
     .await;
     let store = D1Store::open(client.clone()).await.unwrap();
@@ -147,6 +148,9 @@ const V3_LISTING_INDEX: &str = "DROP INDEX runs_reclaimable; \
      CREATE INDEX runs_reclaimable ON runs (detached_since) \
      WHERE status = 'running' AND detached_since IS NOT NULL;";
 
+/// Versions up to 4 have no `runs_unlistable` (version 5 adds it).
+const V4_INDEXES: &str = "DROP INDEX runs_unlistable;";
+
 async fn index_columns(client: &SqliteClient, index: &str) -> Vec<String> {
     let out = client
         .batch(vec![Statement::new(
@@ -164,7 +168,7 @@ async fn index_columns(client: &SqliteClient, index: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_runs() {
     let client = edited(&format!(
-        "{V3_LISTING_INDEX} DELETE FROM reaper_schema WHERE version >= 4"
+        "{V3_LISTING_INDEX} {V4_INDEXES} DELETE FROM reaper_schema WHERE version >= 4"
     ))
     .await;
     assert_eq!(
@@ -185,10 +189,10 @@ async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_ru
 
 #[tokio::test]
 async fn a_version_one_database_without_the_ledger_is_not_damaged_and_migrates() {
-    let client = edited(
-        "DROP TABLE reaper_reclaim_intents; DROP TABLE reaper_lease_notes; \
-         DELETE FROM reaper_schema WHERE version >= 2",
-    )
+    let client = edited(&format!(
+        "DROP TABLE reaper_reclaim_intents; DROP TABLE reaper_lease_notes; {V4_INDEXES} \
+             DELETE FROM reaper_schema WHERE version >= 2"
+    ))
     .await;
     let store = D1Store::open(client.clone()).await.unwrap();
     assert_eq!(

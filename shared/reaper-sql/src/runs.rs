@@ -131,14 +131,42 @@ pub fn row_key(rowid: Option<i64>) -> String {
     )
 }
 
-/// Up to `?1` rows that look detached (`detached_since` is set) but that the reclaimable
-/// listing cannot take, and that nothing would otherwise report: a status that is no run status
-/// (`'RUNNING'`, a typo, NULL), which the listing's `status = 'running'` never matches, or a
-/// `running` row whose `detached_since` is no instant a listing range reaches (a text or blob
-/// value, or a number past [`MAX_SAFE_INTEGER`]). The sweep and `reaper status` report them as
-/// corrupt by the same rule. A scan of `runs` (no index covers a malformed row), once per
-/// sweep. Selects `run_id`, `rowid`, `status`, `detached_since` as text, and its type.
-pub const LIST_UNLISTABLE: &str = "SELECT run_id, rowid, status, CAST(detached_since AS TEXT), typeof(detached_since) FROM runs WHERE detached_since IS NOT NULL AND (status IS NULL OR status NOT IN ('running', 'interrupted', 'completed', 'failed', 'aborted') OR (status = 'running' AND (typeof(detached_since) NOT IN ('integer', 'real') OR detached_since > 9007199254740991))) ORDER BY rowid LIMIT ?1";
+/// The condition [`UNLISTABLE_WHERE`] spells (a macro, because `concat!` needs a literal).
+/// Released in migration 5's index: never edit it, add a new migration and constant instead.
+/// A NULL status is caught by `coalesce`, not `status IS NULL`: SQLite 3.54 (D1's, Node's)
+/// drops `IS NULL` on a NOT NULL column from a query but not from an index's WHERE, and then no
+/// longer sees that the query implies the index (a scan of `runs` instead).
+macro_rules! unlistable_where {
+    () => {
+        "detached_since IS NOT NULL AND (coalesce(status, '') NOT IN ('running', \
+         'interrupted', 'completed', 'failed', 'aborted') OR (status = 'running' AND \
+         (typeof(detached_since) NOT IN ('integer', 'real') OR detached_since > \
+         9007199254740991)))"
+    };
+}
+pub(crate) use unlistable_where;
+
+/// Which rows look detached (`detached_since` is set) but that the reclaimable listing cannot
+/// take, and that nothing would otherwise report: a status that is no run status (`'RUNNING'`,
+/// a typo, NULL), which the listing's `status = 'running'` never matches, or a `running` row
+/// whose `detached_since` is no instant a listing range reaches (a text or blob value, or a
+/// number past [`MAX_SAFE_INTEGER`]). The partial index `runs_unlistable` (schema version 5)
+/// holds exactly these rows.
+pub const UNLISTABLE_WHERE: &str = unlistable_where!();
+
+/// Up to `?1` rows [`UNLISTABLE_WHERE`] selects. The sweep and `reaper status` report them as
+/// corrupt by the same rule. The WHERE is the index's verbatim and the order is the index's
+/// own, so SQLite reads the partial index `runs_unlistable` and nothing else: a healthy
+/// database reads none of its runs (D1 bills rows read; it counts 1 for the empty seek), a
+/// damaged one at most `?1` of them. Selects `run_id`, `rowid`, `status`, `detached_since` as
+/// text (`detached_text`) and its type (`detached_type`), named because D1 keys a row's values
+/// by column name.
+pub const LIST_UNLISTABLE: &str = concat!(
+    "SELECT run_id, rowid AS rowid, status, CAST(detached_since AS TEXT) AS detached_text, \
+     typeof(detached_since) AS detached_type FROM runs WHERE ",
+    unlistable_where!(),
+    " ORDER BY detached_since, rowid LIMIT ?1"
+);
 
 /// Why a row [`LIST_UNLISTABLE`] selected is corrupt.
 pub fn unlistable(status: Option<&str>, detached_since: &str, kind: &str) -> String {

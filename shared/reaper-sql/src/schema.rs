@@ -3,8 +3,10 @@
 //! The version lives in a table (`reaper_schema`), not in `PRAGMA user_version`, because D1 does
 //! not let an application set pragmas.
 
+use crate::runs::unlistable_where;
+
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The table that marks a database as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "reaper_schema";
@@ -170,6 +172,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 4,
         description: "listing keyset index",
         statements: V4,
+    },
+    Migration {
+        version: 5,
+        description: "unlistable rows index",
+        statements: V5,
     },
 ];
 
@@ -341,6 +348,15 @@ const V4: &[&str] = &[
     WHERE status = 'running' AND detached_since IS NOT NULL",
 ];
 
+/// Version 5: an index holding exactly the rows that look detached but that no listing reaches
+/// (its WHERE is [`crate::runs::UNLISTABLE_WHERE`], which [`crate::runs::LIST_UNLISTABLE`]
+/// repeats verbatim so SQLite uses it). Healthy runs are never in it, so the sweep's report of
+/// such rows reads only them, not the whole `runs` table: D1 bills every row a scan reads.
+const V5: &[&str] = &[concat!(
+    "CREATE INDEX runs_unlistable ON runs (detached_since) WHERE ",
+    unlistable_where!()
+)];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,6 +468,17 @@ mod tests {
             m.contains("wrangler d1 time-travel restore") && m.contains("PRAGMA quick_check"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn the_unlistable_index_holds_exactly_the_rows_the_unlistable_query_selects() {
+        let index = V5[0];
+        let (_, index_where) = index.split_once(" WHERE ").unwrap();
+        assert_eq!(index_where, crate::runs::UNLISTABLE_WHERE);
+        assert!(crate::runs::LIST_UNLISTABLE.contains(&format!(
+            "WHERE {} ORDER BY detached_since, rowid",
+            crate::runs::UNLISTABLE_WHERE
+        )));
     }
 
     #[test]

@@ -418,10 +418,11 @@ async fn a_version_one_database_is_migrated_to_the_reclaim_ledger_in_place_keepi
             (1, "initial schema".into()),
             (2, "reclaim ledger".into()),
             (3, "lease notes".into()),
-            (4, "listing keyset index".into())
+            (4, "listing keyset index".into()),
+            (5, "unlistable rows index".into())
         ]
     );
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
 }
 
 /// A file exactly as version 2 left it, holding one run and the sweep lease of a sweep that is
@@ -486,7 +487,7 @@ async fn a_version_two_database_is_migrated_to_lease_notes_in_place_keeping_its_
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4]);
+    assert_eq!(versions, [1, 2, 3, 4, 5]);
 }
 
 /// A file exactly as version 3 left it: the listing's index on `detached_since` alone.
@@ -546,7 +547,7 @@ fn a_read_only_open_of_a_version_one_database_says_it_needs_a_migration_and_writ
             err,
             OpenError::NeedsMigration {
                 found: 1,
-                supported: 4,
+                supported: SCHEMA_VERSION,
                 ..
             }
         ),

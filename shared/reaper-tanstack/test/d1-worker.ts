@@ -5,16 +5,20 @@
 //   POST /corpus/read      reads entries (the body) back through ReaperD1
 //   POST /schema/newer     a database at a schema version this package does not know (the second
 //                          binding, FRESH) is refused, naming the version, with nothing written
+//   POST /schema/upgrade   a database at schema version 4 holding runs (the third binding, OLD) is
+//                          upgraded by ReaperD1.open: its versions, runs and indexes after
 //   POST /batch            runs `{batch:[{sql, params}]}` as one D1 batch: the bridge the Rust
 //                          `reaper-d1` store (interop `d1-stdio`) reaches the same binding by
 import { ReaperD1, type D1Database } from '../src/d1.js'
 import { SchemaError } from '../src/types.js'
+import { MIGRATIONS } from '../src/schema.generated.js'
 import { contractCases } from './contract-cases.js'
 import { corpus, ids, readTs, writeTs, type Entry } from './corpus-cases.js'
 
 interface Env {
   DB: D1Database
   FRESH: D1Database
+  OLD: D1Database
 }
 
 /** Every table's rows, to prove a refused open wrote nothing. */
@@ -58,6 +62,27 @@ export default {
         refusal = e instanceof SchemaError ? e.message : `not a SchemaError: ${String(e)}`
       }
       return json({ refusal, unchanged: (await dump(env.FRESH)) === before })
+    }
+    if (url.pathname === '/schema/upgrade') {
+      const old = env.OLD
+      for (const m of MIGRATIONS.filter((m) => m.version <= 4)) {
+        await old.batch([
+          ...m.statements.map((sql) => old.prepare(sql)),
+          old.prepare('INSERT INTO reaper_schema (version, description) VALUES (?1, ?2)').bind(m.version, m.description),
+        ])
+      }
+      await old
+        .prepare(
+          "INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-ok', 't', 'running', 1, 5), ('run-far', 't', 'running', 1, 9007199254740993), ('run-done', 't', 'completed', 1, NULL)",
+        )
+        .run()
+      await ReaperD1.open(old)
+      const column = async (sql: string) => (await old.prepare(sql).all<Record<string, unknown>>()).results.map((r) => Object.values(r)[0])
+      return json({
+        versions: await column('SELECT version FROM reaper_schema ORDER BY version'),
+        runs: await column('SELECT run_id FROM runs ORDER BY run_id'),
+        indexes: await column("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND sql IS NOT NULL ORDER BY name"),
+      })
     }
     opened ??= ReaperD1.open(env.DB, { now: () => clock, pollMs: 10 })
     const store = await opened

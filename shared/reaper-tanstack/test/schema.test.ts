@@ -23,7 +23,7 @@ it('a database the Rust reaper created opens without a migration, and one this p
   interop(['write', `sqlite:${rustMade}`], [])
   const s = ReaperSqlite.open(rustMade)
   const versions = s.db.prepare('SELECT version FROM reaper_schema ORDER BY version').all().map((r) => r.version)
-  assert.deepEqual(versions, [1, 2, 3, 4])
+  assert.deepEqual(versions, [1, 2, 3, 4, 5])
   s.close()
   const tsMade = join(dir, 'ts.db')
   ReaperSqlite.open(tsMade).close()
@@ -39,7 +39,7 @@ it('a schema version newer than the package is refused and the file is left byte
   const before = readFileSync(path)
   assert.throws(() => ReaperSqlite.open(path), (e: unknown) => {
     assert.ok(e instanceof SchemaError)
-    assert.match(e.message, /schema version 99, but this package writes version 4; nothing was written/)
+    assert.match(e.message, /schema version 99, but this package writes version 5; nothing was written/)
     return true
   })
   assert.deepEqual(readFileSync(path), before)
@@ -84,4 +84,28 @@ it("a table named like the reaper's without its schema is refused even beside ap
     /holds tables named like the reaper's \(runs\) but no reaper_schema/,
   )
   assert.deepEqual(readFileSync(path), before)
+})
+
+/** The index's WHERE (reaper_sql::runs::UNLISTABLE_WHERE), read from the generated migration. */
+const UNLISTABLE_WHERE = (MIGRATIONS.find((m) => m.version === 5)?.statements[0] ?? '').split(' WHERE ')[1]
+
+it('a database at schema version 4 upgrades to the unlistable-rows index with every row kept', () => {
+  const path = join(scratch('schema'), 'v4.db')
+  const db = new DatabaseSync(path)
+  for (const m of MIGRATIONS.filter((m) => m.version <= 4)) {
+    for (const sql of m.statements) db.exec(sql)
+    db.prepare('INSERT INTO reaper_schema (version, description) VALUES (?, ?)').run(m.version, m.description)
+  }
+  db.exec(
+    "INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-ok', 't', 'running', 1, 5), ('run-far', 't', 'running', 1, 9007199254740993)",
+  )
+  db.close()
+  const s = ReaperSqlite.open(path)
+  const versions = s.db.prepare('SELECT version FROM reaper_schema ORDER BY version').all().map((r) => r.version)
+  assert.deepEqual(versions, [1, 2, 3, 4, 5])
+  const runs = s.db.prepare('SELECT run_id FROM runs ORDER BY run_id').all().map((r) => r.run_id)
+  assert.deepEqual(runs, ['run-far', 'run-ok'])
+  const indexed = s.db.prepare('SELECT run_id FROM runs INDEXED BY runs_unlistable WHERE ' + UNLISTABLE_WHERE).all()
+  assert.deepEqual(indexed.map((r) => r.run_id), ['run-far'], 'the new index holds the rows already there')
+  s.close()
 })

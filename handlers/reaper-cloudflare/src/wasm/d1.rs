@@ -26,6 +26,16 @@ fn bind(value: &SqlValue) -> Result<JsValue, StoreError> {
     })
 }
 
+/// D1's own sentence for a failed statement ("no such table: main.x: SQLITE_ERROR"): the
+/// `worker` crate's `Display` of a D1 error is its `Debug` dump, JS stack included, which would
+/// otherwise land in the sweep's report and the operator's logs.
+fn message(e: &worker::Error) -> String {
+    match e {
+        worker::Error::D1(d1) => d1.cause(),
+        other => other.to_string(),
+    }
+}
+
 #[async_trait::async_trait(?Send)]
 impl SqlClient for D1Client {
     async fn batch(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>, StoreError> {
@@ -39,14 +49,14 @@ impl SqlClient for D1Client {
                 .0
                 .prepare(s.sql.as_str())
                 .bind(&params)
-                .map_err(|e| classify_d1_error(&e.to_string()))?;
+                .map_err(|e| classify_d1_error(&message(&e)))?;
             prepared.push(stmt);
         }
         let results = self
             .0
             .batch(prepared)
             .await
-            .map_err(|e| classify_d1_error(&e.to_string()))?;
+            .map_err(|e| classify_d1_error(&message(&e)))?;
         results
             .iter()
             .map(|r| {
