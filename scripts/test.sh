@@ -78,6 +78,9 @@ infra_lint() {
 
 format() {
     cargo fmt --all --check
+    # The Worker and the fuzzers are workspaces of their own, outside `--all`.
+    (cd handlers/reaper-cloudflare && cargo fmt --all --check)
+    (cd shared/reaper-core/fuzz && cargo fmt --all --check)
 }
 
 crates() {
