@@ -76,6 +76,10 @@ fn main() -> ExitCode {
         eprintln!("reaper: error: {e}");
         return ExitCode::from(Exit::Usage as u8);
     }
+    // Before logging starts, once per process (a watch runs for months on one warning).
+    for renamed in parsed.resolve_renamed_env(|name| std::env::var(name).ok()) {
+        eprintln!("reaper: warning: {renamed}");
+    }
     let settings = parsed.settings();
     let (output, default_log) = match &parsed.cli.command {
         Command::Demo(a) => (&a.output, "off"),
@@ -84,9 +88,10 @@ fn main() -> ExitCode {
         Command::Prune(a) => (&a.output, "info"),
         Command::Status(a) => (&a.output, "warn"),
         Command::Init(a) => (&a.output, "warn"),
-        Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
-            return print_docs(&parsed.cli.command)
-        }
+        Command::Settings { .. }
+        | Command::Schema(_)
+        | Command::Completions { .. }
+        | Command::Man => return print_docs(&parsed.cli.command),
     };
     let ansi = parsed.cli.color.colors(
         std::io::stderr().is_terminal(),
@@ -117,17 +122,22 @@ async fn run(parsed: &config::Parsed, settings: Settings<'_>) -> Result<Exit, Fa
         Command::Prune(a) => prune::run(a, settings).await,
         Command::Status(a) => status::run(a, settings).await,
         Command::Init(a) => init::run(a).await,
-        Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
-            Ok(Exit::Ok)
-        }
+        Command::Settings { .. }
+        | Command::Schema(_)
+        | Command::Completions { .. }
+        | Command::Man => Ok(Exit::Ok),
     }
 }
 
 /// The commands that print documentation generated from the clap definition and exit.
 fn print_docs(command: &Command) -> ExitCode {
     let printed = match command {
-        Command::Settings => {
+        Command::Settings { all: false } => {
             print!("{}", help::settings_markdown());
+            Ok(())
+        }
+        Command::Settings { all: true } => {
+            print!("{}", reaper_core::settings::markdown());
             Ok(())
         }
         Command::Completions { shell } => help::print_completions(*shell),

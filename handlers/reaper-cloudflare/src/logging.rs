@@ -180,7 +180,12 @@ pub fn sweep_summary(
     let leaking = ledger.error.is_some()
         || ledger.leaked().is_some_and(|n| n > 0)
         || r.listing_error.is_some();
-    if o.failed > 0 || r.damaged.is_some() || o.reclaim_failed > 0 || !r.corrupt.is_empty() || leaking {
+    if o.failed > 0
+        || r.damaged.is_some()
+        || o.reclaim_failed > 0
+        || !r.corrupt.is_empty()
+        || leaking
+    {
         summary!(Level::ERROR);
     } else if o.budget_exceeded > 0 {
         summary!(Level::WARN);

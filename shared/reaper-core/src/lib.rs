@@ -22,6 +22,7 @@ pub mod reason;
 pub mod reclaim;
 pub mod replay;
 pub mod secret;
+pub mod settings;
 pub mod time;
 
 pub use domain::*;
