@@ -357,7 +357,6 @@ impl Config {
             read_as: Vec::new(),
         };
         let ms = Duration::from_millis;
-        let secs = Duration::from_secs;
         let detached_ttl = r.duration(DETACHED_TTL);
         let interval = r.duration(EVERY);
         let run_budget = r.duration(RUN_BUDGET);

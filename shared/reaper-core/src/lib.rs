@@ -4,6 +4,8 @@
 //! sandboxes, time and sleeping all arrive through the traits in [`ports`]. It compiles for
 //! `wasm32-unknown-unknown` and runs in a single-threaded Worker as well as under tokio.
 
+#![warn(missing_docs)]
+
 mod chunk;
 pub mod claim;
 pub mod damage;

@@ -121,6 +121,7 @@ pub enum KeptReason {
 }
 
 impl KeptReason {
+    /// The reason as reports name it.
     pub fn as_str(self) -> &'static str {
         match self {
             KeptReason::NonTerminal => "non-terminal",
@@ -150,6 +151,7 @@ pub struct KeptJournal {
     pub run_id: Option<String>,
     /// The listed names, in listing order.
     pub names: Vec<String>,
+    /// Why it was kept.
     pub reason: KeptReason,
 }
 
@@ -157,9 +159,13 @@ pub struct KeptJournal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PruneStage {
+    /// Listing the sandbox's journals.
     List,
+    /// Reading the journals' ages.
     MtimeList,
+    /// Reading the runs from the store.
     Store,
+    /// Deleting a journal.
     Delete,
 }
 
@@ -167,9 +173,12 @@ pub enum PruneStage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PruneFailure {
+    /// Which step failed.
     pub stage: PruneStage,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The run whose journal it was about, if one.
     pub run_id: Option<String>,
+    /// What failed.
     pub message: String,
 }
 
@@ -183,8 +192,11 @@ pub struct PruneReport {
     pub run_ids: usize,
     /// Runs whose journal and sidecar were removed, in listing order.
     pub deleted: Vec<String>,
+    /// Journals kept, with why.
     pub kept: Vec<KeptJournal>,
+    /// The age past which an orphan journal is deleted.
     pub age_gate: AgeGate,
+    /// Steps that failed; the rest of the prune went on.
     pub failures: Vec<PruneFailure>,
 }
 
