@@ -722,8 +722,19 @@ pub const EXITS: &[Exit] = &[
     },
     Exit {
         binary: Binary::Vercel,
+        code: "404",
+        meaning: "another path",
+    },
+    Exit {
+        binary: Binary::Vercel,
+        code: "405",
+        meaning: "a method other than `GET` (`HEAD` too for `?status`)",
+    },
+    Exit {
+        binary: Binary::Vercel,
         code: "500",
-        meaning: "bad settings (no secret configured, invalid options) or damage",
+        meaning: "`CRON_SECRET` is not configured, the options are invalid, or the store is \
+                  damaged",
     },
     Exit {
         binary: Binary::Vercel,
@@ -733,17 +744,34 @@ pub const EXITS: &[Exit] = &[
     Exit {
         binary: Binary::Worker,
         code: "200",
-        meaning: "a route answered; the alarm's sweeps report in the logs and status route",
+        meaning: "a route answered; `/status`: healthy (the alarm's sweeps report in the logs \
+                  and on `/status`)",
     },
     Exit {
         binary: Binary::Worker,
         code: "401",
-        meaning: "a missing or wrong token on the status or admin routes",
+        meaning: "a missing or wrong token on `/status` or the admin routes",
+    },
+    Exit {
+        binary: Binary::Worker,
+        code: "404",
+        meaning: "another path",
+    },
+    Exit {
+        binary: Binary::Worker,
+        code: "405",
+        meaning: "a method `/status` does not take",
+    },
+    Exit {
+        binary: Binary::Worker,
+        code: "500",
+        meaning: "an admin route found the settings unusable",
     },
     Exit {
         binary: Binary::Worker,
         code: "503",
-        meaning: "the status route: unhealthy",
+        meaning: "`/status`: unhealthy or the settings are unusable; the admin routes (and \
+                  `/status` while neither token is set) when their token is not set",
     },
 ];
 
