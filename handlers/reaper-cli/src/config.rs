@@ -97,7 +97,7 @@ pub const SETTINGS: &[Row] = &[
         flag: "`--detached-ttl`",
         env: "`REAPER_DETACHED_TTL`",
         default: "required (no default)",
-        accepted: "a duration, 1ms..3650d",
+        accepted: "a duration, 1s..3650d",
         commands: "sweep, watch (status: optional)",
     },
     Row {
@@ -105,7 +105,7 @@ pub const SETTINGS: &[Row] = &[
         flag: "`--run-budget`",
         env: "`REAPER_RUN_BUDGET`",
         default: "`30s`",
-        accepted: "a duration, 1ms..24d",
+        accepted: "a duration, 10ms..1h",
         commands: "sweep, watch",
     },
     Row {
@@ -113,7 +113,7 @@ pub const SETTINGS: &[Row] = &[
         flag: "`--max-runs`",
         env: "`REAPER_MAX_RUNS`",
         default: "`25`",
-        accepted: "a whole number, 0..100000",
+        accepted: "a whole number, 1..1000",
         commands: "sweep, watch",
     },
     Row {
@@ -121,7 +121,7 @@ pub const SETTINGS: &[Row] = &[
         flag: "`--concurrency`",
         env: "`REAPER_CONCURRENCY`",
         default: "`4`",
-        accepted: "a whole number, 1..256 (each run holds its own claim)",
+        accepted: "a whole number, 1..64 (each run holds its own claim)",
         commands: "sweep, watch",
     },
     Row {
@@ -143,9 +143,9 @@ pub const SETTINGS: &[Row] = &[
     Row {
         setting: "Quiet window",
         flag: "`--quiet-window`",
-        env: "`REAPER_QUIET_WINDOW`",
+        env: "`REAPER_QUIET_WINDOW` (formerly `REAPER_FENCE_QUIET`)",
         default: "`5s`",
-        accepted: "a duration, 0ms..24d",
+        accepted: "a duration, 0ms..1m",
         commands: "sweep, watch",
     },
     Row {
@@ -159,9 +159,9 @@ pub const SETTINGS: &[Row] = &[
     Row {
         setting: "Sweep interval",
         flag: "`--every`",
-        env: "`REAPER_EVERY`",
+        env: "`REAPER_EVERY` (formerly `REAPER_INTERVAL`)",
         default: "`60s`",
-        accepted: "a duration, 10ms..24d",
+        accepted: "a duration, 10ms..1d",
         commands: "watch",
     },
     Row {
@@ -185,15 +185,15 @@ pub const SETTINGS: &[Row] = &[
         flag: "`--max-deletes`",
         env: "`REAPER_MAX_DELETES`",
         default: "`200`",
-        accepted: "a whole number per sandbox, 0..100000",
+        accepted: "a whole number, 0..100000 per sandbox",
         commands: "prune, watch",
     },
     Row {
         setting: "Event retention",
         flag: "`--event-retention`",
-        env: "`REAPER_EVENT_RETENTION`",
+        env: "`REAPER_EVENT_RETENTION` (formerly `REAPER_LOG_RETENTION`)",
         default: "`30d`",
-        accepted: "a duration, 0ms..3650d",
+        accepted: "a duration, 1h..3650d",
         commands: "prune, watch",
     },
     Row {
@@ -302,7 +302,11 @@ pub enum Command {
     /// Resume sweeping after reaper pause.
     Resume(crate::actions::PauseCmd),
     /// Print every setting as a Markdown table (the README's, generated from this binary).
-    Settings,
+    Settings {
+        /// Print every binary's settings and exit codes instead (SETTINGS.md).
+        #[arg(long)]
+        all: bool,
+    },
     /// Print a shell completion script: reaper completions bash > /etc/bash_completion.d/reaper
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.
@@ -693,6 +697,8 @@ impl std::fmt::Display for ConfigError {
 pub struct Parsed {
     pub cli: Cli,
     matches: ArgMatches,
+    /// Settings whose value came from a deprecated variable: (clap id, old variable).
+    read_as: Vec<(&'static str, &'static str)>,
 }
 
 /// The clap definition with the settings and exit codes after `--help`, wrapped to `width`.
@@ -710,7 +716,11 @@ pub fn parse() -> Result<Parsed, clap::Error> {
         .color(color.clap())
         .try_get_matches_from(args)?;
     let cli = Cli::from_arg_matches(&matches)?;
-    Ok(Parsed { cli, matches })
+    Ok(Parsed {
+        cli,
+        matches,
+        read_as: Vec::new(),
+    })
 }
 
 /// The values `REAPER_JSON` accepts.
@@ -731,9 +741,10 @@ impl Parsed {
             Command::Ledger(crate::actions::LedgerCmd::Retry(a))
             | Command::Ledger(crate::actions::LedgerCmd::Forget(a)) => &mut a.output,
             Command::Pause(a) | Command::Resume(a) => &mut a.output,
-            Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
-                return Ok(())
-            }
+            Command::Settings { .. }
+            | Command::Schema(_)
+            | Command::Completions { .. }
+            | Command::Man => return Ok(()),
         };
         if output.json {
             return Ok(());
@@ -754,6 +765,42 @@ impl Parsed {
         Ok(())
     }
 
+    /// Reads the renamed settings' old variables (the serverless handlers' and the Worker's
+    /// former names) where neither the flag nor the new variable is given, and returns every
+    /// old variable found, for one warning each. The flag and the new variable win.
+    pub fn resolve_renamed_env(
+        &mut self,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Vec<reaper_core::settings::Renamed> {
+        let mut found = Vec::new();
+        let Some((_, sub)) = self.matches.subcommand() else {
+            return found;
+        };
+        for key in RENAMED {
+            // Only the subcommands that take the setting.
+            if !sub.ids().any(|id| id.as_str() == key.id) {
+                continue;
+            }
+            let lookup = reaper_core::settings::lookup(key.env, &get);
+            let Some(mut renamed) = lookup.renamed else {
+                continue;
+            };
+            let given = matches!(
+                sub.value_source(key.id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            );
+            renamed.ignored |= given;
+            if let (false, Some(value)) = (renamed.ignored, lookup.value) {
+                if let Some(field) = renamed_field(&mut self.cli.command, key.id) {
+                    *field = value;
+                    self.read_as.push((key.id, renamed.old));
+                }
+            }
+            found.push(renamed);
+        }
+        found
+    }
+
     /// A resolver for the settings of the chosen subcommand.
     pub fn settings(&self) -> Settings<'_> {
         Settings {
@@ -762,6 +809,7 @@ impl Parsed {
                 .subcommand()
                 .map(|(_, m)| m)
                 .unwrap_or(&self.matches),
+            read_as: &self.read_as,
         }
     }
 }
@@ -770,6 +818,7 @@ impl Parsed {
 #[derive(Debug, Clone, Copy)]
 pub struct Settings<'a> {
     matches: &'a ArgMatches,
+    read_as: &'a [(&'static str, &'static str)],
 }
 
 /// A setting's identity: clap's argument id, its flag and its environment variable.
@@ -808,6 +857,22 @@ pub const PROVIDERS: Key = Key::new("providers", "--provider", "REAPER_PROVIDERS
 pub const DOCKER_SOCKET: Key = Key::new("docker_socket", "--docker-socket", "DOCKER_HOST");
 pub const DOCKER_NAME: Key = Key::new("docker_name", "--docker-name", "REAPER_DOCKER_NAME");
 
+/// The settings with an old variable name still read (see [`reaper_core::settings`]).
+const RENAMED: [Key; 3] = [QUIET_WINDOW, EVENT_RETENTION, EVERY];
+
+/// The field holding a renamed setting's raw value in `command`, if it takes the setting.
+fn renamed_field<'c>(command: &'c mut Command, id: &str) -> Option<&'c mut String> {
+    match (command, id) {
+        (Command::Sweep(a), "quiet_window") => Some(&mut a.sweep.quiet_window),
+        (Command::Watch(a), "quiet_window") => Some(&mut a.sweep.quiet_window),
+        (Command::Watch(a), "event_retention") => Some(&mut a.prune.event_retention),
+        (Command::Prune(a), "event_retention") => Some(&mut a.prune.event_retention),
+        (Command::Watch(a), "every") => Some(&mut a.every),
+        (Command::Status(a), "every") => Some(&mut a.every),
+        _ => None,
+    }
+}
+
 impl Key {
     const fn new(id: &'static str, flag: &'static str, env: &'static str) -> Self {
         Key { id, flag, env }
@@ -817,6 +882,9 @@ impl Key {
 impl Settings<'_> {
     /// How the user named the setting: the variable when it came from the environment.
     pub fn name(&self, key: Key) -> String {
+        if let Some((_, old)) = self.read_as.iter().find(|(id, _)| *id == key.id) {
+            return (*old).to_string();
+        }
         match self.matches.value_source(key.id) {
             Some(ValueSource::EnvVariable) => key.env.to_string(),
             Some(ValueSource::CommandLine) => key.flag.to_string(),
@@ -831,7 +899,9 @@ impl Settings<'_> {
         ))
     }
 
-    /// A duration between `min_ms` and `max_ms` inclusive.
+    /// A duration between `min_ms` and `max_ms` inclusive; a setting of
+    /// [`reaper_core::settings`] takes the range registered there instead, so it is the same
+    /// range wherever the setting is read.
     pub fn duration(
         &self,
         key: Key,
@@ -839,6 +909,9 @@ impl Settings<'_> {
         min_ms: u64,
         max_ms: u64,
     ) -> Result<Duration, ConfigError> {
+        let (min_ms, max_ms) = reaper_core::settings::setting(key.env)
+            .and_then(reaper_core::settings::Setting::duration_ms)
+            .unwrap_or((min_ms, max_ms));
         let expected = format!(
             "a duration like 30s, 5m or 250ms ({}..{})",
             show_ms(min_ms),
@@ -878,8 +951,12 @@ impl Settings<'_> {
         Ok(self.duration(key, value, min_ms, max_ms)?.as_millis() as u64)
     }
 
-    /// A whole number between `min` and `max` inclusive.
+    /// A whole number between `min` and `max` inclusive; a setting of [`reaper_core::settings`]
+    /// takes the range registered there instead.
     pub fn count(&self, key: Key, value: &str, min: u64, max: u64) -> Result<u64, ConfigError> {
+        let (min, max) = reaper_core::settings::setting(key.env)
+            .and_then(reaper_core::settings::Setting::count)
+            .unwrap_or((min, max));
         let expected = format!("a whole number from {min} to {max}");
         match value.trim().parse::<u64>() {
             Ok(n) if (min..=max).contains(&n) => Ok(n),
@@ -892,7 +969,7 @@ impl Settings<'_> {
         let Some(value) = value else {
             return Err(ConfigError(
                 "missing setting: the detached-run TTL has no default: pass --detached-ttl 30m \
-                 or set REAPER_DETACHED_TTL (a duration like 30m or 2h, 1ms..3650d); runs \
+                 or set REAPER_DETACHED_TTL (a duration like 30m or 2h, 1s..3650d); runs \
                  detached longer than this are expired"
                     .into(),
             ));
@@ -959,17 +1036,7 @@ impl Settings<'_> {
     }
 }
 
-/// `250ms`, `24d`: a bound in the unit a person would write.
-fn show_ms(ms: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(DAY_MS, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")];
-    // Exact, never rounded: a stated limit must be the limit enforced.
-    for (size, unit) in UNITS {
-        if ms >= size && ms.checked_rem(size) == Some(0) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
-}
+use reaper_core::settings::show_ms;
 
 use reaper_providers::Host;
 /// A sandbox provider the CLI can serve: every one of the shared registry.

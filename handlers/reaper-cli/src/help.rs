@@ -240,4 +240,65 @@ mod tests {
         assert_eq!(table.lines().count(), SETTINGS.len() + 2);
         assert!(table.contains("| Run budget | `--run-budget` | `REAPER_RUN_BUDGET` |"));
     }
+
+    /// The `REAPER_*` names a row's environment column gives, old names left out.
+    fn row_vars(row: &Row) -> Vec<&'static str> {
+        row.env
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|n| n.starts_with("REAPER_"))
+            .filter(|n| {
+                !reaper_core::settings::SETTINGS
+                    .iter()
+                    .any(|s| s.old_names.contains(n))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_cli_setting_is_registered_for_the_cli_with_the_range_its_row_states() {
+        use reaper_core::settings::{setting, Binary, Value, SETTINGS as REGISTRY};
+        let mut ours: Vec<&str> = SETTINGS.iter().flat_map(row_vars).collect();
+        // Read by the HTTP providers the CLI serves; named in the providers row's text.
+        ours.extend(["REAPER_SANDBOXD_URL", "REAPER_SANDBOXD_TOKEN"]);
+        ours.sort();
+        let mut registered: Vec<&str> = REGISTRY
+            .iter()
+            .filter(|s| s.is_read_by(Binary::Cli))
+            .map(|s| s.name)
+            .collect();
+        registered.sort();
+        assert_eq!(ours, registered);
+        for row in SETTINGS {
+            for name in row_vars(row) {
+                let value = setting(name).unwrap().value;
+                if !matches!(value, Value::Text(_)) {
+                    assert!(
+                        row.accepted.contains(&value.accepted()),
+                        "{name}: {:?} should say {:?}",
+                        row.accepted,
+                        value.accepted()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_exit_code_of_the_cli_is_documented_in_the_settings_registry() {
+        use crate::Exit;
+        use reaper_core::settings::{Binary, EXITS};
+        let documented: Vec<&str> = EXITS
+            .iter()
+            .filter(|e| e.binary == Binary::Cli)
+            .map(|e| e.code)
+            .collect();
+        let ours =
+            [Exit::Ok, Exit::Usage, Exit::Failures, Exit::CannotRun].map(|e| (e as u8).to_string());
+        assert_eq!(documented, ours);
+        for code in ours {
+            assert!(EXIT_CODES.contains(&format!(" {code} ")), "--help: {code}");
+        }
+    }
 }

@@ -77,6 +77,10 @@ fn main() -> ExitCode {
         eprintln!("reaper: error: {e}");
         return ExitCode::from(Exit::Usage as u8);
     }
+    // Before logging starts, once per process (a watch runs for months on one warning).
+    for renamed in parsed.resolve_renamed_env(|name| std::env::var(name).ok()) {
+        eprintln!("reaper: warning: {renamed}");
+    }
     let settings = parsed.settings();
     let (output, default_log) = match &parsed.cli.command {
         Command::Demo(a) => (&a.output, "off"),
@@ -88,9 +92,10 @@ fn main() -> ExitCode {
         Command::Expire(a) => (&a.output, "info"),
         Command::Ledger(a) => (a.output(), "info"),
         Command::Pause(a) | Command::Resume(a) => (&a.output, "info"),
-        Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
-            return print_docs(&parsed.cli.command)
-        }
+        Command::Settings { .. }
+        | Command::Schema(_)
+        | Command::Completions { .. }
+        | Command::Man => return print_docs(&parsed.cli.command),
     };
     let ansi = parsed.cli.color.colors(
         std::io::stderr().is_terminal(),
@@ -125,17 +130,22 @@ async fn run(parsed: &config::Parsed, settings: Settings<'_>) -> Result<Exit, Fa
         Command::Ledger(a) => actions::run_ledger(a, settings).await,
         Command::Pause(a) => actions::run_pause(a, true).await,
         Command::Resume(a) => actions::run_pause(a, false).await,
-        Command::Settings | Command::Schema(_) | Command::Completions { .. } | Command::Man => {
-            Ok(Exit::Ok)
-        }
+        Command::Settings { .. }
+        | Command::Schema(_)
+        | Command::Completions { .. }
+        | Command::Man => Ok(Exit::Ok),
     }
 }
 
 /// The commands that print documentation generated from the clap definition and exit.
 fn print_docs(command: &Command) -> ExitCode {
     let printed = match command {
-        Command::Settings => {
+        Command::Settings { all: false } => {
             print!("{}", help::settings_markdown());
+            Ok(())
+        }
+        Command::Settings { all: true } => {
+            print!("{}", reaper_core::settings::markdown());
             Ok(())
         }
         Command::Completions { shell } => help::print_completions(*shell),

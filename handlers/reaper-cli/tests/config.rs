@@ -17,13 +17,13 @@ fn bad_values_name_the_setting_say_what_is_accepted_and_exit_1() {
             &["--run-budget", "-5s"],
             &[],
             "invalid value for --run-budget: \"-5s\"",
-            "expected a duration like 30s, 5m or 250ms (1ms..24d)",
+            "expected a duration like 30s, 5m or 250ms (10ms..1h)",
         ),
         (
             &[],
             &[("REAPER_RUN_BUDGET", "-5s")],
             "invalid value for REAPER_RUN_BUDGET: \"-5s\"",
-            "(1ms..24d)",
+            "(10ms..1h)",
         ),
         (
             &[],
@@ -35,26 +35,26 @@ fn bad_values_name_the_setting_say_what_is_accepted_and_exit_1() {
             &[],
             &[("REAPER_RUN_BUDGET", "0s")],
             "REAPER_RUN_BUDGET",
-            "(1ms..24d)",
+            "(10ms..1h)",
         ),
-        (&["--run-budget", "30d"], &[], "--run-budget", "(1ms..24d)"),
+        (&["--run-budget", "30d"], &[], "--run-budget", "(10ms..1h)"),
         (
             &[],
             &[("REAPER_QUIET_WINDOW", "soon")],
             "invalid value for REAPER_QUIET_WINDOW",
-            "(0ms..24d)",
+            "(0ms..1m)",
         ),
         (
             &[],
             &[("REAPER_DETACHED_TTL", "forever")],
             "invalid value for REAPER_DETACHED_TTL: \"forever\"",
-            "(1ms..3650d)",
+            "(1s..3650d)",
         ),
         (
             &["--max-runs", "-1"],
             &[],
             "invalid value for --max-runs: \"-1\"",
-            "a whole number from 0 to 100000",
+            "a whole number from 1 to 1000",
         ),
         (
             &[],
@@ -66,13 +66,13 @@ fn bad_values_name_the_setting_say_what_is_accepted_and_exit_1() {
             &["--concurrency", "0"],
             &[],
             "invalid value for --concurrency: \"0\"",
-            "a whole number from 1 to 256",
+            "a whole number from 1 to 64",
         ),
         (
             &[],
             &[("REAPER_CONCURRENCY", "500")],
             "REAPER_CONCURRENCY",
-            "a whole number from 1 to 256",
+            "a whole number from 1 to 64",
         ),
         (
             &["--max-starts", "1001"],
@@ -306,31 +306,38 @@ fn durations_past_the_stated_limit_are_refused_naming_the_setting_and_the_limit(
             .envs(env.iter().copied());
         run(&mut cmd)
     };
-    // 24d 1s is under the core's 2^31-1 ms (about 24.8 days) but past the 24d the table states.
-    for (args, env, names) in [
-        (&["--run-budget", "24d 1s"][..], &[][..], "--run-budget"),
+    // Each past the limit the settings registry gives it (the same on every binary).
+    for (args, env, names, limit) in [
+        (
+            &["--run-budget", "1h 1ms"][..],
+            &[][..],
+            "--run-budget",
+            "1h",
+        ),
         (
             &[],
-            &[("REAPER_RUN_BUDGET", "24d 1s")][..],
+            &[("REAPER_RUN_BUDGET", "1h 1s")][..],
             "REAPER_RUN_BUDGET",
+            "1h",
         ),
-        (&["--quiet-window", "24d 1ms"], &[], "--quiet-window"),
+        (&["--quiet-window", "1m 1ms"], &[], "--quiet-window", "1m"),
         (
             &[],
             &[("REAPER_PROGRESS_AFTER", "24d 20h")],
             "REAPER_PROGRESS_AFTER",
+            "24d",
         ),
     ] {
         let (code, _, stderr) = sweep(args, env);
         assert_eq!(code, 1, "{args:?} {env:?}: {stderr}");
         assert!(
             stderr.contains(&format!("invalid value for {names}"))
-                && stderr.contains("it is longer than the limit of 24d"),
+                && stderr.contains(&format!("it is longer than the limit of {limit}")),
             "{args:?} {env:?}: {stderr}"
         );
     }
     // Exactly the limit is accepted (the run then stops at the missing database, exit 3).
-    let (code, _, stderr) = sweep(&["--run-budget", "24d"], &[]);
+    let (code, _, stderr) = sweep(&["--run-budget", "1h"], &[]);
     assert_eq!(code, 3, "{stderr}");
     let (code, _, stderr) = run(reaper()
         .args(["status", "--detached-ttl", "3650d 1s", "--db"])
@@ -340,4 +347,81 @@ fn durations_past_the_stated_limit_are_refused_naming_the_setting_and_the_limit(
         stderr.contains("--detached-ttl") && stderr.contains("longer than the limit of 3650d"),
         "{stderr}"
     );
+}
+
+/// The serverless handlers' and the Worker's former names of settings the CLI shares: read when
+/// neither the flag nor the new variable is set, with one warning; the new names win.
+#[test]
+fn old_names_of_renamed_settings_are_read_with_one_warning_and_the_new_names_win() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("never-created.db");
+    let cmd = |command: &str, env: &[(&str, &str)]| {
+        let mut cmd = reaper();
+        cmd.args([command, "--db"]).arg(&db);
+        if command != "status" {
+            cmd.args(["--sandboxes", "/"]);
+        }
+        if command != "prune" {
+            cmd.args(["--detached-ttl", "10m"]);
+        }
+        cmd.envs(env.iter().copied());
+        run(&mut cmd)
+    };
+    // The old name's value is used: out of range, it is refused under the name it was given.
+    for (command, old, value, new) in [
+        ("sweep", "REAPER_FENCE_QUIET", "5m", "REAPER_QUIET_WINDOW"),
+        (
+            "prune",
+            "REAPER_LOG_RETENTION",
+            "1m",
+            "REAPER_EVENT_RETENTION",
+        ),
+        ("watch", "REAPER_INTERVAL", "2d", "REAPER_EVERY"),
+    ] {
+        let (code, _, stderr) = cmd(command, &[(old, value)]);
+        assert_eq!(code, 1, "{old}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value for {old}: {value:?}")),
+            "{old}: {stderr}"
+        );
+        let warning = format!("reaper: warning: {old} is deprecated: rename it to {new}");
+        assert_eq!(stderr.matches(&warning).count(), 1, "{stderr}");
+    }
+    // A good old value is taken (the sweep gets as far as the missing database, exit 3).
+    let (code, _, stderr) = cmd("sweep", &[("REAPER_FENCE_QUIET", "3s")]);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.contains("REAPER_FENCE_QUIET is deprecated"),
+        "{stderr}"
+    );
+    // Both set: the new one wins, the old one is still warned about.
+    let (code, _, stderr) = cmd(
+        "sweep",
+        &[
+            ("REAPER_QUIET_WINDOW", "1s"),
+            ("REAPER_FENCE_QUIET", "not a duration"),
+        ],
+    );
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.contains("(REAPER_QUIET_WINDOW is also set and wins)"),
+        "{stderr}"
+    );
+    // The flag wins as well.
+    let (code, _, stderr) = run(reaper()
+        .args(["status", "--every", "1m", "--db"])
+        .arg(&db)
+        .env("REAPER_INTERVAL", "soon"));
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("REAPER_INTERVAL is deprecated"), "{stderr}");
+}
+
+/// `reaper settings --all` prints the repository's SETTINGS.md.
+#[test]
+fn reaper_settings_all_prints_the_repositorys_settings_md() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../SETTINGS.md")).unwrap();
+    let (code, printed, stderr) = run(reaper().args(["settings", "--all"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(printed, doc);
 }

@@ -3,10 +3,12 @@
 use std::time::Duration;
 
 pub const DETACHED_TTL: &str = "REAPER_DETACHED_TTL";
-pub const INTERVAL: &str = "REAPER_INTERVAL";
+/// Time between sweeps (formerly `REAPER_INTERVAL`).
+pub const EVERY: &str = reaper_core::settings::EVERY;
 pub const RUN_BUDGET: &str = "REAPER_RUN_BUDGET";
 pub const MAX_RUNS: &str = "REAPER_MAX_RUNS";
-pub const FENCE_QUIET: &str = "REAPER_FENCE_QUIET";
+/// The quiet window before a drive appends (formerly `REAPER_FENCE_QUIET`).
+pub const QUIET_WINDOW: &str = reaper_core::settings::QUIET_WINDOW;
 pub const JOURNAL_DIR: &str = "REAPER_JOURNAL_DIR";
 pub const PROVIDERS: &str = reaper_providers::PROVIDERS_VAR;
 pub const SANDBOXD_URL: &str = "REAPER_SANDBOXD_URL";
@@ -16,7 +18,8 @@ pub const CPU_PER_RUN: &str = "REAPER_CPU_PER_RUN";
 pub const WALL_LIMIT: &str = "REAPER_WALL_LIMIT";
 pub const SUBREQUESTS: &str = "REAPER_SUBREQUESTS";
 pub const SUBREQUESTS_PER_RUN: &str = "REAPER_SUBREQUESTS_PER_RUN";
-pub const LOG_RETENTION: &str = "REAPER_LOG_RETENTION";
+/// How long a finished run's events stay in D1 (formerly `REAPER_LOG_RETENTION`).
+pub const EVENT_RETENTION: &str = reaper_core::settings::EVENT_RETENTION;
 pub const PLAN: &str = "REAPER_PLAN";
 /// A read-only token for the status route (`/status`): a monitor holding it can read the
 /// verdict, never sweep, migrate or bootstrap.
@@ -79,7 +82,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: DETACHED_TTL,
         default: "",
-        accepted: "a duration from 1s to 365d, e.g. 30m",
+        accepted: "a duration from 1s to 3650d, e.g. 30m",
     },
     Setting {
         name: PROVIDERS,
@@ -95,9 +98,10 @@ pub const SETTINGS: &[Setting] = &[
                    REAPER_PROVIDERS lists sandboxd)",
     },
     Setting {
-        name: INTERVAL,
+        name: EVERY,
         default: "1m",
-        accepted: "a duration from 100ms to 1d: time between sweeps",
+        accepted: "a duration from 10ms to 1d: time between sweeps (formerly REAPER_INTERVAL, \
+                   still read with a warning)",
     },
     Setting {
         name: RUN_BUDGET,
@@ -110,9 +114,10 @@ pub const SETTINGS: &[Setting] = &[
         accepted: "a whole number from 1 to 1000: the cap per sweep",
     },
     Setting {
-        name: FENCE_QUIET,
+        name: QUIET_WINDOW,
         default: "5s",
-        accepted: "a duration from 0s to 1m",
+        accepted: "a duration from 0ms to 1m (formerly REAPER_FENCE_QUIET, still read with a \
+                   warning)",
     },
     Setting {
         name: JOURNAL_DIR,
@@ -152,14 +157,16 @@ pub const SETTINGS: &[Setting] = &[
             "a whole number from 1 to 100000: D1 queries and sandboxd requests one run may make",
     },
     Setting {
-        name: LOG_RETENTION,
+        name: EVENT_RETENTION,
         default: "30d",
         accepted: "a duration from 1h to 3650d: how long a finished run's delivery-log events \
-                   stay in D1 (transcripts stay for ever)",
+                   stay in D1 (transcripts stay for ever; formerly REAPER_LOG_RETENTION, still \
+                   read with a warning)",
     },
 ];
 
 pub use reaper_core::secret::Secret;
+pub use reaper_core::settings::Renamed;
 
 /// Everything a sweep needs, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +188,8 @@ pub struct Config {
     pub subrequests_per_run: u64,
     pub log_retention: Duration,
     pub plan: Plan,
+    /// Settings found under a deprecated name, to be warned about once.
+    pub renamed: Vec<Renamed>,
 }
 
 /// How to reach `reaper-sandboxd`.
@@ -208,6 +217,9 @@ impl ConfigError {
 struct Reader<G> {
     get: G,
     problems: Vec<String>,
+    renamed: Vec<Renamed>,
+    /// Settings whose value came from an old name: (current name, old name).
+    read_as: Vec<(&'static str, &'static str)>,
 }
 
 fn spec(name: &str) -> &'static Setting {
@@ -219,7 +231,20 @@ fn spec(name: &str) -> &'static Setting {
 
 impl<G: Fn(&str) -> Option<String>> Reader<G> {
     fn raw(&mut self, name: &'static str) -> Option<String> {
-        match (self.get)(name).filter(|v| !v.trim().is_empty()) {
+        let value = if reaper_core::settings::setting(name).is_some() {
+            // A renamed setting is still read under its old name, reported for a warning.
+            let found = reaper_core::settings::lookup(name, &self.get);
+            if let Some(renamed) = found.renamed {
+                if !renamed.ignored {
+                    self.read_as.push((name, renamed.old));
+                }
+                self.renamed.push(renamed);
+            }
+            found.value
+        } else {
+            (self.get)(name)
+        };
+        match value.filter(|v| !v.trim().is_empty()) {
             Some(v) => Some(v.trim().to_string()),
             None if spec(name).default.is_empty() => {
                 self.fail(name, None, "is not set");
@@ -234,23 +259,29 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
             .iter()
             .find(|s| s.name == name)
             .map_or("", |s| s.accepted);
+        // A value read under an old name is reported under it: that is the var to fix.
+        let name = self
+            .read_as
+            .iter()
+            .find(|(new, _)| *new == name)
+            .map_or(name, |(_, old)| *old);
         self.problems.push(match value {
             Some(v) => format!("{name}={v:?} {problem} (accepted: {accepted})"),
             None => format!("{name} {problem} (accepted: {accepted})"),
         });
     }
 
-    fn duration(&mut self, name: &'static str, min: Duration, max: Duration) -> Duration {
-        self.duration_or(name, spec(name).default, min, max)
+    fn duration(&mut self, name: &'static str) -> Duration {
+        self.duration_or(name, spec(name).default)
     }
 
-    fn duration_or(
-        &mut self,
-        name: &'static str,
-        default: &str,
-        min: Duration,
-        max: Duration,
-    ) -> Duration {
+    /// A duration within the range [`reaper_core::settings`] gives `name`, the same range
+    /// wherever it is read.
+    fn duration_or(&mut self, name: &'static str, default: &str) -> Duration {
+        let (min, max) = reaper_core::settings::setting(name)
+            .and_then(reaper_core::settings::Setting::duration_ms)
+            .map(|(min, max)| (Duration::from_millis(min), Duration::from_millis(max)))
+            .expect("every duration is registered in reaper_core::settings");
         let Some(raw) = self
             .raw(name)
             .or_else(|| (!default.is_empty()).then(|| default.into()))
@@ -270,11 +301,15 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
         }
     }
 
-    fn number(&mut self, name: &'static str, min: u64, max: u64) -> u64 {
-        self.number_or(name, spec(name).default, min, max)
+    fn number(&mut self, name: &'static str) -> u64 {
+        self.number_or(name, spec(name).default)
     }
 
-    fn number_or(&mut self, name: &'static str, default: &str, min: u64, max: u64) -> u64 {
+    /// A whole number within the range [`reaper_core::settings`] gives `name`.
+    fn number_or(&mut self, name: &'static str, default: &str) -> u64 {
+        let (min, max) = reaper_core::settings::setting(name)
+            .and_then(reaper_core::settings::Setting::count)
+            .expect("every count is registered in reaper_core::settings");
         let raw = self.raw(name).unwrap_or_else(|| default.into());
         match raw.parse::<u64>() {
             Ok(n) if (min..=max).contains(&n) => n,
@@ -318,25 +353,26 @@ impl Config {
         let mut r = Reader {
             get,
             problems: Vec::new(),
+            renamed: Vec::new(),
+            read_as: Vec::new(),
         };
         let ms = Duration::from_millis;
-        let secs = Duration::from_secs;
-        let detached_ttl = r.duration(DETACHED_TTL, secs(1), secs(365 * 86_400));
-        let interval = r.duration(INTERVAL, ms(100), secs(86_400));
-        let run_budget = r.duration(RUN_BUDGET, ms(10), secs(3_600));
-        let max_runs = r.number(MAX_RUNS, 1, 1_000) as usize;
-        let fence_quiet = r.duration(FENCE_QUIET, ms(0), secs(60));
+        let detached_ttl = r.duration(DETACHED_TTL);
+        let interval = r.duration(EVERY);
+        let run_budget = r.duration(RUN_BUDGET);
+        let max_runs = r.number(MAX_RUNS) as usize;
+        let fence_quiet = r.duration(QUIET_WINDOW);
         let plan_raw = r.raw(PLAN).unwrap_or_else(|| spec(PLAN).default.into());
         let plan = Plan::parse(&plan_raw).unwrap_or_else(|| {
             r.fail(PLAN, Some(&plan_raw), "is not a Workers plan");
             Plan::Free
         });
-        let cpu_limit = r.duration_or(CPU_LIMIT, plan.cpu_limit(), ms(10), secs(300));
-        let cpu_per_run = r.duration(CPU_PER_RUN, ms(1), secs(60));
-        let wall_limit = r.duration(WALL_LIMIT, secs(1), secs(900));
-        let subrequests = r.number_or(SUBREQUESTS, plan.subrequests(), 10, 10_000_000);
-        let subrequests_per_run = r.number(SUBREQUESTS_PER_RUN, 1, 100_000);
-        let log_retention = r.duration(LOG_RETENTION, secs(3_600), secs(3_650 * 86_400));
+        let cpu_limit = r.duration_or(CPU_LIMIT, plan.cpu_limit());
+        let cpu_per_run = r.duration(CPU_PER_RUN);
+        let wall_limit = r.duration(WALL_LIMIT);
+        let subrequests = r.number_or(SUBREQUESTS, plan.subrequests());
+        let subrequests_per_run = r.number(SUBREQUESTS_PER_RUN);
+        let log_retention = r.duration(EVENT_RETENTION);
         let journal_dir = r.raw(JOURNAL_DIR);
         if let Some(dir) = &journal_dir {
             if !dir.starts_with('/') {
@@ -390,6 +426,7 @@ impl Config {
                 subrequests_per_run,
                 log_retention,
                 plan,
+                renamed: r.renamed,
             })
         } else {
             Err(ConfigError {
@@ -470,7 +507,7 @@ mod tests {
     #[test]
     fn every_bad_setting_is_named_at_once_and_the_token_never_appears() {
         let e = Config::from_lookup(lookup(&[
-            (INTERVAL, "soon"),
+            (EVERY, "soon"),
             (MAX_RUNS, "0"),
             (WALL_LIMIT, "1h"),
             (JOURNAL_DIR, "journals"),
@@ -480,7 +517,7 @@ mod tests {
         .unwrap_err();
         for name in [
             DETACHED_TTL,
-            INTERVAL,
+            EVERY,
             MAX_RUNS,
             WALL_LIMIT,
             JOURNAL_DIR,
@@ -525,5 +562,73 @@ mod tests {
                 .contains("wrangler secret put REAPER_SANDBOXD_TOKEN"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_old_interval_fence_quiet_and_log_retention_vars_still_work_and_are_reported() {
+        let mut pairs = MINIMAL.to_vec();
+        pairs.extend([
+            ("REAPER_INTERVAL", "2m"),
+            ("REAPER_FENCE_QUIET", "0s"),
+            ("REAPER_LOG_RETENTION", "2d"),
+        ]);
+        let c = Config::from_lookup(lookup(&pairs)).unwrap();
+        assert_eq!(c.interval, Duration::from_secs(120));
+        assert_eq!(c.fence_quiet, Duration::ZERO);
+        assert_eq!(c.log_retention, Duration::from_secs(2 * 86_400));
+        let olds: Vec<&str> = c.renamed.iter().map(|r| r.old).collect();
+        assert_eq!(
+            olds,
+            [
+                "REAPER_INTERVAL",
+                "REAPER_FENCE_QUIET",
+                "REAPER_LOG_RETENTION"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_new_var_wins_over_its_old_name_and_a_bad_old_value_is_named_as_set() {
+        let mut pairs = MINIMAL.to_vec();
+        pairs.extend([(EVERY, "30s"), ("REAPER_INTERVAL", "nonsense")]);
+        let c = Config::from_lookup(lookup(&pairs)).unwrap();
+        assert_eq!(c.interval, Duration::from_secs(30));
+        assert!(c.renamed[0].ignored);
+        let mut pairs = MINIMAL.to_vec();
+        pairs.push(("REAPER_FENCE_QUIET", "5m"));
+        let e = Config::from_lookup(lookup(&pairs)).unwrap_err();
+        assert!(e.names("REAPER_FENCE_QUIET"), "{e}");
+    }
+
+    #[test]
+    fn every_var_is_registered_for_the_worker_with_the_range_stated_here() {
+        use reaper_core::settings::{Binary, Value, SETTINGS as REGISTRY};
+        let mut ours: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+        ours.extend([STATUS_TOKEN, SANDBOXD_TOKEN, ADMIN_TOKEN]);
+        ours.sort();
+        let mut registered: Vec<&str> = REGISTRY
+            .iter()
+            .filter(|s| s.is_read_by(Binary::Worker))
+            .map(|s| s.name)
+            .collect();
+        registered.sort();
+        assert_eq!(ours, registered);
+        for s in SETTINGS {
+            let stated = match reaper_core::settings::setting(s.name).unwrap().value {
+                Value::Duration { min_ms, max_ms } => format!(
+                    "from {} to {}",
+                    reaper_core::settings::show_ms(min_ms),
+                    reaper_core::settings::show_ms(max_ms)
+                ),
+                Value::Count { min, max } => format!("from {min} to {max}"),
+                Value::Text(_) => continue,
+            };
+            assert!(
+                s.accepted.contains(&stated),
+                "{}: {:?} should say {stated:?}",
+                s.name,
+                s.accepted
+            );
+        }
     }
 }

@@ -326,12 +326,12 @@ mod tests {
             "REAPER_DETACHED_TTL" => Some("30m".into()),
             "REAPER_SANDBOXD_URL" => Some("http://127.0.0.1:1".into()),
             "REAPER_SANDBOXD_TOKEN" => Some("t".into()),
-            "REAPER_LOG_RETENTION" => Some("10m".into()),
+            "REAPER_EVENT_RETENTION" => Some("10m".into()),
             "REAPER_PLAN" => Some("paid".into()),
             _ => None,
         })
         .unwrap_err();
-        assert!(refused.names("REAPER_LOG_RETENTION"), "{refused}");
+        assert!(refused.names("REAPER_EVENT_RETENTION"), "{refused}");
     }
 
     #[test]
@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn the_safety_net_fires_after_the_longest_possible_sweep_and_the_next_alarm_one_interval_on() {
-        let c = config(&[("REAPER_INTERVAL", "2m")]);
+        let c = config(&[("REAPER_EVERY", "2m")]);
         assert_eq!(safety_net_at(&c, T0), T0 + 120_000 + 900_000);
         assert_eq!(next_alarm_at(&c, T0), T0 + 120_000);
         assert!(next_alarm_at(&c, T0) < safety_net_at(&c, T0));

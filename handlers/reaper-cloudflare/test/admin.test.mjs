@@ -11,7 +11,7 @@ let unconfigured;
 before(async () => {
   const secrets = { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" };
   // A minute between sweeps: nothing fires again while these tests look at the alarm.
-  worker = await startWorker({ secrets, vars: { REAPER_INTERVAL: "1m" } });
+  worker = await startWorker({ secrets, vars: { REAPER_EVERY: "1m" } });
   unconfigured = await startWorker({ secrets: { REAPER_SANDBOXD_TOKEN: "unused" } });
 });
 

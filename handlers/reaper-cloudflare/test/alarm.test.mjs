@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { startSandboxd, startWorker, statusWhen, eventually, token } from "./support.mjs";
 
-const FAST = { REAPER_INTERVAL: "1s", REAPER_WALL_LIMIT: "2s" };
+const FAST = { REAPER_EVERY: "1s", REAPER_WALL_LIMIT: "2s" };
 
 describe("a sweep against sandboxd", () => {
   const admin = token();
@@ -22,12 +22,12 @@ describe("a sweep against sandboxd", () => {
       vars: {
         // The expired run's agent never ends: its drive lasts the run budget, kept short here.
         REAPER_RUN_BUDGET: "2s",
-        REAPER_INTERVAL: "1s",
+        REAPER_EVERY: "1s",
         REAPER_WALL_LIMIT: "1m",
         REAPER_DETACHED_TTL: "30m",
         REAPER_SANDBOXD_URL: sandboxd.url,
         REAPER_JOURNAL_DIR: sandboxd.journalDir,
-        REAPER_FENCE_QUIET: "0s",
+        REAPER_QUIET_WINDOW: "0s",
       },
       secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: sandboxd.token },
     });
@@ -154,7 +154,7 @@ describe("the cron watchdog", () => {
   test("re-arms a deleted alarm, which then fires and sweeps", async () => {
     const admin = token();
     const worker = await startWorker({
-      vars: { REAPER_INTERVAL: "1m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
+      vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
       secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
     });
     try {
@@ -177,7 +177,7 @@ describe("the cron watchdog", () => {
   test("leaves a healthy alarm alone", async () => {
     const admin = token();
     const worker = await startWorker({
-      vars: { REAPER_INTERVAL: "1m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
+      vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
       secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
     });
     try {

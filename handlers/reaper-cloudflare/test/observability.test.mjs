@@ -21,7 +21,7 @@ function line(worker, what, predicate) {
 test("the cron arms the first alarm of a fresh deployment without the bootstrap request, and it sweeps", async () => {
   const admin = token();
   const worker = await startWorker({
-    vars: { REAPER_INTERVAL: "1m", REAPER_SANDBOXD_URL: NO_SANDBOXD },
+    vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: NO_SANDBOXD },
     secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
   });
   try {
@@ -51,7 +51,7 @@ test("the cron arms the first alarm of a fresh deployment without the bootstrap 
 test("the sweep summary is one JSON line with the sweep state and every count", async () => {
   const admin = token();
   const worker = await startWorker({
-    vars: { REAPER_INTERVAL: "1m", REAPER_SANDBOXD_URL: NO_SANDBOXD },
+    vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: NO_SANDBOXD },
     secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
   });
   try {
@@ -82,10 +82,10 @@ test("a failed reclaim is logged by the core as an error line, and the summary c
   const admin = token();
   const worker = await startWorker({
     vars: {
-      REAPER_INTERVAL: "1m",
+      REAPER_EVERY: "1m",
       REAPER_SANDBOXD_URL: NO_SANDBOXD,
       REAPER_DETACHED_TTL: "30m",
-      REAPER_FENCE_QUIET: "0s",
+      REAPER_QUIET_WINDOW: "0s",
       REAPER_RUN_BUDGET: "2s",
     },
     secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "sandboxd-secret-must-not-be-logged" },

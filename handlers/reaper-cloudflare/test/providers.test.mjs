@@ -56,10 +56,10 @@ describe("one alarm over Daytona, E2B and Vercel Sandbox through fetch", () => {
         ...vars,
         REAPER_PROVIDERS: [...fakes.keys()].join(","),
         // One alarm only: the assertions are about what the first one did.
-        REAPER_INTERVAL: "1h",
+        REAPER_EVERY: "1h",
         REAPER_DETACHED_TTL: "30m",
         REAPER_JOURNAL_DIR: journalDir,
-        REAPER_FENCE_QUIET: "0s",
+        REAPER_QUIET_WINDOW: "0s",
       },
       secrets: { ...secrets, REAPER_ADMIN_TOKEN: admin },
     });

@@ -1,5 +1,5 @@
 // The alarm ages out delivery-log events in real D1 inside workerd: a run finished longer ago
-// than REAPER_LOG_RETENTION loses its events (its log reads back closed and empty) while its
+// than REAPER_EVENT_RETENTION loses its events (its log reads back closed and empty) while its
 // run row and transcript stay; a recent run and a running one keep theirs.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -11,7 +11,7 @@ let worker;
 before(async () => {
   worker = await startWorker({
     // No detached runs: the sweep never calls this sandboxd.
-    vars: { REAPER_INTERVAL: "1m", REAPER_LOG_RETENTION: "1d", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
+    vars: { REAPER_EVERY: "1m", REAPER_EVENT_RETENTION: "1d", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
     secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
   });
 });

@@ -77,9 +77,9 @@ async function sweepOver(total, shape) {
   const worker = await startWorker({
     vars: {
       // One alarm: the next is an hour out.
-      REAPER_INTERVAL: "1h",
+      REAPER_EVERY: "1h",
       REAPER_DETACHED_TTL: `${TTL_MINUTES}m`,
-      REAPER_FENCE_QUIET: "0s",
+      REAPER_QUIET_WINDOW: "0s",
       // No run has a sandbox: nothing may call this port (closed, discard).
       REAPER_SANDBOXD_URL: "http://127.0.0.1:9",
     },

@@ -16,11 +16,11 @@ before(async () => {
   sandboxd = await startSandboxd();
   worker = await startWorker({
     vars: {
-      REAPER_INTERVAL: "1h",
+      REAPER_EVERY: "1h",
       REAPER_DETACHED_TTL: "30m",
       REAPER_SANDBOXD_URL: sandboxd.url,
       REAPER_JOURNAL_DIR: sandboxd.journalDir,
-      REAPER_FENCE_QUIET: "0s",
+      REAPER_QUIET_WINDOW: "0s",
       REAPER_SUBREQUESTS: String(LIMIT),
       REAPER_SUBREQUESTS_PER_RUN: String(PER_RUN),
     },

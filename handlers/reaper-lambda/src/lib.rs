@@ -214,7 +214,7 @@ mod tests {
         );
         assert!(text.contains("at least 122s"), "{text}");
         assert!(
-            text.contains("lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET"),
+            text.contains("lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_QUIET_WINDOW"),
             "{text}"
         );
         assert!(Function::init(env(&[("REAPER_BUDGET", "121s")]))

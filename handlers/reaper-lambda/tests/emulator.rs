@@ -180,7 +180,7 @@ async fn of_two_overlapping_invocations_one_sweeps_and_the_other_reports_the_lea
     let w = World::new().await;
     let (finished, _) = w.finished_run("finished", 1_000).await;
     // The quiet window before the drive keeps the first sweep busy for seconds.
-    let extra = [("REAPER_FENCE_QUIET", "3s"), ("REAPER_BUDGET", "120s")];
+    let extra = [("REAPER_QUIET_WINDOW", "3s"), ("REAPER_BUDGET", "120s")];
     let _a = w.function(&extra);
     let _b = w.function(&extra);
 
@@ -232,7 +232,7 @@ async fn a_budget_that_fits_no_run_fails_the_init_with_one_line_naming_the_value
         "leaves 15s, less than the 32.350s one run may take",
         "probe 10s + quiet wait 7 × 0.050s + drive 10s + reclaim 10s + store requests 2s",
         "Raise the budget to at least 48s",
-        "lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET or REAPER_DEADLINE_MARGIN",
+        "lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_QUIET_WINDOW or REAPER_DEADLINE_MARGIN",
     ] {
         assert!(error.contains(part), "{part:?} missing from {error}");
     }

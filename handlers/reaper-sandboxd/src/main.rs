@@ -196,6 +196,11 @@ fn at_least_one_ms(value: &str) -> Result<u64, String> {
     }
 }
 
+/// The runtime could not start.
+const EXIT_RUNTIME: u8 = 1;
+/// Bad usage (clap's own code) or the daemon could not start or serve.
+const EXIT_FAILED: u8 = 2;
+
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     let deprecated = cli.resolve_deprecated();
@@ -210,14 +215,14 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("reaper-sandboxd: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(EXIT_RUNTIME);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("reaper-sandboxd: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }
@@ -431,5 +436,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a duration"), "{e}");
+    }
+
+    #[test]
+    fn the_exit_codes_are_the_ones_help_and_the_settings_registry_document() {
+        use clap::CommandFactory;
+        use reaper_core::settings::{Binary, EXITS};
+        let documented: Vec<&str> = EXITS
+            .iter()
+            .filter(|e| e.binary == Binary::Sandboxd)
+            .map(|e| e.code)
+            .collect();
+        assert_eq!(
+            documented,
+            [
+                "0".to_string(),
+                EXIT_RUNTIME.to_string(),
+                EXIT_FAILED.to_string()
+            ]
+        );
+        let usage = Cli::command()
+            .try_get_matches_from(["reaper-sandboxd", "--no-such-flag"])
+            .unwrap_err();
+        assert_eq!(usage.exit_code(), i32::from(EXIT_FAILED));
+        let help = Cli::command().render_help().to_string();
+        for code in &documented {
+            assert!(help.contains(&format!(" {code} ")), "--help: {code}");
+        }
     }
 }

@@ -332,6 +332,7 @@ pub(crate) mod tests {
             per_run_reserve: None,
             log_retention: Duration::from_secs(86_400),
             aws_credentials: reaper_serverless::AwsCredentialsConfig::DefaultChain,
+            renamed: Vec::new(),
         };
         ServerlessReport {
             sweep: SweepReport {

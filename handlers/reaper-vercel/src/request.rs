@@ -371,4 +371,34 @@ mod tests {
             StatusCode::INTERNAL_SERVER_ERROR
         );
     }
+
+    #[test]
+    fn every_status_the_function_answers_is_documented_in_the_settings_registry() {
+        use reaper_core::settings::{Binary, EXITS};
+        let documented: Vec<&str> = EXITS
+            .iter()
+            .filter(|e| e.binary == Binary::Vercel)
+            .map(|e| e.code)
+            .collect();
+        let error = || "x".to_string();
+        let mut answered: Vec<u16> = [
+            Refusal::NotFound,
+            Refusal::MethodNotAllowed,
+            Refusal::Unauthorized,
+            Refusal::SecretMissing,
+        ]
+        .map(|r| r.status().as_u16())
+        .to_vec();
+        for sweep in [
+            SweepStatus::Swept,
+            SweepStatus::LeaseUnavailable { error: error() },
+            SweepStatus::InvalidOptions { error: error() },
+        ] {
+            answered.push(report_response(&report(sweep, 1_000)).status().as_u16());
+        }
+        answered.sort();
+        answered.dedup();
+        let answered: Vec<String> = answered.iter().map(u16::to_string).collect();
+        assert_eq!(documented, answered);
+    }
 }

@@ -17,8 +17,10 @@ use crate::reap::{ReapDeps, ReapOptions, ReapRunEntry};
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ActionError {
+    /// The options the action runs under were invalid.
     #[error(transparent)]
     Options(#[from] OptionsError),
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The action does not apply (the run is terminal, attached, busy, …): the sentence says
@@ -74,7 +76,10 @@ pub enum RetryNow {
     /// terminal and the listing finds it again); the entry is resolved.
     Settled,
     /// The retry failed again; the entry stays, rescheduled, with its error.
-    Failed { error: String },
+    Failed {
+        /// What the destroy answered.
+        error: String,
+    },
 }
 
 /// Retries one reclaim-ledger entry now, under the run's claim, as the sweep's ledger pass does
@@ -115,8 +120,11 @@ pub async fn retry_reclaim_now(
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Forgotten {
+    /// The run whose ledger entry was dropped.
     pub run_id: String,
+    /// The provider that confirmed the sandbox gone.
     pub provider: String,
+    /// The sandbox it confirmed gone.
     pub sandbox_id: String,
     /// The sandbox instance record that still named the gone sandbox was deleted too.
     pub instance_record_deleted: bool,

@@ -38,7 +38,9 @@ enum Kind {
 const JSON_WS: [char; 4] = [' ', '\t', '\n', '\r'];
 
 impl Chunk {
+    /// The `type` of the chunk that reports a run's failure.
     pub const RUN_ERROR: &'static str = "RUN_ERROR";
+    /// The `type` of a chunk carrying a piece of the assistant's message text.
     pub const TEXT_MESSAGE_CONTENT: &'static str = "TEXT_MESSAGE_CONTENT";
 
     /// `{"type":<kind>}`.
@@ -68,6 +70,7 @@ impl Chunk {
         }
     }
 
+    /// The `RUN_ERROR` chunk a drive appends when a run fails.
     pub fn run_error(error: &super::RunError) -> Self {
         let mut c = Chunk::new(Chunk::RUN_ERROR).with("message", error.message.clone());
         if let Some(code) = &error.code {
@@ -114,6 +117,7 @@ impl Chunk {
         }
     }
 
+    /// A chunk from a parsed JSON value; `None` unless it is an object.
     pub fn from_value(value: Value) -> Option<Chunk> {
         match value {
             Value::Object(map) => Some(Chunk::from_map(&map)),
@@ -136,6 +140,7 @@ impl Chunk {
         serde_json::from_str(&self.json).expect("a chunk holds one JSON object")
     }
 
+    /// The chunk's `type`, when it has a string one.
     pub fn kind(&self) -> Option<&str> {
         match &self.kind {
             Kind::None => None,
@@ -144,6 +149,7 @@ impl Chunk {
         }
     }
 
+    /// Whether this is a `RUN_ERROR` chunk.
     pub fn is_run_error(&self) -> bool {
         self.kind() == Some(Chunk::RUN_ERROR)
     }

@@ -29,7 +29,9 @@ pub fn run_driver_lock_key(run_id: &str) -> String {
 /// A held claim: the lease, the epoch the claim wrote, and the latch both fences share.
 #[derive(Debug)]
 pub struct Claim {
+    /// The claimed run.
     pub run_id: String,
+    /// The `driverEpoch` this claim wrote; every fenced write is conditional on it.
     pub epoch: u64,
     /// The row as the epoch bump left it.
     pub record: RunRecord,
@@ -42,7 +44,9 @@ pub struct Claim {
 /// Why a claim could not be taken.
 #[derive(Debug)]
 pub enum ClaimError {
+    /// The run cannot be claimed.
     Refused(ReapError),
+    /// A store call failed while claiming.
     Store(StoreError),
 }
 
@@ -118,6 +122,7 @@ impl Claim {
         &self.signal
     }
 
+    /// The lease as last renewed.
     pub fn lease(&self) -> Lease {
         self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -245,8 +250,11 @@ async fn release_quietly(leases: &dyn LeaseStore, lease: &Lease) {
 /// Where a drive's writes go: straight to the stores, or through a claim's fence.
 #[derive(Clone, Copy)]
 pub struct Writer<'a> {
+    /// The run store the drive's writes go to.
     pub runs: &'a dyn RunStore,
+    /// The delivery log the drive appends to.
     pub log: &'a dyn DeliveryLog,
+    /// The claim fencing every write; `None` writes unfenced.
     pub claim: Option<&'a Claim>,
 }
 
@@ -265,6 +273,7 @@ pub enum AppendError {
     Lost(ReapError),
     /// The log is closed.
     Closed,
+    /// A store call failed.
     Store(StoreError),
 }
 
@@ -281,6 +290,7 @@ impl std::fmt::Display for AppendError {
 /// The terminal write's result.
 #[derive(Debug)]
 pub enum TerminalResult {
+    /// The terminal status landed.
     Written,
     /// The claim was lost: the write was suppressed and nothing changed.
     Suppressed,

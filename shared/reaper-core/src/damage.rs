@@ -80,6 +80,7 @@ pub struct Guarded<T: ?Sized> {
 }
 
 impl<T: ?Sized> Guarded<T> {
+    /// Wraps `inner` so its calls report into `damage`.
     pub fn new(inner: Arc<T>, damage: &Damage) -> Arc<Self> {
         Arc::new(Guarded {
             inner,

@@ -14,15 +14,20 @@ pub type EpochMs = i64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
+    /// The agent is (or may still be) producing output.
     Running,
     /// A human-in-the-loop pause. Not terminal.
     Interrupted,
+    /// The run ended normally.
     Completed,
+    /// The run ended with an error.
     Failed,
+    /// The run was cancelled or expired.
     Aborted,
 }
 
 impl RunStatus {
+    /// Every status.
     pub const ALL: [RunStatus; 5] = [
         RunStatus::Running,
         RunStatus::Interrupted,
@@ -39,6 +44,7 @@ impl RunStatus {
         )
     }
 
+    /// The status as stored and shown (`running`, `completed`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
@@ -65,8 +71,11 @@ impl std::fmt::Display for RunStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TerminalStatus {
+    /// The run ended normally.
     Completed,
+    /// The run ended with an error.
     Failed,
+    /// The run was cancelled or expired.
     Aborted,
 }
 
@@ -83,14 +92,18 @@ impl From<TerminalStatus> for RunStatus {
 /// The `{message, code?}` payload stored on a failed run and carried by a `RUN_ERROR` chunk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunError {
+    /// What went wrong, for a person.
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A machine-readable code, when the source gave one.
     pub code: Option<String>,
 }
 
 impl RunError {
+    /// The message when the source gave none.
     pub const UNKNOWN_MESSAGE: &'static str = "Unknown error occurred";
 
+    /// An error with `message` and no code.
     pub fn new(message: impl Into<String>) -> Self {
         RunError {
             message: message.into(),
@@ -98,6 +111,7 @@ impl RunError {
         }
     }
 
+    /// The same error with a machine-readable code.
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
         self.code = Some(code.into());
         self
@@ -161,24 +175,32 @@ impl RunError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunRecord {
+    /// The run's id (the primary key).
     pub run_id: String,
+    /// The conversation the run belongs to.
     pub thread_id: String,
+    /// Where the run is in its life.
     pub status: RunStatus,
+    /// When the run started.
     pub started_at: EpochMs,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the run reached a terminal status.
     pub finished_at: Option<EpochMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why the run failed, for a failed run.
     pub error: Option<RunError>,
     /// Token usage, written by other code; opaque to the reaper.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The sandbox instance the run used (the key of its instance record).
     pub sandbox_key: Option<String>,
     /// When the last viewer detached. The selection key and the TTL evidence; never written by
     /// the reaper.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detached_since: Option<EpochMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Set when someone asked for the run to be cancelled.
     pub cancel_requested: Option<bool>,
     /// The fencing token: each successful claim writes `(old ?? 0) + 1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,12 +250,16 @@ impl RunRecord {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Patch<T> {
     #[default]
+    /// Leave the field as it is.
     Keep,
+    /// Remove the field's value.
     Clear,
+    /// Write this value.
     Set(T),
 }
 
 impl<T: Clone> Patch<T> {
+    /// Applies the patch to a field's current value.
     pub fn apply_to(&self, slot: &mut Option<T>) {
         match self {
             Patch::Keep => {}
@@ -242,6 +268,7 @@ impl<T: Clone> Patch<T> {
         }
     }
 
+    /// Whether the patch leaves the field alone.
     pub fn is_keep(&self) -> bool {
         matches!(self, Patch::Keep)
     }
@@ -261,13 +288,21 @@ impl<T> From<Option<T>> for Patch<T> {
 /// `threadId` and `startedAt` never change after creation.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunPatch {
+    /// The new status, if it changes.
     pub status: Option<RunStatus>,
+    /// When the run finished.
     pub finished_at: Patch<EpochMs>,
+    /// Why the run failed.
     pub error: Patch<RunError>,
+    /// The model's token usage, as the application reports it.
     pub usage: Patch<serde_json::Value>,
+    /// The sandbox instance the run uses.
     pub sandbox_key: Patch<String>,
+    /// When nobody was left watching the run (set on detach, cleared on re-attach).
     pub detached_since: Patch<EpochMs>,
+    /// A cancel request.
     pub cancel_requested: Patch<bool>,
+    /// The epoch of the latest claim to drive the run.
     pub driver_epoch: Patch<u64>,
 }
 
@@ -277,6 +312,7 @@ impl RunPatch {
         self.status.is_some_and(RunStatus::is_terminal)
     }
 
+    /// The patch that marks a run detached at `at`, in `sandbox_key`'s sandbox.
     pub fn detach(at: EpochMs, sandbox_key: Option<String>) -> Self {
         RunPatch {
             detached_since: Patch::Set(at),
@@ -285,6 +321,7 @@ impl RunPatch {
         }
     }
 
+    /// The patch that asks for the run to be cancelled.
     pub fn cancel() -> Self {
         RunPatch {
             cancel_requested: Patch::Set(true),
@@ -296,8 +333,11 @@ impl RunPatch {
 /// The input of `create_or_resume`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
+    /// The new run's id.
     pub run_id: String,
+    /// The conversation it belongs to.
     pub thread_id: String,
+    /// When it started.
     pub started_at: EpochMs,
     /// Defaults to `running`.
     pub status: Option<RunStatus>,
@@ -306,12 +346,16 @@ pub struct NewRun {
 /// The terminal write at the end of a drive.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TerminalWrite {
+    /// The status to write.
     pub status: TerminalStatus,
+    /// When the run finished.
     pub finished_at: EpochMs,
+    /// Why it failed, for `failed`.
     pub error: Option<RunError>,
 }
 
 impl TerminalWrite {
+    /// The same write as a patch, for backends that apply patches.
     pub fn to_patch(&self) -> RunPatch {
         RunPatch {
             status: Some(self.status.into()),
@@ -326,15 +370,21 @@ impl TerminalWrite {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxInstanceRecord {
+    /// The instance record's key (what runs name as their `sandbox_key`).
     pub key: String,
     /// The provider name ([`crate::ports::SandboxProvider::name`]).
     pub provider: String,
+    /// The sandbox's id at its provider.
     pub provider_sandbox_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The latest snapshot the application took of the sandbox, if any.
     pub latest_snapshot_id: Option<String>,
+    /// The conversation the sandbox serves.
     pub thread_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The newest run started in the sandbox.
     pub latest_run_id: Option<String>,
+    /// When the record last changed.
     pub updated_at: EpochMs,
 }
 
@@ -346,6 +396,7 @@ pub struct SandboxInstanceRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReclaimIntent {
+    /// The run whose sandbox is to be reclaimed.
     pub run_id: String,
     /// The run's sandbox key when the intent was recorded; `None` for a run without a sandbox
     /// (its entry still makes sure the log gets closed).
@@ -356,6 +407,7 @@ pub struct ReclaimIntent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The sandbox's id at that provider.
     pub provider_sandbox_id: Option<String>,
     /// When the intent was first recorded.
     pub first_seen: EpochMs,
@@ -364,6 +416,7 @@ pub struct ReclaimIntent {
     /// The earliest time a sweep retries it.
     pub next_attempt_at: EpochMs,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why the last attempt failed.
     pub last_error: Option<String>,
 }
 
@@ -406,7 +459,9 @@ pub use crate::chunk::Chunk;
 /// A stored delivery-log entry: its offset (0-based sequence number) and the chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogEntry {
+    /// The entry's position in the log, from 0.
     pub offset: u64,
+    /// The entry.
     pub chunk: Chunk,
 }
 
@@ -418,6 +473,7 @@ pub struct LogSnapshot {
     /// When the log was last appended to, if the backend tracks it. Lets the quiet wait end at
     /// once when the log has been quiet for longer than the window.
     pub last_append_at: Option<EpochMs>,
+    /// Whether the log is closed (no more appends).
     pub closed: bool,
 }
 
@@ -426,16 +482,24 @@ pub struct LogSnapshot {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Transcript {
+    /// The run the transcript is of.
     pub run_id: String,
+    /// The conversation it belongs to.
     pub thread_id: String,
+    /// The messages, in order.
     pub messages: Vec<TranscriptMessage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The agent's exit code, when the journal recorded one.
     pub exit_code: Option<i64>,
+    /// When the transcript was saved.
     pub saved_at: EpochMs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One message of a transcript.
 pub struct TranscriptMessage {
+    /// Who said it (`user`, `assistant`, ...).
     pub role: String,
+    /// What was said, as text.
     pub content: String,
 }

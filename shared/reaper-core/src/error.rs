@@ -15,7 +15,12 @@ pub enum StoreError {
     Unavailable(String),
     /// A stored row that does not parse: named, never read as something else.
     #[error("corrupt record {key}: {reason}")]
-    Corrupt { key: String, reason: String },
+    Corrupt {
+        /// The row's key.
+        key: String,
+        /// What does not parse.
+        reason: String,
+    },
     /// The backend lacks an optional capability.
     #[error("unsupported by this store: {0}")]
     Unsupported(&'static str),
@@ -25,6 +30,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether trying again may succeed (a timeout or an unreachable backend).
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
     }
@@ -35,19 +41,28 @@ impl StoreError {
 #[non_exhaustive]
 pub enum SandboxError {
     #[error("sandbox {0} not found")]
+    /// No such sandbox.
     NotFound(String),
     #[error("sandbox command timed out after {0} ms")]
+    /// The command did not finish within this many milliseconds.
     Timeout(u64),
     /// The command printed more than the provider returns; nothing was returned (never a silent
     /// truncation).
     #[error("sandbox command {stream} exceeded the {limit}-byte output limit; read less per call")]
-    OutputLimit { stream: String, limit: u64 },
+    OutputLimit {
+        /// `stdout` or `stderr`.
+        stream: String,
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// The provider could not be reached (network, daemon down).
     #[error("sandbox provider unreachable: {0}")]
     Unreachable(String),
     #[error("sandbox provider refused: {0}")]
+    /// The provider refused the request (authentication, quota, a bad request).
     Refused(String),
     #[error("sandbox error: {0}")]
+    /// Any other failure.
     Other(String),
 }
 
@@ -60,13 +75,16 @@ pub struct ProbeError(pub String);
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct DriveError {
+    /// What went wrong.
     pub message: String,
+    /// A machine-readable code, when there is one.
     pub code: Option<String>,
     /// Abort-shaped (`AbortError` in the reference): normalised to `{Request aborted, aborted}`.
     pub is_abort: bool,
 }
 
 impl DriveError {
+    /// An error with `message` and no code.
     pub fn new(message: impl Into<String>) -> Self {
         DriveError {
             message: message.into(),
@@ -75,6 +93,7 @@ impl DriveError {
         }
     }
 
+    /// The error of a run aborted on its TTL.
     pub fn aborted() -> Self {
         DriveError {
             message: "aborted".into(),
@@ -83,6 +102,7 @@ impl DriveError {
         }
     }
 
+    /// The same error with a code.
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
         self.code = Some(code.into());
         self
@@ -99,10 +119,13 @@ impl DriveError {
     .sandbox_key.as_deref().map(|k| format!(" (sandbox key {k})")).unwrap_or_default()
 )]
 pub struct SandboxReclaimFailedError {
+    /// The run whose sandbox could not be destroyed.
     pub run_id: String,
+    /// The sandbox's instance key, if the run had one.
     pub sandbox_key: Option<String>,
     /// The provider and sandbox id the destroy was sent to, kept in the ledger entry.
     pub provider: Option<String>,
+    /// The sandbox's id at its provider, once known.
     pub provider_sandbox_id: Option<String>,
     /// What the provider said.
     pub reason: String,
@@ -113,10 +136,13 @@ pub struct SandboxReclaimFailedError {
 #[non_exhaustive]
 pub enum ReclaimError {
     #[error(transparent)]
+    /// The provider's destroy failed.
     Failed(#[from] SandboxReclaimFailedError),
     #[error(transparent)]
+    /// A store call failed.
     Store(#[from] StoreError),
     #[error("{0}")]
+    /// Any other failure.
     Other(String),
 }
 
@@ -148,7 +174,9 @@ impl std::fmt::Display for ClaimRefusal {
 /// What the holder saw when it lost its claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObservedEpoch {
+    /// The run's `driverEpoch` moved past the claim's to this one.
     Epoch(u64),
+    /// The lease was lost (not renewed in time, or taken over).
     LeaseLost,
 }
 
@@ -166,28 +194,45 @@ impl std::fmt::Display for ObservedEpoch {
 #[non_exhaustive]
 pub enum ReapError {
     #[error("driver claim not acquired for run {run_id}: {reason}")]
+    /// The run could not be claimed.
     ClaimNotAcquired {
+        /// The run.
         run_id: String,
+        /// Why.
         reason: ClaimRefusal,
     },
     #[error("driver claim lost for run {run_id}: held epoch {held_epoch}, observed {observed}")]
+    /// The claim was lost while driving: every later fenced write is refused.
     ClaimLost {
+        /// The run.
         run_id: String,
+        /// The epoch the claim held.
         held_epoch: u64,
+        /// What showed the claim was lost.
         observed: ObservedEpoch,
     },
     #[error(transparent)]
+    /// The sandbox's destroy failed.
     ReclaimFailed(#[from] SandboxReclaimFailedError),
     #[error("reclaim failed: {0}")]
+    /// The reclaim failed for another reason.
     Reclaim(String),
     #[error("probe failed: {0}")]
+    /// The exit probe failed.
     Probe(String),
     /// The probe answered `unknown` with a reason.
     #[error("{0}")]
     ProbeUnknown(String),
     #[error("the event log never quiesced after {probes} probes (last length {len})")]
-    NeverQuiesced { probes: u32, len: u64 },
+    /// The delivery log kept growing through every quiet check.
+    NeverQuiesced {
+        /// How many times the log was looked at.
+        probes: u32,
+        /// Its length at the last look.
+        len: u64,
+    },
     #[error("drive failed: {0}")]
+    /// The drive failed.
     Drive(String),
     /// The drive ended but the store does not confirm a terminal status (the terminal write
     /// failed, or the re-read did): nothing is reclaimed, and the run stays listed.
@@ -195,12 +240,18 @@ pub enum ReapError {
         "the terminal status of run {run_id} is not confirmed by the store ({reason}); its \
          sandbox is kept and the next sweep tries again"
     )]
-    TerminalNotConfirmed { run_id: String, reason: String },
+    TerminalNotConfirmed {
+        /// The run.
+        run_id: String,
+        /// Why it is not confirmed.
+        reason: String,
+    },
     /// The reclaim ledger could not record the run's intent, so it was not driven (a terminal
     /// write without a durable intent could leak the sandbox on a crash).
     #[error("recording the reclaim intent failed, so the run was not driven: {0}")]
     Ledger(StoreError),
     #[error(transparent)]
+    /// A store call failed.
     Store(#[from] StoreError),
 }
 
@@ -254,6 +305,8 @@ impl Serialize for ReapError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid reaper option {option}: {problem}")]
 pub struct OptionsError {
+    /// The option's name.
     pub option: &'static str,
+    /// What is wrong with its value.
     pub problem: String,
 }

@@ -29,10 +29,15 @@ pub const LAST_SWEEP_KEY: &str = "reaper:last-sweep";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LastSweep {
+    /// When the sweep started.
     pub started_at: EpochMs,
+    /// When it finished.
     pub finished_at: EpochMs,
+    /// Detached runs it looked at.
     pub considered: usize,
+    /// Runs whose journal it probed.
     pub probed: usize,
+    /// Runs it left for a later sweep (budget or cap reached).
     pub deferred: usize,
     /// Runs per outcome, as the sweep's report counts them (`finalized`, `reclaim-failed`, …).
     pub outcomes: serde_json::Value,
@@ -125,7 +130,9 @@ pub async fn read_last_sweep(leases: &dyn LeaseStore) -> Result<Option<LastSweep
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusLimits {
+    /// The detached-run TTL the sweeps use.
     pub detached_ttl_ms: u64,
+    /// The run budget the sweeps use.
     pub run_budget_ms: u64,
     /// The longest time between two scheduled sweeps.
     pub schedule_interval_ms: u64,
@@ -163,6 +170,7 @@ pub struct DetachedFigures {
     /// Rows the listing matched but could not read.
     pub corrupt: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// When the oldest detached run was detached.
     pub oldest_detached_since: Option<EpochMs>,
     /// How long the oldest has been detached.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -192,17 +200,22 @@ impl DetachedFigures {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceStatus {
+    /// The verdict: no problem found.
     pub healthy: bool,
     /// Why it is not healthy, each saying what is wrong and where to look.
     pub problems: Vec<String>,
+    /// When the status was taken.
     pub now: EpochMs,
     /// The last sweep that ran; `null` until the first one.
     pub last_sweep: Option<LastSweep>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// How long ago the last sweep finished; `None` before the first.
     pub last_sweep_age_ms: Option<i64>,
     /// The reclaim ledger now: `pending`, `leaked`, `oldestFirstSeen`.
     pub ledger: Option<LedgerCounts>,
+    /// The detached backlog, when it could be read.
     pub detached: Option<DetachedFigures>,
+    /// The limits the verdict was judged against.
     pub limits: StatusLimits,
     /// `limits.stale_detached_ms()`.
     pub stale_detached_after_ms: u64,

@@ -4,6 +4,8 @@
 //! sandboxes, time and sleeping all arrive through the traits in [`ports`]. It compiles for
 //! `wasm32-unknown-unknown` and runs in a single-threaded Worker as well as under tokio.
 
+#![warn(missing_docs)]
+
 pub mod actions;
 mod chunk;
 pub mod claim;
@@ -25,6 +27,7 @@ pub mod reason;
 pub mod reclaim;
 pub mod replay;
 pub mod secret;
+pub mod settings;
 pub mod time;
 
 pub use domain::*;

@@ -58,6 +58,7 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// Empty stores.
     pub fn new() -> Self {
         Self::default()
     }

@@ -35,10 +35,15 @@ fn delivered_error(chunk: &Chunk) -> Option<RunError> {
 /// What a pipe needs besides the stream.
 #[derive(Clone, Copy)]
 pub struct PipeContext<'a> {
+    /// Where the chunks are written.
     pub writer: Writer<'a>,
+    /// The time source.
     pub clock: &'a dyn Clock,
+    /// The run being piped.
     pub run_id: &'a str,
+    /// Its conversation.
     pub thread_id: &'a str,
+    /// Cancels the pipe.
     pub signal: &'a CancellationToken,
     /// The probe proved the agent finished: its whole output is in the journal, so a stop (the
     /// budget, a lost claim) must not cut it. The pipe then lands the chunk the drive is
@@ -87,7 +92,9 @@ pub async fn pipe_to_run_log(stream: ChunkStream, cx: PipeContext<'_>) -> RunRec
 /// landed or was suppressed) rather than the local copy a failed write or re-read leaves.
 #[derive(Debug, Clone)]
 pub struct Piped {
+    /// The run's final record.
     pub record: RunRecord,
+    /// Whether `record` is the store's own (else the local copy).
     pub from_store: bool,
 }
 

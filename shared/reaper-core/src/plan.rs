@@ -71,14 +71,17 @@ pub struct PlanProof {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedRetry {
+    /// The run the entry belongs to.
     pub run_id: String,
     /// `retry-destroy`, `drop-intent` or `unknown`.
     pub action: &'static str,
-    /// Attempts so far, and when the entry became due.
+    /// Attempts so far.
     pub attempts: u32,
+    /// When the entry became due.
     pub next_attempt_at: EpochMs,
     /// Why, with the store's word on the run.
     pub why: String,
+    /// The destroy a retry would attempt, with the in-use check's verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<ReclaimPlan>,
 }

@@ -49,6 +49,7 @@ pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, DriveError>>>>;
 /// Reads the current time. The core never reads the system clock (`SystemTime::now()` panics on
 /// `wasm32-unknown-unknown`, and injected time makes every test deterministic).
 pub trait Clock: MaybeSend + MaybeSync {
+    /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> EpochMs;
 }
 
@@ -56,13 +57,16 @@ pub trait Clock: MaybeSend + MaybeSync {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 pub trait Sleeper: MaybeSend + MaybeSync {
+    /// Returns after `ms` milliseconds.
     async fn sleep(&self, ms: u64);
 }
 
 /// What a store can do beyond the required methods. Callers feature-detect these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunStoreCapabilities {
+    /// The store implements `list_reclaimable` (the sweep's listing).
     pub list_reclaimable: bool,
+    /// The store implements `list_by_thread`.
     pub list_by_thread: bool,
 }
 
@@ -81,7 +85,12 @@ impl Default for RunStoreCapabilities {
 #[derive(Debug, Clone, PartialEq)]
 pub enum EpochBump {
     /// The epoch moved to `epoch`; `record` is the row after the bump.
-    Claimed { epoch: u64, record: RunRecord },
+    Claimed {
+        /// The new epoch.
+        epoch: u64,
+        /// The row after the bump.
+        record: RunRecord,
+    },
     /// No such run. Nothing was written.
     Unknown,
     /// The run is already terminal. Nothing was written: a refused claim never moves the epoch.
@@ -94,13 +103,18 @@ pub enum Fenced<T> {
     /// The write landed.
     Written(T),
     /// The run's `driverEpoch` is past the holder's: nothing was written.
-    Superseded { observed: u64 },
+    Superseded {
+        /// The epoch the run holds now.
+        observed: u64,
+    },
 }
 
 /// What a listing found: the runs, and the matching rows that did not parse.
 #[derive(Debug, Clone, Default)]
 pub struct ReclaimableListing {
+    /// The runs that parsed.
     pub runs: Vec<RunRecord>,
+    /// One error per matching row that did not parse.
     pub corrupt: Vec<StoreError>,
 }
 
@@ -111,7 +125,9 @@ pub struct ReclaimableListing {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReclaimableCursor {
+    /// The last listed run's detach time.
     pub detached_since: EpochMs,
+    /// The last listed run's id (breaks ties).
     pub run_id: String,
 }
 
@@ -166,7 +182,9 @@ pub struct ReclaimablePage {
     /// Shared, not owned: a store that keeps its rows in memory hands out its own records
     /// without copying them, and the sweep borrows them for as long as it runs.
     pub runs: Vec<Arc<RunRecord>>,
+    /// One error per matching row that did not parse.
     pub corrupt: Vec<StoreError>,
+    /// Where the next page starts; `None` after the last.
     pub next: Option<ReclaimableCursor>,
 }
 
@@ -174,7 +192,9 @@ pub struct ReclaimablePage {
 /// false means "at least `count`".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BoundedCount {
+    /// The count, up to the bound.
     pub count: u64,
+    /// Whether `count` is the exact number (else at least it).
     pub exact: bool,
 }
 
@@ -215,6 +235,7 @@ pub trait RunStore: MaybeSend + MaybeSync {
         patch: RunPatch,
     ) -> Result<Fenced<bool>, StoreError>;
 
+    /// The run, if it exists.
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
 
     /// The `running` row with the greatest `startedAt` for the thread.
@@ -299,6 +320,7 @@ pub trait RunStore: MaybeSend + MaybeSync {
         at_most: u64,
     ) -> Result<BoundedCount, StoreError>;
 
+    /// What this store supports beyond the required methods.
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities::default()
     }
@@ -321,20 +343,26 @@ pub trait RunStore: MaybeSend + MaybeSync {
 /// A granted lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
+    /// What the lease is for (one sweep at a time per key).
     pub key: String,
+    /// Who holds it.
     pub owner: String,
     /// Changes on every grant, so a release or renewal by a stale holder cannot touch a newer one.
     pub token: String,
+    /// When it lapses unless renewed.
     pub expires_at: EpochMs,
 }
 
 /// The answer to [`LeaseStore::acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseGrant {
+    /// The lease is the caller's.
     Acquired(Lease),
     /// Another owner holds an unexpired lease.
     Held {
+        /// Who holds it.
         owner: String,
+        /// When their lease lapses.
         expires_at: EpochMs,
     },
 }
@@ -382,7 +410,10 @@ pub trait LeaseStore: MaybeSend + MaybeSync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Appended {
     /// The chunks landed at offsets `first .. first + n`.
-    At { first: u64 },
+    At {
+        /// The offset of the first chunk appended.
+        first: u64,
+    },
     /// The log was closed before: nothing landed.
     Closed,
 }
@@ -455,6 +486,7 @@ pub trait ReclaimLedger: MaybeSend + MaybeSync {
     /// Removes the run's entry. Removing a missing entry is a no-op.
     async fn resolve_intent(&self, run_id: &str) -> Result<(), StoreError>;
 
+    /// The run's reclaim intent, if one is recorded.
     async fn get_intent(&self, run_id: &str) -> Result<Option<ReclaimIntent>, StoreError>;
 
     /// Up to `limit` entries with `nextAttemptAt <= now`, earliest `nextAttemptAt` first.
@@ -482,6 +514,7 @@ pub trait MessageStore: MaybeSend + MaybeSync {
         transcript: &Transcript,
         fence: Option<u64>,
     ) -> Result<Fenced<()>, StoreError>;
+    /// The run's saved transcript, if any.
     async fn get_transcript(&self, run_id: &str) -> Result<Option<Transcript>, StoreError>;
 }
 
@@ -502,8 +535,11 @@ impl Default for ExecOptions {
 /// the core builds silences stderr inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecOutput {
+    /// The command's standard output.
     pub stdout: String,
+    /// Its standard error (empty where the provider folds it into stdout).
     pub stderr: String,
+    /// Its exit status.
     pub exit_code: i32,
 }
 
@@ -511,6 +547,7 @@ pub struct ExecOutput {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 pub trait SandboxHandle: MaybeSend + MaybeSync {
+    /// The sandbox's id at its provider.
     fn id(&self) -> &str;
     /// Runs `sh -c command` inside the sandbox.
     async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutput, SandboxError>;
@@ -624,7 +661,9 @@ pub enum SandboxState {
 /// A sandbox named by an instance record: its provider's name and its id there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedSandbox {
+    /// The provider's name, as instance records carry it.
     pub provider: String,
+    /// The sandbox's id at that provider.
     pub id: String,
 }
 
@@ -647,17 +686,24 @@ pub fn not_served(this: &str, recorded: &str) -> SandboxError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunExitProbe {
     /// A genuine, nonced exit sentinel was found.
-    Finished { exit_code: i64 },
+    Finished {
+        /// The agent's exit code from the sentinel.
+        exit_code: i64,
+    },
     /// No sentinel: the agent is (or may be) still working. Leave it alone.
     Producing,
     /// The probe could not tell. Leave it alone; never `Finished` on a failure.
-    Unknown { error: Option<String> },
+    Unknown {
+        /// What failed, when something did.
+        error: Option<String>,
+    },
     /// There is no journal of ours to read (no key, no instance record, another provider's
     /// sandbox, a sandbox that is gone): reported `unknown` with the cause. Leave it alone.
     Unreachable(crate::reason::Unreachable),
 }
 
 impl RunExitProbe {
+    /// The answer's name in reports: `finished`, `producing`, `unknown` or `unreachable`.
     pub fn state(&self) -> &'static str {
         match self {
             RunExitProbe::Finished { .. } => "finished",
@@ -672,6 +718,7 @@ impl RunExitProbe {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 pub trait ExitProbe: MaybeSend + MaybeSync {
+    /// Reads the run's journal for its exit sentinel.
     async fn has_finished(&self, record: &RunRecord) -> Result<RunExitProbe, ProbeError>;
 
     /// The run's sandbox when it is stopped and its provider can start it again to read the
@@ -706,7 +753,9 @@ pub trait ExitProbe: MaybeSend + MaybeSync {
 /// What a drive is asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriveRequest {
+    /// The run to drive.
     pub run_id: String,
+    /// Its conversation.
     pub thread_id: String,
     /// The epoch the drive's claim holds: every write the drive makes itself (the transcript)
     /// is fenced on it. `None` for a drive outside a claim.
@@ -716,6 +765,7 @@ pub struct DriveRequest {
 /// Produces the run's remaining output as chunks under a cancel signal. An `Err` from `drive`
 /// itself is the reference's synchronous throw: the run is reported `failed`.
 pub trait Drive: MaybeSend + MaybeSync {
+    /// Starts producing the run's remaining chunks; `signal` stops it.
     fn drive(
         &self,
         request: DriveRequest,

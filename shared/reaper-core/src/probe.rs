@@ -91,8 +91,11 @@ pub async fn probe_run_exit(
 /// provider or a sandbox that is gone is `Unreachable` with that cause.
 #[derive(Clone)]
 pub struct JournalExitProbe {
+    /// Reaches the sandboxes.
     pub provider: Arc<dyn SandboxProvider>,
+    /// Finds a run's sandbox from its key.
     pub instances: Arc<dyn SandboxInstanceStore>,
+    /// How much to read and how long to wait.
     pub options: ProbeOptions,
 }
 
@@ -106,6 +109,7 @@ impl std::fmt::Debug for JournalExitProbe {
 }
 
 impl JournalExitProbe {
+    /// A probe over these ports.
     pub fn new(
         provider: Arc<dyn SandboxProvider>,
         instances: Arc<dyn SandboxInstanceStore>,

@@ -23,14 +23,30 @@ pub struct ProviderSet {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderSetError {
     #[error("no sandbox provider is configured: configure at least one")]
+    /// No provider was given.
     Empty,
     #[error(
         "two sandbox providers are both named {0:?}: each instance record names one provider, so names must be unique"
     )]
+    /// Two providers have this name.
     DuplicateName(String),
 }
 
 impl ProviderSet {
+    /// A set of providers, each reached by its own name; the names must differ.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use reaper_core::{ProviderSet, ProviderSetError, SandboxProvider};
+    /// use reaper_testkit::fakes::FakeProvider;
+    ///
+    /// let local: Arc<dyn SandboxProvider> = Arc::new(FakeProvider::new("local"));
+    /// let docker: Arc<dyn SandboxProvider> = Arc::new(FakeProvider::new("docker"));
+    /// assert!(ProviderSet::new(vec![local.clone(), docker]).is_ok());
+    /// // An instance record names one provider, so two of one name would be ambiguous.
+    /// let twice = ProviderSet::new(vec![local.clone(), local]).unwrap_err();
+    /// assert_eq!(twice, ProviderSetError::DuplicateName("local".into()));
+    /// ```
     pub fn new(members: Vec<Arc<dyn SandboxProvider>>) -> Result<Self, ProviderSetError> {
         if members.is_empty() {
             return Err(ProviderSetError::Empty);

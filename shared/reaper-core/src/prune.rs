@@ -125,6 +125,7 @@ pub enum KeptReason {
 }
 
 impl KeptReason {
+    /// The reason as reports name it.
     pub fn as_str(self) -> &'static str {
         match self {
             KeptReason::NonTerminal => "non-terminal",
@@ -154,6 +155,7 @@ pub struct KeptJournal {
     pub run_id: Option<String>,
     /// The listed names, in listing order.
     pub names: Vec<String>,
+    /// Why it was kept.
     pub reason: KeptReason,
 }
 
@@ -161,9 +163,13 @@ pub struct KeptJournal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PruneStage {
+    /// Listing the sandbox's journals.
     List,
+    /// Reading the journals' ages.
     MtimeList,
+    /// Reading the runs from the store.
     Store,
+    /// Deleting a journal.
     Delete,
 }
 
@@ -171,9 +177,12 @@ pub enum PruneStage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PruneFailure {
+    /// Which step failed.
     pub stage: PruneStage,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The run whose journal it was about, if one.
     pub run_id: Option<String>,
+    /// What failed.
     pub message: String,
 }
 
@@ -187,8 +196,11 @@ pub struct PruneReport {
     pub run_ids: usize,
     /// Runs whose journal and sidecar were removed, in listing order.
     pub deleted: Vec<String>,
+    /// Journals kept, with why.
     pub kept: Vec<KeptJournal>,
+    /// The age past which an orphan journal is deleted.
     pub age_gate: AgeGate,
+    /// Steps that failed; the rest of the prune went on.
     pub failures: Vec<PruneFailure>,
     /// A dry run ([`PruneOptions::dry_run`]): nothing was deleted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -202,7 +214,9 @@ pub struct PruneReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedDeletion {
+    /// The run the journal belongs to.
     pub run_id: String,
+    /// The journal's files.
     pub names: Vec<String>,
     /// The store's word (the run's terminal status) or, for an orphan, the age arithmetic.
     pub proof: String,

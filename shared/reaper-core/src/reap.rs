@@ -26,8 +26,11 @@ use crate::ports::{
 };
 use crate::reason::{Reason, ReasonCode, Unreachable};
 
+/// Runs one sweep handles when not told otherwise.
 pub const DEFAULT_MAX_RUNS: usize = 25;
+/// How long one run's drive may take when not told otherwise.
 pub const DEFAULT_RUN_BUDGET_MS: u64 = 30_000;
+/// How much of a journal the exit probe reads from its end.
 pub const DEFAULT_EXIT_PROBE_BYTES: u64 = 4_096;
 /// Reclaim-ledger entries retried per sweep, at most.
 pub const DEFAULT_MAX_RECLAIM_RETRIES: usize = 25;
@@ -62,17 +65,26 @@ pub const MAX_DURATION_MS: u64 = (1 << 31) - 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReapOutcome {
+    /// A finished run was driven to its terminal status.
     Finalized,
+    /// A run past its TTL was aborted.
     Expired,
+    /// The agent is still producing: left alone.
     Producing,
+    /// The probe could not tell: left alone.
     Unknown,
+    /// The drive ran out of budget; the next sweep resumes it.
     BudgetExceeded,
+    /// Another sweeper holds the run's claim.
     NotClaimed,
+    /// The run ended, but its sandbox could not be destroyed (the ledger retries).
     ReclaimFailed,
+    /// Handling the run failed.
     Failed,
 }
 
 impl ReapOutcome {
+    /// Every outcome.
     pub const ALL: [ReapOutcome; 8] = [
         ReapOutcome::Finalized,
         ReapOutcome::Expired,
@@ -84,6 +96,7 @@ impl ReapOutcome {
         ReapOutcome::Failed,
     ];
 
+    /// The outcome as reports name it (`finalized`, `budget-exceeded`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             ReapOutcome::Finalized => "finalized",
@@ -108,17 +121,26 @@ impl std::fmt::Display for ReapOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct OutcomeCounts {
+    /// Runs finalized.
     pub finalized: usize,
+    /// Runs expired.
     pub expired: usize,
+    /// Runs still producing.
     pub producing: usize,
+    /// Runs the probe could not tell about.
     pub unknown: usize,
+    /// Runs whose drive ran out of budget.
     pub budget_exceeded: usize,
+    /// Runs another sweeper held.
     pub not_claimed: usize,
+    /// Runs whose sandbox could not be destroyed.
     pub reclaim_failed: usize,
+    /// Runs that failed.
     pub failed: usize,
 }
 
 impl OutcomeCounts {
+    /// The count of one outcome.
     pub fn get(&self, outcome: ReapOutcome) -> usize {
         match outcome {
             ReapOutcome::Finalized => self.finalized,
@@ -145,6 +167,7 @@ impl OutcomeCounts {
         }
     }
 
+    /// Runs counted, every outcome together.
     pub fn total(&self) -> usize {
         ReapOutcome::ALL.iter().map(|o| self.get(*o)).sum()
     }
@@ -154,13 +177,18 @@ impl OutcomeCounts {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReapRunEntry {
+    /// The run.
     pub run_id: String,
+    /// What the sweep did with it.
     pub outcome: ReapOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The run's status after the sweep, when known.
     pub status: Option<RunStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The agent's exit code, when the probe found one.
     pub exit_code: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// On a budget-exceeded run: whether its terminal status was written anyway.
     pub terminalized_anyway: Option<bool>,
     /// Boxed: most runs have none, and a report holds one entry per run of the batch.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -351,7 +379,9 @@ pub struct ReapReport {
     pub starts: StartReport,
     /// Runs in the batch not started because the deadline left too little time for them.
     pub deferred: usize,
+    /// How many runs had each outcome.
     pub outcomes: OutcomeCounts,
+    /// One entry per run handled.
     pub runs: Vec<ReapRunEntry>,
     /// Rows the listing matched but could not read: reported, never swept, never fatal.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -393,6 +423,7 @@ pub struct StartReport {
 }
 
 impl StartReport {
+    /// Whether the sweep found nothing to do.
     pub fn is_empty(&self) -> bool {
         *self == StartReport::default()
     }
@@ -469,6 +500,7 @@ pub struct ReclaimReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ledger: Option<LedgerCounts>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why the ledger could not be read.
     pub error: Option<String>,
     /// A dry run: what a sweep would do with each due entry, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -489,6 +521,7 @@ impl ReclaimReport {
 pub struct CorruptRow {
     /// The run (or store key) it belongs to, when the store could tell.
     pub key: Option<String>,
+    /// Why it does not parse.
     pub error: String,
 }
 
@@ -512,16 +545,23 @@ impl ReapReport {
 /// The ports a sweep runs on. Hold them as `Arc<dyn …>` in one plain struct.
 #[derive(Clone)]
 pub struct ReapDeps {
+    /// Where the runs are.
     pub runs: Arc<dyn RunStore>,
+    /// The runs' delivery logs.
     pub logs: Arc<dyn DeliveryLog>,
+    /// The sweep's single-flight lease.
     pub leases: Arc<dyn LeaseStore>,
     /// Durable reclaim intents: written before every terminal write, retried every sweep.
     pub ledger: Arc<dyn ReclaimLedger>,
+    /// Reads a run's journal for its exit.
     pub probe: Arc<dyn ExitProbe>,
+    /// Replays a finished run's output into its log.
     pub drive: Arc<dyn Drive>,
     /// Optional: without it, terminal runs keep their sandboxes.
     pub reclaim: Option<Arc<dyn Reclaim>>,
+    /// The time.
     pub clock: Arc<dyn Clock>,
+    /// Waits (the quiet window, retries).
     pub sleeper: Arc<dyn Sleeper>,
     /// The damage latch: the sweep guards its own ports with it, and a composition guards the
     /// stores its drive and reclaimer write to with the same one (see [`crate::damage`]), so
@@ -673,6 +713,7 @@ pub struct ReapOptions {
 }
 
 impl ReapOptions {
+    /// The defaults, with the detached-run TTL and the lease owner's name given.
     pub fn new(detached_run_ttl_ms: u64, owner: impl Into<String>) -> Self {
         ReapOptions {
             now: None,
@@ -775,6 +816,7 @@ impl ReapOptions {
             .saturating_add(STORE_ALLOWANCE_MS)
     }
 
+    /// How long a run's claim lasts before it must be renewed.
     pub fn claim_ttl(&self) -> u64 {
         self.claim_ttl_ms.unwrap_or(
             self.run_budget_ms
@@ -792,21 +834,32 @@ pub enum SweepStatus {
     Swept,
     /// Another sweep holds the lease: nothing was done. Not an error.
     AlreadyRunning {
+        /// The lease holder.
         holder: String,
         #[serde(rename = "expiresAt")]
+        /// When its lease lapses.
         expires_at: EpochMs,
     },
     /// The lease store failed: nothing was done.
-    LeaseUnavailable { error: String },
+    LeaseUnavailable {
+        /// What the lease store answered.
+        error: String,
+    },
     /// The options were invalid: nothing was done.
-    InvalidOptions { error: String },
+    InvalidOptions {
+        /// What is wrong.
+        error: String,
+    },
     /// A dry run ([`ReapOptions::dry_run`]): the entries say what a sweep would do; nothing was
     /// written and no sandbox touched beyond read-only probes.
     DryRun,
     /// An operator paused the sweeps ([`crate::pause`]): nothing was done.
     Paused {
+        /// Who paused them (the operator's name or host, as recorded).
         by: String,
+        /// When the pause was recorded.
         since: EpochMs,
+        /// Why, when the operator said.
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
@@ -820,9 +873,13 @@ pub const SWEEP_REPORT_SCHEMA_VERSION: u32 = 1;
 /// The report of a single-flight sweep. Its JSON starts with `schemaVersion`.
 #[derive(Debug, Clone)]
 pub struct SweepReport {
+    /// Whether the sweep ran.
     pub sweep: SweepStatus,
+    /// When it started.
     pub started_at: EpochMs,
+    /// How long it took.
     pub duration_ms: i64,
+    /// What it did to each run.
     pub report: ReapReport,
 }
 

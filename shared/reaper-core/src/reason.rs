@@ -72,6 +72,7 @@ pub enum ReasonCode {
 }
 
 impl ReasonCode {
+    /// Every code.
     pub const ALL: [ReasonCode; 28] = [
         ReasonCode::FinalizedExited,
         ReasonCode::ExpiredTtl,
@@ -103,6 +104,7 @@ impl ReasonCode {
         ReasonCode::KeptTurnBeingSetUp,
     ];
 
+    /// The code as reports and the schema spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             ReasonCode::FinalizedExited => "finalized/exited",
@@ -152,11 +154,14 @@ impl Serialize for ReasonCode {
 /// A code and the sentence that explains it for this run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reason {
+    /// The reason's code.
     pub code: ReasonCode,
+    /// The reason in words, for a person.
     pub message: String,
 }
 
 impl Reason {
+    /// A reason with this code and message.
     pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
         Reason {
             code,
@@ -175,21 +180,31 @@ impl std::fmt::Display for Reason {
 /// this reaper's to read, so the run is left alone until its TTL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unreachable {
+    /// The run names no sandbox.
     NoSandboxKey,
+    /// No instance record has the run's sandbox key.
     NoInstanceRecord {
+        /// The key looked up.
         sandbox_key: String,
     },
+    /// The sandbox's provider is not one this reaper serves.
     ProviderNotConfigured {
+        /// The provider the record names.
         provider: String,
+        /// The providers this reaper serves.
         serves: String,
     },
+    /// The provider says the sandbox no longer exists.
     SandboxGone {
+        /// The provider.
         provider: String,
+        /// The sandbox's id there.
         sandbox_id: String,
     },
 }
 
 impl Unreachable {
+    /// The reason reports give for this.
     pub fn reason(&self) -> Reason {
         const ALONE: &str = "left alone until its TTL expires it";
         match self {

@@ -22,8 +22,11 @@ pub enum ReclaimOutcome {
     /// The provider's destroy failed. The instance record is kept: the sandbox may still be
     /// running, and the ledger retries it.
     DestroyFailed {
+        /// The provider whose destroy failed.
         provider: String,
+        /// The sandbox's id there.
         provider_sandbox_id: String,
+        /// What the provider answered.
         reason: String,
     },
     /// The run never ran in a sandbox.
@@ -33,13 +36,20 @@ pub enum ReclaimOutcome {
     /// The record belongs to another provider: refused, nothing touched.
     ProviderMismatch,
     /// A non-terminal run still uses the sandbox (a newer turn of the thread): kept.
-    InUse { run_id: String },
+    InUse {
+        /// The run using it.
+        run_id: String,
+    },
     /// The instance's latest run has no record yet (the application is setting up a new turn in
     /// the sandbox): kept, since nothing proves that turn is over.
-    LatestRunUnknown { run_id: String },
+    LatestRunUnknown {
+        /// The run the instance names as its latest.
+        run_id: String,
+    },
 }
 
 impl ReclaimOutcome {
+    /// The outcome as reports name it.
     pub fn as_str(&self) -> &'static str {
         match self {
             ReclaimOutcome::Destroyed => "destroyed",
@@ -103,9 +113,13 @@ pub enum ReclaimPlan {
     /// Destroy `provider_sandbox_id` of `provider`; then delete the instance record `key` when
     /// `delete_record` (it still names this sandbox).
     Destroy {
+        /// The sandbox instance record's key.
         key: String,
+        /// The provider to ask.
         provider: String,
+        /// The sandbox to destroy.
         provider_sandbox_id: String,
+        /// Whether the instance record still names this sandbox and goes with it.
         delete_record: bool,
     },
     /// Destroy nothing, for this reason.
@@ -334,8 +348,11 @@ async fn live_user(
 /// in-use check): a failed destroy is an error carrying what the ledger needs to retry it.
 #[derive(Clone)]
 pub struct SandboxReclaimer {
+    /// Destroys sandboxes.
     pub provider: Arc<dyn SandboxProvider>,
+    /// Finds a run's sandbox from its key.
     pub instances: Arc<dyn SandboxInstanceStore>,
+    /// Tells whether another run still uses the sandbox.
     pub runs: Arc<dyn RunStore>,
 }
 

@@ -109,6 +109,7 @@ pub struct ReplayOptions {
     pub journal_dir: Option<String>,
     /// Most journal bytes per `exec`. At least 1.
     pub page_bytes: u64,
+    /// How long one command in the sandbox may take.
     pub exec_timeout_ms: u64,
     /// Wait before re-reading a journal with no new complete line and no sentinel.
     pub poll_ms: u64,
@@ -131,12 +132,19 @@ impl Default for ReplayOptions {
 /// The ports a replay runs on.
 #[derive(Clone)]
 pub struct ReplayDeps {
+    /// Where the runs are.
     pub runs: Arc<dyn RunStore>,
+    /// Finds a run's sandbox.
     pub instances: Arc<dyn SandboxInstanceStore>,
+    /// Reaches the sandbox.
     pub provider: Arc<dyn SandboxProvider>,
+    /// The run's delivery log.
     pub logs: Arc<dyn DeliveryLog>,
+    /// Where the transcript is saved.
     pub messages: Arc<dyn MessageStore>,
+    /// The time.
     pub clock: Arc<dyn Clock>,
+    /// Waits between reads.
     pub sleeper: Arc<dyn Sleeper>,
 }
 
@@ -156,6 +164,7 @@ pub struct JournalReplayDrive {
 }
 
 impl JournalReplayDrive {
+    /// A drive over these ports.
     pub fn new(deps: ReplayDeps, options: ReplayOptions) -> Self {
         JournalReplayDrive { deps, options }
     }

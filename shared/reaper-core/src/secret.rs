@@ -5,10 +5,12 @@
 pub struct Secret(String);
 
 impl Secret {
+    /// Holds `value`; it is shown only by [`Secret::expose`].
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }
 
+    /// The value itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0
     }

@@ -12,14 +12,17 @@ use crate::ports::Clock;
 pub struct ManualClock(Arc<AtomicI64>);
 
 impl ManualClock {
+    /// A clock showing `now`.
     pub fn new(now: EpochMs) -> Self {
         ManualClock(Arc::new(AtomicI64::new(now)))
     }
 
+    /// Moves the clock to `now`.
     pub fn set(&self, now: EpochMs) {
         self.0.store(now, Ordering::SeqCst);
     }
 
+    /// Moves the clock by `ms` (backwards when negative).
     pub fn advance(&self, ms: i64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }

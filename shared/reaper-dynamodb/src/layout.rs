@@ -22,7 +22,9 @@ pub const SK: &str = "sk";
 /// `detachedSince`, and of reclaim-ledger entries, `gsi1pk` = [`RECLAIM`], `gsi1sk` =
 /// `nextAttemptAt`. Projection ALL, so a listing needs no per-item read.
 pub const RECLAIMABLE_INDEX: &str = "reclaimable";
+/// The reclaimable index's partition key attribute.
 pub const GSI1_PK: &str = "gsi1pk";
+/// The reclaimable index's sort key attribute.
 pub const GSI1_SK: &str = "gsi1sk";
 /// The only `gsi1pk` value. One index partition serves well past any realistic number of
 /// detached runs; sharding (`DETACHED#n`) would be a compatible extension.
@@ -35,7 +37,9 @@ pub const RECLAIM: &str = "RECLAIM";
 /// Runs by thread: `gsi2pk` (S) = `THREAD#<threadId>`, `gsi2sk` (N) = `startedAt`. Projection
 /// ALL. Only run items carry these attributes.
 pub const THREAD_INDEX: &str = "by-thread";
+/// The by-thread index's partition key attribute.
 pub const GSI2_PK: &str = "gsi2pk";
+/// The by-thread index's sort key attribute.
 pub const GSI2_SK: &str = "gsi2sk";
 
 /// Live runs by sandbox key: `gsi3pk` (S) = `SANDBOX#<sandboxKey>` (the key's id form, hashed
@@ -43,6 +47,7 @@ pub const GSI2_SK: &str = "gsi2sk";
 /// that name a sandbox key and are not terminal, so the reclaim's in-use check reads the live
 /// runs naming a key and never a finished one.
 pub const SANDBOX_INDEX: &str = "by-sandbox";
+/// The by-sandbox index's partition key attribute.
 pub const GSI3_PK: &str = "gsi3pk";
 
 /// The table's TTL attribute (N, epoch **seconds**), enabled on the table.
@@ -51,44 +56,70 @@ pub const TTL: &str = "ttl";
 /// Informational: reads never require it, so hand-written items may omit it.
 pub const ENTITY: &str = "entity";
 
+/// The `sk` of a run's record item.
 pub const RUN_SK: &str = "RUN";
+/// The `sk` of a run's delivery-log meta item.
 pub const LOG_SK: &str = "LOG";
+/// The `sk` of a run's transcript item.
 pub const TRANSCRIPT_SK: &str = "TRANSCRIPT";
+/// The `sk` of a lease item.
 pub const LEASE_SK: &str = "LEASE";
 /// The note kept with a lease key, beside the lease item (a release deletes the lease item).
 pub const LEASE_NOTE_SK: &str = "NOTE";
+/// The `sk` of a sandbox instance record.
 pub const SANDBOX_SK: &str = "SANDBOX";
+/// The `sk` of a reclaim-ledger entry.
 pub const RECLAIM_SK: &str = "RECLAIM";
 
 /// Run item attributes (the reference's JSON field names).
 pub mod run {
+    /// The run's id.
     pub const RUN_ID: &str = "runId";
+    /// The run's conversation.
     pub const THREAD_ID: &str = "threadId";
+    /// The run's status.
     pub const STATUS: &str = "status";
+    /// When the run started (N, epoch ms).
     pub const STARTED_AT: &str = "startedAt";
+    /// When the run finished (N, epoch ms).
     pub const FINISHED_AT: &str = "finishedAt";
+    /// Why the run failed (a map).
     pub const ERROR: &str = "error";
+    /// The run's token usage (as the application wrote it).
     pub const USAGE: &str = "usage";
+    /// The run's sandbox instance key.
     pub const SANDBOX_KEY: &str = "sandboxKey";
+    /// When the run was detached (N, epoch ms).
     pub const DETACHED_SINCE: &str = "detachedSince";
+    /// Whether a cancel was requested.
     pub const CANCEL_REQUESTED: &str = "cancelRequested";
+    /// The epoch of the run's latest claim.
     pub const DRIVER_EPOCH: &str = "driverEpoch";
 }
 
 /// Log-meta and log-entry attributes.
 pub mod log {
+    /// On the log meta item: the next entry's sequence number.
     pub const NEXT_SEQ: &str = "nextSeq";
+    /// On the log meta item: whether the log is closed.
     pub const CLOSED: &str = "closed";
+    /// On the log meta item: when it was last appended to.
     pub const LAST_APPEND_AT: &str = "lastAppendAt";
+    /// On an entry item: its sequence number.
     pub const SEQ: &str = "seq";
+    /// On an entry item: the chunk.
     pub const CHUNK: &str = "chunk";
 }
 
 /// Lease attributes.
 pub mod lease {
+    /// The lease's key.
     pub const KEY: &str = "leaseKey";
+    /// Who holds the lease.
     pub const OWNER: &str = "owner";
+    /// The grant's token.
     pub const TOKEN: &str = "token";
+    /// When the lease lapses.
     pub const EXPIRES_AT: &str = "expiresAt";
     /// On the note item (`sk = NOTE`): the note's text.
     pub const NOTE: &str = "note";
@@ -96,13 +127,21 @@ pub mod lease {
 
 /// Reclaim-ledger entry attributes (the port's JSON field names).
 pub mod intent {
+    /// The run the entry is for.
     pub const RUN_ID: &str = "runId";
+    /// The run's sandbox key.
     pub const SANDBOX_KEY: &str = "sandboxKey";
+    /// The sandbox's provider.
     pub const PROVIDER: &str = "provider";
+    /// The sandbox's id at the provider.
     pub const PROVIDER_SANDBOX_ID: &str = "providerSandboxId";
+    /// When the entry was first recorded.
     pub const FIRST_SEEN: &str = "firstSeen";
+    /// Failed attempts so far.
     pub const ATTEMPTS: &str = "attempts";
+    /// When a sweep next retries it.
     pub const NEXT_ATTEMPT_AT: &str = "nextAttemptAt";
+    /// Why the last attempt failed.
     pub const LAST_ERROR: &str = "lastError";
 }
 
@@ -121,14 +160,17 @@ pub fn key_id(id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("~sha256:{hex}"))
 }
 
+/// The partition of a run's items.
 pub fn run_pk(run_id: &str) -> String {
     format!("RUN#{}", key_id(run_id))
 }
 
+/// The partition of a lease.
 pub fn lease_pk(key: &str) -> String {
     format!("LEASE#{}", key_id(key))
 }
 
+/// The partition of a sandbox instance record.
 pub fn sandbox_pk(key: &str) -> String {
     format!("SANDBOX#{}", key_id(key))
 }
@@ -139,6 +181,7 @@ pub fn reclaim_pk(run_id: &str) -> String {
     format!("RECLAIM#{}", key_id(run_id))
 }
 
+/// The by-thread index partition of a thread's runs.
 pub fn thread_gsi_pk(thread_id: &str) -> String {
     format!("THREAD#{}", key_id(thread_id))
 }
@@ -148,6 +191,7 @@ pub fn entry_sk(seq: u64) -> String {
     format!("LOG#{seq:020}")
 }
 
+/// The primary key of an item.
 pub fn key(pk: String, sk: &str) -> Item {
     HashMap::from([
         (PK.to_string(), AttributeValue::S(pk)),
@@ -155,10 +199,12 @@ pub fn key(pk: String, sk: &str) -> Item {
     ])
 }
 
+/// A string attribute.
 pub fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
+/// A number attribute.
 pub fn n(v: impl std::fmt::Display) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
@@ -313,6 +359,7 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A run status as stored.
 pub fn status_value(status: RunStatus) -> AttributeValue {
     s(status.as_str())
 }
@@ -418,6 +465,7 @@ pub fn run_from_item(item: &Item) -> Result<RunRecord, StoreError> {
     })
 }
 
+/// A sandbox instance record as an item.
 pub fn sandbox_item(rec: &SandboxInstanceRecord) -> Item {
     let mut item = key(sandbox_pk(&rec.key), SANDBOX_SK);
     item.insert(ENTITY.into(), s("sandbox"));
@@ -435,6 +483,7 @@ pub fn sandbox_item(rec: &SandboxInstanceRecord) -> Item {
     item
 }
 
+/// A sandbox instance record from its item; a malformed item is `Corrupt`.
 pub fn sandbox_from_item(item: &Item, key: &str) -> Result<SandboxInstanceRecord, StoreError> {
     let r = Reader::new(item, format!("sandbox {key}"));
     Ok(SandboxInstanceRecord {
@@ -448,6 +497,7 @@ pub fn sandbox_from_item(item: &Item, key: &str) -> Result<SandboxInstanceRecord
     })
 }
 
+/// A transcript as an item.
 pub fn transcript_item(t: &Transcript) -> Item {
     let mut item = key(run_pk(&t.run_id), TRANSCRIPT_SK);
     item.insert(ENTITY.into(), s("transcript"));
@@ -471,6 +521,7 @@ pub fn transcript_item(t: &Transcript) -> Item {
     item
 }
 
+/// A transcript from its item; a malformed item is `Corrupt`.
 pub fn transcript_from_item(item: &Item, run_id: &str) -> Result<Transcript, StoreError> {
     let key = format!("transcript {run_id}");
     let r = Reader::new(item, key.clone());
@@ -585,6 +636,7 @@ pub fn json_to_attr(v: &serde_json::Value) -> AttributeValue {
     }
 }
 
+/// An attribute value as JSON (the inverse of how chunks and usage are stored).
 pub fn attr_to_json(v: &AttributeValue) -> Result<serde_json::Value, String> {
     use serde_json::Value;
     let number = |raw: &str| -> Result<Value, String> {

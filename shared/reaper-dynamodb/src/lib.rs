@@ -91,6 +91,8 @@
 //! shared/reaper-dynamodb/emulator/stop.sh /tmp/ddb.env
 //! ```
 
+#![warn(missing_docs)]
+
 mod error;
 pub mod layout;
 mod leases;

@@ -21,7 +21,9 @@ pub struct OpStats {
     pub errors: u64,
     /// Total capacity units the service reported (`ReturnConsumedCapacity::Total`).
     pub capacity_units: f64,
+    /// Read capacity units the service reported.
     pub read_capacity_units: f64,
+    /// Write capacity units the service reported.
     pub write_capacity_units: f64,
 }
 
@@ -42,6 +44,7 @@ impl OpStats {
 pub struct RequestStats {
     /// Keyed by store operation (`list_reclaimable`, `bump_epoch`, `append`, …).
     pub by_operation: BTreeMap<String, OpStats>,
+    /// Every operation together.
     pub total: OpStats,
     /// Items a listing skipped because they did not parse: runs in `list_reclaimable` (each
     /// also returned in the listing's `corrupt`) and reclaim-ledger entries in `due_intents`.

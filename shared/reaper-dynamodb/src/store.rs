@@ -45,6 +45,7 @@ impl Clock for SystemClock {
 /// How a [`DynamoStore`] behaves. Build with [`DynamoOptions::new`] and adjust fields.
 #[derive(Clone)]
 pub struct DynamoOptions {
+    /// The table holding runs, logs, leases and sandbox instances.
     pub table_name: String,
     /// Delivery-log events live this long after their last append, and a log's meta item this
     /// long after the run finished or the log closed (the `ttl` attribute). Default 30 days.
@@ -57,15 +58,18 @@ pub struct DynamoOptions {
     /// SDK attempts per call (standard retry mode: exponential backoff with jitter on
     /// throttling, 5xx and transient network errors).
     pub max_attempts: u32,
+    /// The first retry's backoff.
     pub initial_backoff: Duration,
     /// The whole call, retries included.
     pub operation_timeout: Duration,
     /// One attempt.
     pub attempt_timeout: Duration,
+    /// Opening a connection.
     pub connect_timeout: Duration,
 }
 
 impl DynamoOptions {
+    /// The defaults for `table_name`.
     pub fn new(table_name: impl Into<String>) -> Self {
         DynamoOptions {
             table_name: table_name.into(),
@@ -168,14 +172,17 @@ impl DynamoStore {
         }
     }
 
+    /// The SDK client the store uses.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
+    /// The options the store was built with.
     pub fn options(&self) -> &DynamoOptions {
         &self.options
     }
 
+    /// The table the store uses.
     pub fn table_name(&self) -> &str {
         &self.options.table_name
     }

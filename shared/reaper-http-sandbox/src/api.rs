@@ -24,6 +24,7 @@ pub struct CreateSandboxRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxInfo {
+    /// The sandbox's id.
     pub id: String,
     /// Epoch milliseconds.
     pub created_at: i64,
@@ -37,7 +38,9 @@ pub struct SandboxInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInfo {
+    /// The agent's run.
     pub run_id: String,
+    /// The agent's process id in the sandbox.
     pub pid: u32,
 }
 
@@ -45,7 +48,9 @@ pub struct AgentInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StartAgentRequest {
+    /// The run the agent works on (its journal's name).
     pub run_id: String,
+    /// The agent's shell command.
     pub command: String,
     /// The journal directory for this run; default the sandbox's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +61,9 @@ pub struct StartAgentRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentStarted {
+    /// The run.
     pub run_id: String,
+    /// The agent's process id in the sandbox.
     pub pid: u32,
 }
 
@@ -64,6 +71,7 @@ pub struct AgentStarted {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecRequest {
+    /// The shell command.
     pub command: String,
     /// Default [`DEFAULT_EXEC_TIMEOUT_MS`]; at most the daemon's `--max-exec-timeout-ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,8 +85,11 @@ pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 30_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecResult {
+    /// The command's standard output.
     pub stdout: String,
+    /// Its standard error.
     pub stderr: String,
+    /// Its exit status.
     pub exit_code: i32,
 }
 
@@ -97,10 +108,12 @@ pub struct Health {
 /// Every error response: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
+    /// The error.
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An error's code and message.
 pub struct ErrorDetail {
     /// One of [`codes`]; stable, for machines.
     pub code: String,

@@ -19,6 +19,8 @@
 //!   and error ([`redact_url`]).
 //! - Sandbox ids are validated before they are put in a URL.
 
+#![warn(missing_docs)]
+
 pub mod api;
 #[cfg(feature = "native")]
 mod native;

@@ -44,14 +44,18 @@ pub struct HttpProviderConfig {
     pub token: String,
     /// The name recorded in instance records ([`DEFAULT_PROVIDER_NAME`]).
     pub name: String,
+    /// The timeout of every request but an exec (which gets its own plus `exec_margin_ms`).
     pub request_timeout_ms: u64,
+    /// Added to an exec's timeout for the round trip.
     pub exec_margin_ms: u64,
+    /// Larger responses are refused.
     pub max_response_bytes: usize,
     /// Match the daemon's `--max-body-bytes`.
     pub max_request_bytes: usize,
 }
 
 impl HttpProviderConfig {
+    /// The defaults for the daemon at `base_url` with `token`.
     pub fn new(base_url: impl Into<String>, token: impl Into<String>) -> Self {
         HttpProviderConfig {
             base_url: base_url.into(),
@@ -93,10 +97,13 @@ pub enum ConfigError {
         "invalid sandboxd token: it must be non-empty printable ASCII without spaces (the \
          daemon's REAPER_SANDBOXD_TOKEN)"
     )]
+    /// The token is empty or not printable ASCII.
     Token,
     #[error("invalid provider name: it must not be empty")]
+    /// The provider name is empty.
     Name,
     #[error("cannot build the HTTP transport: {0}")]
+    /// The HTTP client could not be built.
     Transport(String),
 }
 
@@ -134,7 +141,20 @@ impl std::fmt::Debug for HttpSandboxProvider {
 }
 
 impl HttpSandboxProvider {
-    /// A provider over the native reqwest transport.
+    /// A provider over the native reqwest transport. Nothing is sent until the sweep asks; the
+    /// URL and token are checked here.
+    ///
+    /// ```
+    /// use reaper_http_sandbox::{ConfigError, HttpProviderConfig, HttpSandboxProvider};
+    ///
+    /// let config = HttpProviderConfig::new("https://sandboxes.example.com", "s3cret-token");
+    /// assert!(HttpSandboxProvider::new(config).is_ok());
+    /// let no_scheme = HttpProviderConfig::new("sandboxes.example.com", "s3cret-token");
+    /// assert!(matches!(
+    ///     HttpSandboxProvider::new(no_scheme),
+    ///     Err(ConfigError::BaseUrl(_))
+    /// ));
+    /// ```
     #[cfg(feature = "native")]
     pub fn new(config: HttpProviderConfig) -> Result<Self, ConfigError> {
         let transport =
@@ -174,6 +194,7 @@ impl HttpSandboxProvider {
         })
     }
 
+    /// The configuration the provider was built with.
     pub fn config(&self) -> &HttpProviderConfig {
         &self.inner.config
     }

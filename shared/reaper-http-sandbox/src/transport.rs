@@ -9,14 +9,20 @@ use reaper_core::{MaybeSend, MaybeSync};
 /// The methods the API uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HttpMethod {
+    /// `GET`.
     Get,
+    /// `POST`.
     Post,
+    /// `PUT`.
     Put,
+    /// `PATCH`.
     Patch,
+    /// `DELETE`.
     Delete,
 }
 
 impl HttpMethod {
+    /// The method's name on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             HttpMethod::Get => "GET",
@@ -32,8 +38,11 @@ impl HttpMethod {
 /// credentials in the URL.
 #[derive(Clone)]
 pub struct HttpRequest {
+    /// The method.
     pub method: HttpMethod,
+    /// The full URL.
     pub url: String,
+    /// Request headers, names and values.
     pub headers: Vec<(String, String)>,
     /// The body, sent with `Content-Type: application/json` unless `headers` names another
     /// content type (a provider's streaming protocol, say).
@@ -61,9 +70,11 @@ impl std::fmt::Debug for HttpRequest {
 /// Any answer the server gave, whatever its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpResponse {
+    /// The HTTP status.
     pub status: u16,
     /// Response headers, names in lower case (`retry-after`, `content-type`).
     pub headers: Vec<(String, String)>,
+    /// The body, read up to the request's limit.
     pub body: Vec<u8>,
 }
 
@@ -101,15 +112,36 @@ impl HttpRequest {
 pub enum TransportError {
     /// Connecting, sending or reading failed: the daemon is down, restarting or unroutable.
     #[error("cannot reach {url}: {message}")]
-    Unreachable { url: String, message: String },
+    Unreachable {
+        /// The URL requested.
+        url: String,
+        /// What failed.
+        message: String,
+    },
     /// No complete answer within the request's timeout.
     #[error("no answer from {url} within {timeout_ms} ms")]
-    TimedOut { url: String, timeout_ms: u64 },
+    TimedOut {
+        /// The URL requested.
+        url: String,
+        /// The timeout that passed.
+        timeout_ms: u64,
+    },
     #[error("the response from {url} is larger than the {limit}-byte limit")]
-    ResponseTooLarge { url: String, limit: usize },
+    /// The body was longer than the request allows.
+    ResponseTooLarge {
+        /// The URL requested.
+        url: String,
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// The request could not be built (a bad URL, an invalid header).
     #[error("cannot send a request to {url}: {message}")]
-    Invalid { url: String, message: String },
+    Invalid {
+        /// The URL requested.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// Sends one HTTP request. Implementations must honour `timeout_ms` and `max_response_bytes`,
@@ -117,5 +149,6 @@ pub enum TransportError {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 pub trait HttpTransport: MaybeSend + MaybeSync {
+    /// Sends `request` and returns the answer, whatever its status.
     async fn send(&self, request: HttpRequest) -> Result<HttpResponse, TransportError>;
 }

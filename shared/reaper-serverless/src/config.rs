@@ -38,14 +38,16 @@ pub const MAX_RUNS: &str = "REAPER_MAX_RUNS";
 pub const CONCURRENCY: &str = "REAPER_CONCURRENCY";
 /// Runs in flight by default: overlaps slow sandbox hosts without crowding sandboxd or DynamoDB.
 pub const DEFAULT_CONCURRENCY: usize = 4;
-pub const FENCE_QUIET: &str = "REAPER_FENCE_QUIET";
+/// The quiet window before a drive appends (formerly `REAPER_FENCE_QUIET`).
+pub const QUIET_WINDOW: &str = reaper_core::settings::QUIET_WINDOW;
 /// The deadline of one probe or one reclaim (the sandbox I/O around a drive).
 pub const STEP_TIMEOUT: &str = "REAPER_STEP_TIMEOUT";
 pub const JOURNAL_DIR: &str = "REAPER_JOURNAL_DIR";
 pub const BUDGET: &str = "REAPER_BUDGET";
 pub const DEADLINE_MARGIN: &str = "REAPER_DEADLINE_MARGIN";
 pub const PER_RUN_RESERVE: &str = "REAPER_PER_RUN_RESERVE";
-pub const LOG_RETENTION: &str = "REAPER_LOG_RETENTION";
+/// How long a finished run's delivery-log events are kept (formerly `REAPER_LOG_RETENTION`).
+pub const EVENT_RETENTION: &str = reaper_core::settings::EVENT_RETENTION;
 
 /// One environment variable: the documented table (`README.md`) is kept equal to this list by a
 /// test, and the deploy templates' tidy tests check their variable names against it.
@@ -138,7 +140,7 @@ pub const SETTINGS: &[Setting] = &[
         required: true,
         secret: false,
         default: "",
-        accepted: "a duration from 1s to 365d, e.g. 30m or 2h",
+        accepted: "a duration from 1s to 3650d, e.g. 30m or 2h",
     },
     Setting {
         name: RUN_BUDGET,
@@ -162,11 +164,11 @@ pub const SETTINGS: &[Setting] = &[
         accepted: "a whole number from 1 to 64",
     },
     Setting {
-        name: FENCE_QUIET,
+        name: QUIET_WINDOW,
         required: false,
         secret: false,
         default: "5s",
-        accepted: "a duration from 0s to 1m",
+        accepted: "a duration from 0ms to 1m (formerly REAPER_FENCE_QUIET, still read with a warning)",
     },
     Setting {
         name: STEP_TIMEOUT,
@@ -194,7 +196,7 @@ pub const SETTINGS: &[Setting] = &[
         required: false,
         secret: false,
         default: "15s or a tenth of the budget, whichever is larger",
-        accepted: "a duration from 0s to 5m",
+        accepted: "a duration from 0ms to 5m",
     },
     Setting {
         name: PER_RUN_RESERVE,
@@ -204,11 +206,11 @@ pub const SETTINGS: &[Setting] = &[
         accepted: "a duration from 1ms to 1h: the time one run may take in the worst case",
     },
     Setting {
-        name: LOG_RETENTION,
+        name: EVENT_RETENTION,
         required: false,
         secret: false,
         default: "30d",
-        accepted: "a duration from 1h to 3650d",
+        accepted: "a duration from 1h to 3650d (formerly REAPER_LOG_RETENTION, still read with a warning)",
     },
     Setting {
         name: ROLE_ARN,
@@ -260,6 +262,7 @@ pub fn setting(name: &str) -> Option<&'static Setting> {
 }
 
 pub use reaper_core::secret::Secret;
+pub use reaper_core::settings::Renamed;
 
 /// Everything a serverless sweep needs to know, validated. Its `Debug` masks credentials a
 /// sandboxd URL may carry (`https://user:pass@host`), as the token is masked by [`Secret`].
@@ -297,6 +300,8 @@ pub struct ServerlessConfig {
     /// How the DynamoDB store authenticates (`AWS_ROLE_ARN`, else `AWS_ACCESS_KEY_ID`, else the
     /// SDK's default chain).
     pub aws_credentials: AwsCredentialsConfig,
+    /// Settings found under a deprecated name: the handler logs each once, at start-up.
+    pub renamed: Vec<Renamed>,
 }
 
 impl std::fmt::Debug for ServerlessConfig {
@@ -325,6 +330,7 @@ impl std::fmt::Debug for ServerlessConfig {
             .field("per_run_reserve", &self.per_run_reserve)
             .field("log_retention", &self.log_retention)
             .field("aws_credentials", &self.aws_credentials)
+            .field("renamed", &self.renamed)
             .finish()
     }
 }
@@ -438,12 +444,29 @@ impl ConfigError {
 struct Reader<G> {
     get: G,
     problems: Vec<SettingProblem>,
+    /// Old names found in the environment (for the deprecation warnings).
+    renamed: Vec<Renamed>,
+    /// Settings whose value came from an old name: (current name, old name).
+    read_as: Vec<(&'static str, &'static str)>,
 }
 
 impl<G: Fn(&str) -> Option<String>> Reader<G> {
     fn raw(&mut self, name: &'static str) -> Option<String> {
         let spec = setting(name).expect("every setting read is in SETTINGS");
-        match (self.get)(name) {
+        let value = if reaper_core::settings::setting(name).is_some() {
+            // A renamed setting is still read under its old name, reported for a warning.
+            let found = reaper_core::settings::lookup(name, &self.get);
+            if let Some(renamed) = found.renamed {
+                if !renamed.ignored {
+                    self.read_as.push((name, renamed.old));
+                }
+                self.renamed.push(renamed);
+            }
+            found.value
+        } else {
+            (self.get)(name)
+        };
+        match value {
             // An empty variable is how templates spell "unset" for an optional parameter.
             Some(v) if !v.is_empty() => Some(v),
             Some(_) if spec.required => {
@@ -464,8 +487,15 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
 
     fn fail(&mut self, name: &'static str, value: Option<&str>, problem: String) {
         let spec = setting(name).expect("every setting read is in SETTINGS");
+        // A value read under a setting's old name is reported under that name: it is the one
+        // in the deployment to fix.
+        let shown = self
+            .read_as
+            .iter()
+            .find(|(new, _)| *new == name)
+            .map_or(name, |(_, old)| *old);
         self.problems.push(SettingProblem {
-            name,
+            name: shown,
             value: if spec.secret {
                 None
             } else if name == SANDBOXD_URL || name == DATABASE_URL {
@@ -494,7 +524,13 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
         }
     }
 
-    fn duration(&mut self, name: &'static str, min: Duration, max: Duration) -> Option<Duration> {
+    /// A duration within the range [`reaper_core::settings`] gives `name`, the same wherever it
+    /// is read.
+    fn duration(&mut self, name: &'static str) -> Option<Duration> {
+        let (min, max) = reaper_core::settings::setting(name)
+            .and_then(reaper_core::settings::Setting::duration_ms)
+            .map(|(min, max)| (Duration::from_millis(min), Duration::from_millis(max)))
+            .expect("every duration is registered in reaper_core::settings");
         let value = self.raw(name)?;
         let parsed = match humantime::parse_duration(value.trim()) {
             Ok(d) => d,
@@ -510,7 +546,12 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
         Some(parsed)
     }
 
-    fn count(&mut self, name: &'static str, min: usize, max: usize) -> Option<usize> {
+    /// A whole number within the range [`reaper_core::settings`] gives `name`.
+    fn count(&mut self, name: &'static str) -> Option<usize> {
+        let (min, max) = reaper_core::settings::setting(name)
+            .and_then(reaper_core::settings::Setting::count)
+            .map(|(min, max)| (min as usize, max as usize))
+            .expect("every count is registered in reaper_core::settings");
         let value = self.raw(name)?;
         match value.trim().parse::<usize>() {
             Ok(n) if (min..=max).contains(&n) => Some(n),
@@ -525,11 +566,6 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
         }
     }
 }
-
-const SECOND: Duration = Duration::from_secs(1);
-const MINUTE: Duration = Duration::from_secs(60);
-const HOUR: Duration = Duration::from_secs(3600);
-const DAY: Duration = Duration::from_secs(24 * 3600);
 
 fn check_table(v: &str) -> Result<(), String> {
     if !(3..=255).contains(&v.len()) {
@@ -752,6 +788,8 @@ impl ServerlessConfig {
         let mut r = Reader {
             get,
             problems: Vec::new(),
+            renamed: Vec::new(),
+            read_as: Vec::new(),
         };
         let store_kind = r.store_kind();
         let table = r.string(TABLE, check_table);
@@ -778,7 +816,7 @@ impl ServerlessConfig {
         let sandboxd_url = r.string(SANDBOXD_URL, check_url);
         let sandboxd_token = r.string(SANDBOXD_TOKEN, check_token);
         let token_secret_arn = r.string(SANDBOXD_TOKEN_SECRET_ARN, check_secret_arn);
-        let secret_cache_ttl = r.duration(SECRET_CACHE_TTL, SECOND, HOUR);
+        let secret_cache_ttl = r.duration(SECRET_CACHE_TTL);
         if sandboxd {
             if !r.is_set(SANDBOXD_URL) {
                 r.fail(
@@ -812,18 +850,22 @@ impl ServerlessConfig {
             }
         }
         let provider_name = r.string(SANDBOX_PROVIDER_NAME, check_name);
-        let detached_ttl = r.duration(DETACHED_TTL, SECOND, 365 * DAY);
-        let run_budget = r.duration(RUN_BUDGET, Duration::from_millis(10), HOUR);
-        let max_runs = r.count(MAX_RUNS, 1, 1000);
-        let concurrency = r.count(CONCURRENCY, 1, 64);
-        let fence_quiet = r.duration(FENCE_QUIET, Duration::ZERO, MINUTE);
-        let step_timeout = r.duration(STEP_TIMEOUT, Duration::from_millis(100), 5 * MINUTE);
+        let detached_ttl = r.duration(DETACHED_TTL);
+        let run_budget = r.duration(RUN_BUDGET);
+        let max_runs = r.count(MAX_RUNS);
+        let concurrency = r.count(CONCURRENCY);
+        let fence_quiet = r.duration(QUIET_WINDOW);
+        let step_timeout = r.duration(STEP_TIMEOUT);
         let journal_dir = r.string(JOURNAL_DIR, check_dir);
-        let budget = r.duration(BUDGET, SECOND, HOUR);
-        let deadline_margin = r.duration(DEADLINE_MARGIN, Duration::ZERO, 5 * MINUTE);
-        let per_run_reserve = r.duration(PER_RUN_RESERVE, Duration::from_millis(1), HOUR);
-        let log_retention = r.duration(LOG_RETENTION, HOUR, 3650 * DAY);
+        let budget = r.duration(BUDGET);
+        let deadline_margin = r.duration(DEADLINE_MARGIN);
+        let per_run_reserve = r.duration(PER_RUN_RESERVE);
+        let log_retention = r.duration(EVENT_RETENTION);
         let aws_credentials = r.aws_credentials();
+        // Read once per cold start, so each old name is warned about once per instance.
+        for renamed in &r.renamed {
+            tracing::warn!(old = renamed.old, new = renamed.new, "{renamed}");
+        }
         if !r.problems.is_empty() {
             return Err(ConfigError {
                 problems: r.problems,
@@ -856,6 +898,7 @@ impl ServerlessConfig {
             StoreChoice::Postgres { .. } => String::new(),
         };
         Ok(ServerlessConfig {
+            renamed: r.renamed,
             store,
             table,
             providers,
@@ -919,6 +962,115 @@ mod tests {
 
     fn error_for(pairs: &[(&str, &str)]) -> ConfigError {
         ServerlessConfig::from_env(env(pairs)).expect_err("the configuration must be refused")
+    }
+
+    /// Runs `f` with a subscriber writing warnings into the returned text.
+    fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+        #[derive(Clone, Default)]
+        struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let out = tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        (out, text)
+    }
+
+    #[test]
+    fn the_old_fence_quiet_and_log_retention_names_are_read_with_one_warning_each() {
+        let (c, log) = logged(|| {
+            ServerlessConfig::from_env(env(&with(&[
+                ("REAPER_FENCE_QUIET", "3s"),
+                ("REAPER_LOG_RETENTION", "7d"),
+            ])))
+            .unwrap()
+        });
+        assert_eq!(c.fence_quiet, Duration::from_secs(3));
+        assert_eq!(c.log_retention, Duration::from_secs(7 * 24 * 3600));
+        let olds: Vec<_> = c.renamed.iter().map(|r| r.old).collect();
+        assert_eq!(olds, ["REAPER_FENCE_QUIET", "REAPER_LOG_RETENTION"]);
+        for (old, new) in [
+            ("REAPER_FENCE_QUIET", QUIET_WINDOW),
+            ("REAPER_LOG_RETENTION", EVENT_RETENTION),
+        ] {
+            let line = format!("{old} is deprecated: rename it to {new}");
+            assert_eq!(log.matches(&line).count(), 1, "{log}");
+        }
+    }
+
+    #[test]
+    fn the_new_setting_name_wins_over_its_old_name_and_both_are_warned_about() {
+        let (c, log) = logged(|| {
+            ServerlessConfig::from_env(env(&with(&[
+                (QUIET_WINDOW, "1s"),
+                ("REAPER_FENCE_QUIET", "not even a duration"),
+            ])))
+            .unwrap()
+        });
+        assert_eq!(c.fence_quiet, Duration::from_secs(1));
+        assert!(
+            log.contains("(REAPER_QUIET_WINDOW is also set and wins)"),
+            "{log}"
+        );
+    }
+
+    #[test]
+    fn a_bad_value_under_an_old_name_is_reported_under_that_name() {
+        let e = error_for(&with(&[("REAPER_FENCE_QUIET", "5m")]));
+        assert_eq!(e.problems[0].name, "REAPER_FENCE_QUIET", "{e}");
+        assert!(e.to_string().contains("is out of range"), "{e}");
+    }
+
+    #[test]
+    fn every_setting_is_registered_for_lambda_and_vercel_with_the_range_stated_here() {
+        use reaper_core::settings::{Binary, Value, SETTINGS as REGISTRY};
+        let ours: Vec<&str> = SETTINGS
+            .iter()
+            .map(|s| s.name)
+            .filter(|n| n.starts_with("REAPER_"))
+            .collect();
+        let registered: Vec<&str> = REGISTRY
+            .iter()
+            .filter(|s| s.is_read_by(Binary::Lambda) || s.is_read_by(Binary::Vercel))
+            .map(|s| s.name)
+            .filter(|n| *n != "REAPER_STATUS_TOKEN" && *n != "REAPER_METRICS_NAMESPACE")
+            .collect();
+        let (mut a, mut b) = (ours.clone(), registered.clone());
+        a.sort();
+        b.sort();
+        assert_eq!(
+            a, b,
+            "reaper-serverless's SETTINGS and reaper_core::settings differ"
+        );
+        for name in ours {
+            let spec = reaper_core::settings::setting(name).unwrap();
+            let accepted = setting(name).unwrap().accepted;
+            let stated = match spec.value {
+                Value::Duration { min_ms, max_ms } => format!(
+                    "from {} to {}",
+                    reaper_core::settings::show_ms(min_ms),
+                    reaper_core::settings::show_ms(max_ms)
+                ),
+                Value::Count { min, max } => format!("from {min} to {max}"),
+                Value::Text(_) => continue,
+            };
+            assert!(
+                accepted.contains(&stated),
+                "{name}: {accepted:?} should say {stated:?}"
+            );
+        }
     }
 
     #[test]
@@ -1019,13 +1171,13 @@ mod tests {
             (RUN_BUDGET, "2s"),
             (MAX_RUNS, "7"),
             (CONCURRENCY, "12"),
-            (FENCE_QUIET, "150ms"),
+            (QUIET_WINDOW, "150ms"),
             (STEP_TIMEOUT, "45s"),
             (JOURNAL_DIR, "/var/journals"),
             (BUDGET, "5m"),
             (DEADLINE_MARGIN, "3s"),
             (PER_RUN_RESERVE, "40s"),
-            (LOG_RETENTION, "7d"),
+            (EVENT_RETENTION, "7d"),
             (SANDBOX_PROVIDER_NAME, "edge-daemon"),
         ])))
         .unwrap();
@@ -1067,7 +1219,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("REAPER_DETACHED_TTL is not set (accepted: a duration from 1s to 365d"),
+            text.contains("REAPER_DETACHED_TTL is not set (accepted: a duration from 1s to 3650d"),
             "{text}"
         );
     }
@@ -1089,7 +1241,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("accepted: a duration from 1s to 365d, e.g. 30m or 2h"),
+            text.contains("accepted: a duration from 1s to 3650d, e.g. 30m or 2h"),
             "{text}"
         );
     }
@@ -1099,11 +1251,11 @@ mod tests {
         for (name, value) in [
             (DETACHED_TTL, "500ms"),
             (RUN_BUDGET, "2h"),
-            (FENCE_QUIET, "5m"),
+            (QUIET_WINDOW, "5m"),
             (STEP_TIMEOUT, "50ms"),
             (STEP_TIMEOUT, "6m"),
             (BUDGET, "0s"),
-            (LOG_RETENTION, "10m"),
+            (EVENT_RETENTION, "10m"),
         ] {
             let e = error_for(&with(&[(name, value)]));
             assert_eq!(e.problems.len(), 1, "{name}={value}");

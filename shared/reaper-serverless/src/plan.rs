@@ -192,10 +192,10 @@ impl std::fmt::Display for BudgetTooShort {
             ),
             Some(derivation) => (
                 format!(
-                    "{derivation}, from REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET and \
+                    "{derivation}, from REAPER_STEP_TIMEOUT, REAPER_QUIET_WINDOW and \
                      REAPER_RUN_BUDGET"
                 ),
-                "REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET or \
+                "REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_QUIET_WINDOW or \
                  REAPER_DEADLINE_MARGIN",
             ),
         };
@@ -291,6 +291,7 @@ mod tests {
             per_run_reserve: None,
             log_retention: Duration::from_secs(86_400),
             aws_credentials: crate::AwsCredentialsConfig::DefaultChain,
+            renamed: Vec::new(),
         }
     }
 
@@ -432,9 +433,9 @@ mod tests {
             "safety margin of 15s",
             "leaves 45s, less than the 107s one run may take",
             "(probe 20s + quiet wait 7 × 5s + drive 30s + reclaim 20s + store requests 2s, \
-             from REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET and REAPER_RUN_BUDGET)",
+             from REAPER_STEP_TIMEOUT, REAPER_QUIET_WINDOW and REAPER_RUN_BUDGET)",
             "Raise the budget to at least 122s",
-            "lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_FENCE_QUIET or \
+            "lower REAPER_RUN_BUDGET, REAPER_STEP_TIMEOUT, REAPER_QUIET_WINDOW or \
              REAPER_DEADLINE_MARGIN",
         ] {
             assert!(text.contains(part), "{part:?} missing from {text}");

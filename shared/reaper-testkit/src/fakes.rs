@@ -37,6 +37,7 @@ pub struct TokioClock {
 }
 
 impl TokioClock {
+    /// A clock showing `base` now.
     pub fn new(base: EpochMs) -> Self {
         TokioClock {
             base,
@@ -68,26 +69,44 @@ impl Sleeper for TokioSleeper {
 /// One store call, as the spy saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
+    /// `create_or_resume` of a run.
     CreateOrResume(String),
+    /// `update` of a run with a patch.
     Update(String, RunPatch),
+    /// `get` of a run.
     Get(String),
+    /// `find_active_run` of a thread.
     FindActive(String),
+    /// `list_reclaimable`.
     ListReclaimable,
+    /// `bump_epoch` of a run.
     BumpEpoch(String),
+    /// `write_terminal` of a run at a held epoch.
     WriteTerminal(String, u64),
+    /// `append` of this many chunks to a run's log.
     Append(String, usize),
+    /// `close` of a run's log.
     Close(String),
+    /// `snapshot` of a run's log.
     Snapshot(String),
+    /// `read` of a run's log.
     Read(String),
+    /// `record_intent` for a run.
     RecordIntent(String),
+    /// `update_intent` for a run.
     UpdateIntent(String),
+    /// `resolve_intent` for a run.
     ResolveIntent(String),
+    /// `get_intent` for a run.
     GetIntent(String),
+    /// `due_intents`.
     DueIntents,
+    /// `ledger_counts`.
     LedgerCounts,
 }
 
 impl Op {
+    /// The run the call was about, if any.
     pub fn run_id(&self) -> Option<&str> {
         match self {
             Op::CreateOrResume(r)
@@ -131,6 +150,7 @@ type HookFn = dyn Fn(&Op) + Send + Sync;
 /// calls a rule picks (by op and by call number).
 #[derive(Clone)]
 pub struct SpyStore {
+    /// The store every call goes to.
     pub inner: MemoryStore,
     ops: Arc<Mutex<Vec<Op>>>,
     fail: Arc<Mutex<Option<Arc<FailFn>>>>,
@@ -149,6 +169,7 @@ impl std::fmt::Debug for SpyStore {
 }
 
 impl SpyStore {
+    /// A spy over `inner`, failing nothing yet.
     pub fn new(inner: MemoryStore) -> Self {
         SpyStore {
             inner,
@@ -198,14 +219,17 @@ impl SpyStore {
         lock(&self.growing).insert(run_id.to_string(), 0);
     }
 
+    /// Every call so far, in order.
     pub fn ops(&self) -> Vec<Op> {
         lock(&self.ops).clone()
     }
 
+    /// Forgets the calls recorded so far.
     pub fn clear_ops(&self) {
         lock(&self.ops).clear();
     }
 
+    /// The calls about one run.
     pub fn ops_for(&self, run_id: &str) -> Vec<Op> {
         self.ops()
             .into_iter()
@@ -213,6 +237,7 @@ impl SpyStore {
             .collect()
     }
 
+    /// The writes about one run.
     pub fn writes_for(&self, run_id: &str) -> Vec<Op> {
         self.ops_for(run_id)
             .into_iter()
@@ -228,6 +253,7 @@ impl SpyStore {
             .unwrap_or(0)
     }
 
+    /// How many times the run's log was closed.
     pub fn closes(&self, run_id: &str) -> usize {
         self.ops_for(run_id)
             .iter()
@@ -235,6 +261,7 @@ impl SpyStore {
             .count()
     }
 
+    /// The chunks in the run's log.
     pub async fn log_entries(&self, run_id: &str) -> Vec<Chunk> {
         DeliveryLog::read(&self.inner, run_id, 0, usize::MAX)
             .await
@@ -244,6 +271,7 @@ impl SpyStore {
             .collect()
     }
 
+    /// The run's record, if any.
     pub async fn record(&self, run_id: &str) -> Option<RunRecord> {
         RunStore::get(&self.inner, run_id).await.unwrap()
     }
@@ -465,6 +493,7 @@ impl DeliveryLog for SpyStore {
 /// viewer coming back at the moment the claim is taken) or be refused as held elsewhere.
 #[derive(Clone, Default)]
 pub struct FaultyLeases {
+    /// The store holding the leases.
     pub inner: MemoryStore,
     lost_on_arrival: Arc<Mutex<HashSet<String>>>,
     lost_on_renew: Arc<Mutex<HashSet<String>>>,
@@ -484,6 +513,7 @@ impl std::fmt::Debug for FaultyLeases {
 }
 
 impl FaultyLeases {
+    /// Leases over `inner`, with no faults yet.
     pub fn new(inner: MemoryStore) -> Self {
         FaultyLeases {
             inner,
@@ -507,12 +537,15 @@ impl FaultyLeases {
     pub fn delay_acquire(&self, ms: u64) {
         *lock(&self.acquire_delay_ms) = ms;
     }
+    /// Runs `hook` with the key on every acquisition.
     pub fn on_acquire(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
         *lock(&self.on_acquire) = Some(Arc::new(hook));
     }
+    /// The keys acquired, in order.
     pub fn acquired(&self) -> Vec<String> {
         lock(&self.acquired).clone()
     }
+    /// The keys released, in order.
     pub fn released(&self) -> Vec<String> {
         lock(&self.released).clone()
     }
@@ -589,13 +622,16 @@ pub struct ScriptedProbe {
 }
 
 impl ScriptedProbe {
+    /// A probe with no answers yet (unscripted runs are `Producing`).
     pub fn new() -> Self {
         Self::default()
     }
+    /// Answers `probe` for the run.
     pub fn answer(&self, run_id: &str, probe: RunExitProbe) -> &Self {
         lock(&self.answers).insert(run_id.into(), Ok(probe));
         self
     }
+    /// Answers `Finished` with `exit_code` for the run.
     pub fn finished(&self, run_id: &str, exit_code: i64) -> &Self {
         self.answer(run_id, RunExitProbe::Finished { exit_code })
     }
@@ -604,6 +640,7 @@ impl ScriptedProbe {
         lock(&self.answers).insert(run_id.into(), Err(message.into()));
         self
     }
+    /// The runs probed, in order.
     pub fn calls(&self) -> Vec<String> {
         lock(&self.calls).clone()
     }
@@ -629,7 +666,10 @@ pub enum DriveScript {
     /// Yields one chunk, then waits for the signal and ends normally (what `chat()` does).
     UntilAborted,
     /// Yields one chunk every `ms` of (virtual) time, ignoring the signal, forever.
-    IgnoresAbort { every_ms: u64 },
+    IgnoresAbort {
+        /// Time between chunks.
+        every_ms: u64,
+    },
     /// Yields the chunks, then fails with the error.
     Throws(Vec<Chunk>, DriveError),
     /// `drive` itself fails before producing a stream.
@@ -652,6 +692,7 @@ impl std::fmt::Debug for ScriptedDrive {
 }
 
 impl ScriptedDrive {
+    /// A drive waiting on `sleeper`, with no scripts yet.
     pub fn new(sleeper: Arc<dyn Sleeper>) -> Self {
         ScriptedDrive {
             scripts: Default::default(),
@@ -659,6 +700,7 @@ impl ScriptedDrive {
             sleeper,
         }
     }
+    /// Follows `script` for the run.
     pub fn script(&self, run_id: &str, script: DriveScript) -> &Self {
         lock(&self.scripts).insert(run_id.into(), script);
         self
@@ -676,6 +718,7 @@ impl ScriptedDrive {
     }
 }
 
+/// The chunks an unscripted run yields.
 pub fn default_chunks() -> Vec<Chunk> {
     vec![Chunk::text("hello "), Chunk::text("world")]
 }
@@ -738,9 +781,11 @@ pub struct RecordingReclaim {
 }
 
 impl RecordingReclaim {
+    /// A reclaim that succeeds for every run.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Fails the run's reclaims until told otherwise.
     pub fn fail_for(&self, run_id: &str) -> &Self {
         lock(&self.failing).insert(run_id.into());
         self
@@ -750,9 +795,11 @@ impl RecordingReclaim {
         lock(&self.failing).remove(run_id);
         self
     }
+    /// The runs reclaim was called for, in order.
     pub fn calls(&self) -> Vec<RunRecord> {
         lock(&self.calls).clone()
     }
+    /// The runs reclaimed successfully.
     pub fn reclaimed(&self) -> Vec<String> {
         self.calls().into_iter().map(|r| r.run_id).collect()
     }
@@ -785,6 +832,7 @@ pub struct CountingRuns<S> {
 }
 
 impl<S> CountingRuns<S> {
+    /// Counts the calls to `inner`.
     pub fn new(inner: S) -> Self {
         CountingRuns {
             inner,
@@ -901,6 +949,7 @@ pub struct FakeProvider {
 }
 
 impl FakeProvider {
+    /// A provider called `name` whose destroys all succeed so far.
     pub fn new(name: &str) -> Self {
         FakeProvider {
             name: name.into(),
@@ -908,6 +957,7 @@ impl FakeProvider {
             destroyed: Default::default(),
         }
     }
+    /// Fails every destroy of `id`.
     pub fn fail_destroy(&self, id: &str) -> &Self {
         lock(&self.failing).insert(id.into());
         self
@@ -941,8 +991,11 @@ impl SandboxProvider for FakeProvider {
 /// One captured tracing event.
 #[derive(Debug, Clone)]
 pub struct Captured {
+    /// The event's level.
     pub level: tracing::Level,
+    /// Its message.
     pub message: String,
+    /// Its other fields, formatted.
     pub fields: String,
 }
 
@@ -988,20 +1041,24 @@ impl LogCapture {
         (capture, CaptureGuard(()))
     }
 
+    /// The events captured so far.
     pub fn events(&self) -> Vec<Captured> {
         lock(&self.events).clone()
     }
 
+    /// How many events of `level` were captured.
     pub fn count(&self, level: tracing::Level) -> usize {
         self.events().iter().filter(|e| e.level == level).count()
     }
 
+    /// Whether an event of `level` mentions `needle`.
     pub fn contains(&self, level: tracing::Level, needle: &str) -> bool {
         self.events()
             .iter()
             .any(|e| e.level == level && (e.message.contains(needle) || e.fields.contains(needle)))
     }
 
+    /// Whether any event mentions `needle`.
     pub fn any(&self, needle: &str) -> bool {
         self.events()
             .iter()

@@ -1,6 +1,8 @@
 //! Conformance suites for every store port (one named test per case, expanded by macros), and
 //! fault-injecting fakes for the sweep's tests. A dev-dependency only.
 
+#![warn(missing_docs)]
+
 pub mod conformance;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod live;

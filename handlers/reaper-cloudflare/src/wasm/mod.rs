@@ -50,8 +50,20 @@ fn setting(env: &Env, name: &str) -> Option<String> {
         .ok()
 }
 
+/// Set once the deprecated setting names have been warned about: the settings are read on
+/// every event, the warning is logged once per isolate.
+static WARNED_RENAMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub(crate) fn config(env: &Env) -> std::result::Result<Config, crate::config::ConfigError> {
-    Config::from_lookup(|name| setting(env, name))
+    let config = Config::from_lookup(|name| setting(env, name))?;
+    if !config.renamed.is_empty()
+        && !WARNED_RENAMED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        for renamed in &config.renamed {
+            tracing::warn!(target: TARGET, old = renamed.old, new = renamed.new, "{renamed}");
+        }
+    }
+    Ok(config)
 }
 
 fn absolute(at: EpochMs) -> ScheduledTime {

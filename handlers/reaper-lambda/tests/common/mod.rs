@@ -254,7 +254,7 @@ impl World {
             ("REAPER_SANDBOXD_TOKEN", &self.sandboxd.token),
             ("REAPER_DETACHED_TTL", "30m"),
             ("REAPER_RUN_BUDGET", "10s"),
-            ("REAPER_FENCE_QUIET", "50ms"),
+            ("REAPER_QUIET_WINDOW", "50ms"),
             // A local sandboxd answers in milliseconds: a shorter step deadline keeps one run's
             // worst case (10 s + 0.35 s + 10 s + 10 s + 2 s) well inside the 60 s budget.
             ("REAPER_STEP_TIMEOUT", "10s"),

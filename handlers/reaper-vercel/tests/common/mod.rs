@@ -61,7 +61,7 @@ impl World {
             ("REAPER_SANDBOXD_URL", &self.sandboxd.url),
             ("REAPER_SANDBOXD_TOKEN", &self.sandboxd.token),
             ("REAPER_DETACHED_TTL", DETACHED_TTL),
-            ("REAPER_FENCE_QUIET", "50ms"),
+            ("REAPER_QUIET_WINDOW", "50ms"),
             ("REAPER_JOURNAL_DIR", self.journals.to_str().unwrap()),
             ("AWS_ENDPOINT_URL_DYNAMODB", &endpoint()),
             ("AWS_REGION", "us-east-1"),

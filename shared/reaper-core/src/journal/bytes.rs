@@ -108,6 +108,7 @@ pub struct Base64StreamDecoder {
 }
 
 impl Base64StreamDecoder {
+    /// An empty accumulator.
     pub fn new() -> Self {
         Self::default()
     }

@@ -80,15 +80,22 @@ pub const STDERR_SUFFIX: &str = ".err";
 #[non_exhaustive]
 pub enum JournalError {
     #[error("run_id must not be empty: a journal is named after its run")]
+    /// The run id is empty.
     EmptyRunId,
     #[error("max_bytes must be at least 1 (got {0}): pass the number of bytes to read")]
+    /// `max_bytes` is 0.
     InvalidMaxBytes(u64),
     #[error(
         "base64 frame ended mid-quantum: {len} base64 characters is not a multiple of 4, so \
          the command output was cut short"
     )]
-    MidQuantum { len: usize },
+    /// The base64 frame was cut short.
+    MidQuantum {
+        /// The number of base64 characters received.
+        len: usize,
+    },
     #[error("base64 frame is not valid base64: {0}")]
+    /// The frame is not base64.
     InvalidBase64(String),
 }
 

@@ -8,6 +8,7 @@ use super::{js_trim, JournalPaths};
 /// A genuine sentinel found on one journal line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SentinelMatch<'a> {
+    /// The agent's exit code.
     pub exit_code: i64,
     /// The agent output before the sentinel on the same line: its last line, which it left
     /// without a trailing newline, so a wrapper that does not start the sentinel on a line of

@@ -66,7 +66,7 @@ describe('end to end on DynamoDB Local, swept by the Lambda handler in the Lambd
       REAPER_SANDBOXD_TOKEN: sandboxd.token,
       REAPER_DETACHED_TTL: '30m',
       REAPER_RUN_BUDGET: '5s',
-      REAPER_FENCE_QUIET: '50ms',
+      REAPER_QUIET_WINDOW: '50ms',
       REAPER_STEP_TIMEOUT: '10s',
       REAPER_JOURNAL_DIR: journals,
       REAPER_BUDGET: '60s',

@@ -31,9 +31,9 @@ describe('end to end on D1, swept by the reaper Worker in workerd', () => {
       {
         REAPER_DETACHED_TTL: '30m',
         REAPER_RUN_BUDGET: '5s',
-        REAPER_FENCE_QUIET: '0s',
+        REAPER_QUIET_WINDOW: '0s',
         // One sweep in this test: the next alarm is an interval away.
-        REAPER_INTERVAL: '10m',
+        REAPER_EVERY: '10m',
         REAPER_WALL_LIMIT: '1m',
         REAPER_SANDBOXD_URL: sandboxd.url,
         REAPER_JOURNAL_DIR: journals,

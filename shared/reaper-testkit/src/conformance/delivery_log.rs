@@ -97,6 +97,7 @@ async fn run_at_epoch<S: RunStore + ?Sized>(
     Ok(())
 }
 
+/// Checks that appends return consecutive offsets.
 pub async fn appends_return_consecutive_offsets<S: DeliveryLog + RunStore + ?Sized>(
     log: &S,
     ctx: &CaseContext,
@@ -127,6 +128,7 @@ pub async fn appends_return_consecutive_offsets<S: DeliveryLog + RunStore + ?Siz
     Ok(Verdict::Passed)
 }
 
+/// Checks that read returns at most limit entries in order from an offset.
 pub async fn read_returns_at_most_limit_entries_in_order_from_an_offset<
     S: DeliveryLog + RunStore + ?Sized,
 >(
@@ -181,6 +183,7 @@ pub async fn snapshot_and_read_of_an_unknown_run_are_empty<S: DeliveryLog + RunS
     Ok(Verdict::Passed)
 }
 
+/// Checks that snapshot counts entries and stamps the last non empty append.
 pub async fn snapshot_counts_entries_and_stamps_the_last_non_empty_append<
     S: DeliveryLog + RunStore + ?Sized,
 >(
@@ -210,6 +213,7 @@ pub async fn snapshot_counts_entries_and_stamps_the_last_non_empty_append<
     Ok(Verdict::Passed)
 }
 
+/// Checks that close is idempotent and refuses later appends.
 pub async fn close_is_idempotent_and_refuses_later_appends<S: DeliveryLog + RunStore + ?Sized>(
     log: &S,
     ctx: &CaseContext,
@@ -237,6 +241,7 @@ pub async fn close_is_idempotent_and_refuses_later_appends<S: DeliveryLog + RunS
     Ok(Verdict::Passed)
 }
 
+/// Checks that closing a log that was never appended refuses appends.
 pub async fn closing_a_log_that_was_never_appended_refuses_appends<
     S: DeliveryLog + RunStore + ?Sized,
 >(
@@ -259,6 +264,7 @@ pub async fn closing_a_log_that_was_never_appended_refuses_appends<
     Ok(Verdict::Passed)
 }
 
+/// Checks that fenced append lands when the run epoch equals the fence.
 pub async fn fenced_append_lands_when_the_run_epoch_equals_the_fence<
     S: DeliveryLog + RunStore + ?Sized,
 >(
@@ -277,6 +283,7 @@ pub async fn fenced_append_lands_when_the_run_epoch_equals_the_fence<
     Ok(Verdict::Passed)
 }
 
+/// Checks that fenced append is superseded and stores nothing when the run epoch is past the fence.
 pub async fn fenced_append_is_superseded_and_stores_nothing_when_the_run_epoch_is_past_the_fence<
     S: DeliveryLog + RunStore + ?Sized,
 >(
@@ -356,6 +363,7 @@ pub async fn fenced_close_is_superseded_and_leaves_the_log_open_when_the_run_epo
     Ok(Verdict::Passed)
 }
 
+/// Checks that fenced close lands when the run epoch is not past the fence or the run has no record.
 pub async fn fenced_close_lands_when_the_run_epoch_is_not_past_the_fence_or_the_run_has_no_record<
     S: DeliveryLog + RunStore + ?Sized,
 >(
@@ -396,6 +404,7 @@ pub async fn fenced_close_lands_when_the_run_epoch_is_not_past_the_fence_or_the_
     Ok(Verdict::Passed)
 }
 
+/// Checks that unfenced close ignores the run epoch.
 pub async fn unfenced_close_ignores_the_run_epoch<S: DeliveryLog + RunStore + ?Sized>(
     log: &S,
     ctx: &CaseContext,
@@ -442,6 +451,7 @@ pub async fn fenced_append_lands_when_the_run_has_no_record_or_no_epoch<
     Ok(Verdict::Passed)
 }
 
+/// Checks that unfenced append ignores the run epoch.
 pub async fn unfenced_append_ignores_the_run_epoch<S: DeliveryLog + RunStore + ?Sized>(
     log: &S,
     ctx: &CaseContext,
@@ -457,6 +467,7 @@ pub async fn unfenced_append_ignores_the_run_epoch<S: DeliveryLog + RunStore + ?
     Ok(Verdict::Passed)
 }
 
+/// Checks that logs of different runs are independent.
 pub async fn logs_of_different_runs_are_independent<S: DeliveryLog + RunStore + ?Sized>(
     log: &S,
     ctx: &CaseContext,
@@ -487,6 +498,7 @@ pub async fn logs_of_different_runs_are_independent<S: DeliveryLog + RunStore + 
     Ok(Verdict::Passed)
 }
 
+/// Checks that chunks round trip exactly.
 pub async fn chunks_round_trip_exactly<S: DeliveryLog + RunStore + ?Sized>(
     log: &S,
     ctx: &CaseContext,
@@ -515,6 +527,7 @@ pub async fn chunks_round_trip_exactly<S: DeliveryLog + RunStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that a thousand appends read back in pages.
 pub async fn a_thousand_appends_read_back_in_pages<S: DeliveryLog + RunStore + ?Sized>(
     log: &S,
     ctx: &CaseContext,

@@ -65,6 +65,7 @@ fn held(owner: &str, expires_at: EpochMs) -> LeaseGrant {
     }
 }
 
+/// Checks that acquire of a free key grants it until now plus ttl.
 pub async fn acquire_of_a_free_key_grants_it_until_now_plus_ttl<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -80,6 +81,7 @@ pub async fn acquire_of_a_free_key_grants_it_until_now_plus_ttl<S: LeaseStore + 
     Ok(Verdict::Passed)
 }
 
+/// Checks that acquire of a held key answers held with the holder at once.
 pub async fn acquire_of_a_held_key_answers_held_with_the_holder_at_once<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -121,6 +123,7 @@ pub async fn acquire_at_or_after_expiry_grants_another_owner_a_new_token<S: Leas
     Ok(Verdict::Passed)
 }
 
+/// Checks that renew by the holder extends the lease.
 pub async fn renew_by_the_holder_extends_the_lease<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -147,6 +150,7 @@ pub async fn renew_by_the_holder_extends_the_lease<S: LeaseStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that renew by a stale grant after another owner took the key is lost.
 pub async fn renew_by_a_stale_grant_after_another_owner_took_the_key_is_lost<
     S: LeaseStore + ?Sized,
 >(
@@ -169,6 +173,7 @@ pub async fn renew_by_a_stale_grant_after_another_owner_took_the_key_is_lost<
     Ok(Verdict::Passed)
 }
 
+/// Checks that renew after release is lost.
 pub async fn renew_after_release_is_lost<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -184,6 +189,7 @@ pub async fn renew_after_release_is_lost<S: LeaseStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that release by a stale grant keeps the new holders lease.
 pub async fn release_by_a_stale_grant_keeps_the_new_holders_lease<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -234,6 +240,7 @@ pub async fn a_regrant_to_the_same_owner_cannot_be_released_by_its_old_grant<
     Ok(Verdict::Passed)
 }
 
+/// Checks that release then reacquire grants the key before expiry.
 pub async fn release_then_reacquire_grants_the_key_before_expiry<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -252,6 +259,7 @@ pub async fn release_then_reacquire_grants_the_key_before_expiry<S: LeaseStore +
     Ok(Verdict::Passed)
 }
 
+/// Checks that keys are independent.
 pub async fn keys_are_independent<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -277,6 +285,7 @@ async fn note_of<S: LeaseStore + ?Sized>(store: &S, key: &str) -> Result<Option<
     Ok(store.note(key).await?)
 }
 
+/// Checks that a missing note is none.
 pub async fn a_missing_note_is_none<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -298,6 +307,7 @@ pub async fn a_missing_note_is_none<S: LeaseStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that a note written by the holder reads back and is replaced by the next.
 pub async fn a_note_written_by_the_holder_reads_back_and_is_replaced_by_the_next<
     S: LeaseStore + ?Sized,
 >(
@@ -375,6 +385,7 @@ pub async fn a_note_from_a_grant_another_owner_took_over_is_refused<S: LeaseStor
     Ok(Verdict::Passed)
 }
 
+/// Checks that a note from a released grant is refused.
 pub async fn a_note_from_a_released_grant_is_refused<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -398,6 +409,7 @@ pub async fn a_note_from_a_released_grant_is_refused<S: LeaseStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that a note survives release and reacquire.
 pub async fn a_note_survives_release_and_reacquire<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -468,6 +480,7 @@ pub async fn a_pause_mark_reads_back_and_a_resume_replaces_it<S: LeaseStore + ?S
     Ok(Verdict::Passed)
 }
 
+/// Checks that a pause mark is refused while another writer holds its key.
 pub async fn a_pause_mark_is_refused_while_another_writer_holds_its_key<S: LeaseStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,

@@ -46,6 +46,7 @@ fn transcript(ctx: &CaseContext, run: &str) -> Transcript {
     }
 }
 
+/// Checks that get of a missing transcript is none.
 pub async fn get_of_a_missing_transcript_is_none<S: MessageStore + RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -58,6 +59,7 @@ pub async fn get_of_a_missing_transcript_is_none<S: MessageStore + RunStore + ?S
     Ok(Verdict::Passed)
 }
 
+/// Checks that save then get round trips.
 pub async fn save_then_get_round_trips<S: MessageStore + RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -168,6 +170,7 @@ pub async fn fenced_save_is_superseded_and_keeps_the_transcript_when_the_run_epo
     Ok(Verdict::Passed)
 }
 
+/// Checks that fenced save lands when the run epoch is not past the fence or the run has no record.
 pub async fn fenced_save_lands_when_the_run_epoch_is_not_past_the_fence_or_the_run_has_no_record<
     S: MessageStore + RunStore + ?Sized,
 >(

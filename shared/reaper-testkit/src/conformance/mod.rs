@@ -78,6 +78,7 @@ mod self_test;
 /// What a case concluded when it did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// Every check held.
     Passed,
     /// The case covers an optional capability the backend declared absent. The case still
     /// checked that the backend reports the absence consistently before skipping.
@@ -87,10 +88,12 @@ pub enum Verdict {
 /// Why a case failed: what was wrong, and where in the suite.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
+    /// What was wrong, and where.
     pub message: String,
 }
 
 impl Failure {
+    /// A failure with `message`, located at `file:line`.
     pub fn at(message: String, file: &str, line: u32) -> Self {
         Failure {
             message: format!("{message}\n  at {file}:{line}"),
@@ -115,6 +118,7 @@ impl From<StoreError> for Failure {
     }
 }
 
+/// What a case returns.
 pub type CaseResult = Result<Verdict, Failure>;
 
 /// What a case needs besides the backend.
@@ -162,7 +166,9 @@ pub fn native_nonce() -> String {
 
 /// One case of a suite, as a value: its name and its function.
 pub struct Case<S: ?Sized> {
+    /// The case's name (its function's).
     pub name: &'static str,
+    /// Runs the case against a backend.
     pub run: for<'a> fn(&'a S, &'a CaseContext) -> BoxFuture<'a, CaseResult>,
 }
 
@@ -183,7 +189,9 @@ impl<S: ?Sized> fmt::Debug for Case<S> {
 /// The outcome of one case under [`run_cases`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaseReport {
+    /// The case's name.
     pub name: &'static str,
+    /// What it concluded.
     pub result: Result<Verdict, Failure>,
 }
 

@@ -224,6 +224,7 @@ async fn read_pid(handle: &dyn SandboxHandle, file: &str) -> Result<String, Fail
     }
 }
 
+/// Checks that resume of a missing id is none.
 pub async fn resume_of_a_missing_id_is_none<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -237,6 +238,7 @@ pub async fn resume_of_a_missing_id_is_none<F: ProviderFixture + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that resume of a live sandbox is a handle with its id.
 pub async fn resume_of_a_live_sandbox_is_a_handle_with_its_id<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -252,6 +254,7 @@ pub async fn resume_of_a_live_sandbox_is_a_handle_with_its_id<F: ProviderFixture
     Ok(Verdict::Passed)
 }
 
+/// Checks that exec returns stdout stderr and the exit code.
 pub async fn exec_returns_stdout_stderr_and_the_exit_code<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -292,6 +295,7 @@ pub async fn exec_passes_the_command_to_sh_verbatim<F: ProviderFixture + ?Sized>
     Ok(Verdict::Passed)
 }
 
+/// Checks that exec decodes invalid utf8 lossily.
 pub async fn exec_decodes_invalid_utf8_lossily<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -324,6 +328,7 @@ pub async fn exec_gives_the_command_no_stdin<F: ProviderFixture + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that exec output at the bound is returned whole.
 pub async fn exec_output_at_the_bound_is_returned_whole<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -364,6 +369,7 @@ fn is_output_limit(result: &Result<ExecOutput, SandboxError>, stream: &str, limi
         if s == stream && *l == limit as u64)
 }
 
+/// Checks that exec stdout beyond the bound is an output limit error.
 pub async fn exec_stdout_beyond_the_bound_is_an_output_limit_error<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -382,6 +388,7 @@ pub async fn exec_stdout_beyond_the_bound_is_an_output_limit_error<F: ProviderFi
     Ok(Verdict::Passed)
 }
 
+/// Checks that exec stderr beyond the bound is an output limit error.
 pub async fn exec_stderr_beyond_the_bound_is_an_output_limit_error<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -442,6 +449,7 @@ pub async fn exec_of_an_endless_output_stops_at_the_bound_and_kills_the_command<
     Ok(Verdict::Passed)
 }
 
+/// Checks that exec past its timeout is a timeout error and kills the command.
 pub async fn exec_past_its_timeout_is_a_timeout_error_and_kills_the_command<
     F: ProviderFixture + ?Sized,
 >(
@@ -483,6 +491,7 @@ pub async fn exec_past_its_timeout_is_a_timeout_error_and_kills_the_command<
     Ok(Verdict::Passed)
 }
 
+/// Checks that destroy then resume is none.
 pub async fn destroy_then_resume_is_none<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -497,6 +506,7 @@ pub async fn destroy_then_resume_is_none<F: ProviderFixture + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that exec through a handle of a destroyed sandbox is not found.
 pub async fn exec_through_a_handle_of_a_destroyed_sandbox_is_not_found<
     F: ProviderFixture + ?Sized,
 >(
@@ -513,6 +523,7 @@ pub async fn exec_through_a_handle_of_a_destroyed_sandbox_is_not_found<
     Ok(Verdict::Passed)
 }
 
+/// Checks that destroy of a missing id is ok and repeatable.
 pub async fn destroy_of_a_missing_id_is_ok_and_repeatable<F: ProviderFixture + ?Sized>(
     fx: &F,
     _ctx: &CaseContext,
@@ -569,6 +580,7 @@ pub async fn destroy_ends_an_exec_still_running<F: ProviderFixture + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that a failed destroy is an error and the sandbox stays live.
 pub async fn a_failed_destroy_is_an_error_and_the_sandbox_stays_live<
     F: ProviderFixture + ?Sized,
 >(

@@ -52,6 +52,7 @@ fn leaked(mut i: ReclaimIntent) -> ReclaimIntent {
     i
 }
 
+/// Checks that get of a missing intent is none.
 pub async fn get_of_a_missing_intent_is_none<S: ReclaimLedger + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -64,6 +65,7 @@ pub async fn get_of_a_missing_intent_is_none<S: ReclaimLedger + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that record then get round trips every field.
 pub async fn record_then_get_round_trips_every_field<S: ReclaimLedger + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -117,6 +119,7 @@ pub async fn record_keeps_an_existing_entry_and_its_history<S: ReclaimLedger + ?
     Ok(Verdict::Passed)
 }
 
+/// Checks that update replaces an existing entry.
 pub async fn update_replaces_an_existing_entry<S: ReclaimLedger + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -174,6 +177,7 @@ pub async fn update_never_resurrects_a_resolved_entry<S: ReclaimLedger + ?Sized>
     Ok(Verdict::Passed)
 }
 
+/// Checks that resolve removes only that entry.
 pub async fn resolve_removes_only_that_entry<S: ReclaimLedger + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -199,6 +203,7 @@ pub async fn resolve_removes_only_that_entry<S: ReclaimLedger + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that due lists only due entries earliest first.
 pub async fn due_lists_only_due_entries_earliest_first<S: ReclaimLedger + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -233,6 +238,7 @@ pub async fn due_lists_only_due_entries_earliest_first<S: ReclaimLedger + ?Sized
     Ok(Verdict::Passed)
 }
 
+/// Checks that due respects the limit.
 pub async fn due_respects_the_limit<S: ReclaimLedger + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -260,6 +266,7 @@ pub async fn due_respects_the_limit<S: ReclaimLedger + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that counts include pending and leaked entries.
 pub async fn counts_include_pending_and_leaked_entries<S: ReclaimLedger + ?Sized>(
     store: &S,
     ctx: &CaseContext,

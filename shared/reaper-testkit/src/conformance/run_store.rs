@@ -193,6 +193,7 @@ fn own_ids(rows: &[RunRecord], ctx: &CaseContext) -> Vec<String> {
     ids
 }
 
+/// Checks that create or resume creates a running row by default.
 pub async fn create_or_resume_creates_a_running_row_by_default<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -206,6 +207,7 @@ pub async fn create_or_resume_creates_a_running_row_by_default<S: RunStore + ?Si
     Ok(Verdict::Passed)
 }
 
+/// Checks that create or resume honours an explicit status.
 pub async fn create_or_resume_honours_an_explicit_status<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -247,6 +249,7 @@ pub async fn create_or_resume_returns_an_existing_row_unchanged<S: RunStore + ?S
     Ok(Verdict::Passed)
 }
 
+/// Checks that get of an unknown run is none.
 pub async fn get_of_an_unknown_run_is_none<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -298,6 +301,7 @@ pub async fn update_changes_named_fields_and_keeps_the_others<S: RunStore + ?Siz
     Ok(Verdict::Passed)
 }
 
+/// Checks that update of an unknown run is a no op that creates nothing.
 pub async fn update_of_an_unknown_run_is_a_no_op_that_creates_nothing<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -323,6 +327,7 @@ pub async fn update_of_an_unknown_run_is_a_no_op_that_creates_nothing<S: RunStor
     Ok(Verdict::Passed)
 }
 
+/// Checks that every status round trips.
 pub async fn every_status_round_trips<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -402,6 +407,7 @@ pub async fn find_active_run_returns_the_newest_running_run_of_the_thread<S: Run
     Ok(Verdict::Passed)
 }
 
+/// Checks that find active run of a thread without running runs is none.
 pub async fn find_active_run_of_a_thread_without_running_runs_is_none<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -1232,6 +1238,7 @@ pub async fn clearing_every_durable_field_keeps_the_row<S: RunStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that bump epoch of an unknown run is unknown and creates nothing.
 pub async fn bump_epoch_of_an_unknown_run_is_unknown_and_creates_nothing<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -1274,6 +1281,7 @@ pub async fn bump_epoch_of_a_terminal_run_is_refused_and_leaves_the_epoch<S: Run
     Ok(Verdict::Passed)
 }
 
+/// Checks that bump epoch of a never claimed run writes one.
 pub async fn bump_epoch_of_a_never_claimed_run_writes_one<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -1297,6 +1305,7 @@ pub async fn bump_epoch_of_a_never_claimed_run_writes_one<S: RunStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that bump epoch increments a stored epoch.
 pub async fn bump_epoch_increments_a_stored_epoch<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -1386,6 +1395,7 @@ fn failed_at(finished_at: EpochMs) -> TerminalWrite {
     }
 }
 
+/// Checks that write terminal lands when the held epoch is current.
 pub async fn write_terminal_lands_when_the_held_epoch_is_current<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -1457,6 +1467,7 @@ pub async fn write_terminal_lands_when_the_run_was_never_claimed_or_the_held_epo
     Ok(Verdict::Passed)
 }
 
+/// Checks that write terminal is superseded when the stored epoch is greater.
 pub async fn write_terminal_is_superseded_when_the_stored_epoch_is_greater<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -1556,6 +1567,7 @@ pub async fn update_fenced_is_superseded_and_changes_nothing_when_the_stored_epo
     Ok(Verdict::Passed)
 }
 
+/// Checks that update fenced of a missing run writes nothing and creates nothing.
 pub async fn update_fenced_of_a_missing_run_writes_nothing_and_creates_nothing<
     S: RunStore + ?Sized,
 >(
@@ -1576,6 +1588,7 @@ pub async fn update_fenced_of_a_missing_run_writes_nothing_and_creates_nothing<
     Ok(Verdict::Passed)
 }
 
+/// Checks that write terminal of a missing run writes nothing and creates nothing.
 pub async fn write_terminal_of_a_missing_run_writes_nothing_and_creates_nothing<
     S: RunStore + ?Sized,
 >(
@@ -1596,6 +1609,7 @@ pub async fn write_terminal_of_a_missing_run_writes_nothing_and_creates_nothing<
     Ok(Verdict::Passed)
 }
 
+/// Checks that usage json round trips.
 pub async fn usage_json_round_trips<S: RunStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -1723,6 +1737,7 @@ async fn round_trip_ids<S: RunStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that count reclaimable counts running detached runs up to the cutoff when capable.
 pub async fn count_reclaimable_counts_running_detached_runs_up_to_the_cutoff_when_capable<
     S: RunStore + ?Sized,
 >(
@@ -1765,6 +1780,7 @@ pub async fn count_reclaimable_counts_running_detached_runs_up_to_the_cutoff_whe
     Ok(Verdict::Passed)
 }
 
+/// Checks that count reclaimable stops at its bound and says at least when capable.
 pub async fn count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable<
     S: RunStore + ?Sized,
 >(

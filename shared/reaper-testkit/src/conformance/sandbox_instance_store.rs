@@ -37,6 +37,7 @@ fn full(ctx: &CaseContext, key: &str) -> SandboxInstanceRecord {
     }
 }
 
+/// Checks that get of a missing key is none.
 pub async fn get_of_a_missing_key_is_none<S: SandboxInstanceStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -49,6 +50,7 @@ pub async fn get_of_a_missing_key_is_none<S: SandboxInstanceStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that upsert then get round trips.
 pub async fn upsert_then_get_round_trips<S: SandboxInstanceStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -88,6 +90,7 @@ pub async fn upsert_fully_replaces_the_row<S: SandboxInstanceStore + ?Sized>(
     Ok(Verdict::Passed)
 }
 
+/// Checks that delete of a missing key is a no op.
 pub async fn delete_of_a_missing_key_is_a_no_op<S: SandboxInstanceStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
@@ -102,6 +105,7 @@ pub async fn delete_of_a_missing_key_is_a_no_op<S: SandboxInstanceStore + ?Sized
     Ok(Verdict::Passed)
 }
 
+/// Checks that delete removes only that row.
 pub async fn delete_removes_only_that_row<S: SandboxInstanceStore + ?Sized>(
     store: &S,
     ctx: &CaseContext,
