@@ -6,6 +6,7 @@
 
 mod chunk;
 pub mod claim;
+pub mod concurrency;
 pub mod damage;
 pub mod domain;
 pub mod error;
