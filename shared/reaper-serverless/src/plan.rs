@@ -104,6 +104,10 @@ fn sweep_options(config: &ServerlessConfig, owner: impl Into<String>) -> ReapOpt
     options.step_timeout_ms = ms(config.step_timeout);
     options.max_runs = config.max_runs;
     options.concurrency = config.concurrency;
+    // The sweep sizes its runs in flight within the cap from the deadline this plan sets and
+    // the providers' documented rate limits; a function has no connection limit of its own.
+    options.concurrency_limits.rate_limit =
+        reaper_providers::strictest_rate_limit(&config.providers);
     options.per_run_reserve_ms = config.per_run_reserve.map(ms);
     options
 }
