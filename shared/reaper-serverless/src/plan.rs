@@ -39,8 +39,10 @@ pub struct SweepPlan {
     /// The configured cap (`REAPER_MAX_RUNS`).
     pub max_runs: usize,
     /// How many runs fit even if every one takes its whole reserve (at most `max_runs`): each of
-    /// the `REAPER_CONCURRENCY` slots runs `(budget - margin) / reserve` of them back to back.
-    /// Faster runs leave room for more, up to the cap; the core checks before each run.
+    /// the `REAPER_CONCURRENCY` slots runs `(budget - margin) / reserve` of them back to back,
+    /// while the sweep keeps that many in flight (it sizes them at run time, fewer when the
+    /// provider fails). Faster runs leave room for more, up to the cap; the core checks before
+    /// each run.
     pub worst_case_runs: usize,
 }
 
