@@ -249,6 +249,29 @@ mod tests {
     const T0: EpochMs = 1_700_000_000_000;
 
     #[test]
+    fn the_sizing_gets_the_workers_connections_subrequests_and_the_providers_rate_limit() {
+        let c = config(&[
+            (reaper_providers::PROVIDERS_VAR, "sandboxd,e2b"),
+            ("E2B_API_KEY", "k"),
+        ]);
+        let p = plan(&c, "test", T0);
+        let limits = &p.options.concurrency_limits;
+        assert_eq!(limits.connections, Some(WORKER_CONCURRENCY));
+        let tail = SWEEP_OVERHEAD_SUBREQUESTS + RETENTION_ROUND_TRIPS as u64;
+        assert_eq!(
+            limits.subrequests,
+            Some((c.subrequests - tail, c.subrequests_per_run))
+        );
+        assert_eq!(
+            limits.rate_limit.as_ref().map(|r| r.provider.as_str()),
+            Some("e2b")
+        );
+        // D1 bills rows read: the count stays small.
+        assert_eq!(p.options.backlog_count_max, BACKLOG_COUNT_MAX);
+        assert!(BACKLOG_COUNT_MAX < 200);
+    }
+
+    #[test]
     fn the_default_plan_keeps_a_tenth_of_the_wall_limit_and_caps_at_the_configured_runs() {
         let p = plan(&config(&[]), "owner", T0);
         assert_eq!(p.deadline, T0 + 900_000 - 90_000);
