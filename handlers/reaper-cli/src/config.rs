@@ -117,11 +117,13 @@ pub const SETTINGS: &[Row] = &[
         commands: "sweep, watch",
     },
     Row {
-        setting: "Runs in flight",
+        setting: "Runs in flight, at most",
         flag: "`--concurrency`",
         env: "`REAPER_CONCURRENCY`",
-        default: "`4`",
-        accepted: "a whole number, 1..64 (each run holds its own claim)",
+        default: "`32`",
+        accepted: "a whole number, 1..64: the cap; each sweep sizes its runs in flight within \
+                   it from the provider's latency, failures and documented rate limit, and \
+                   reports its choice (`concurrency`)",
         commands: "sweep, watch",
     },
     Row {
@@ -441,11 +443,12 @@ pub struct SweepArgs {
         allow_hyphen_values = true
     )]
     pub max_runs: String,
-    /// How many runs one sweep works on at once (probes of slow sandbox hosts overlap).
+    /// The most runs one sweep works on at once (probes of slow sandbox hosts overlap); within
+    /// it the sweep sizes its runs in flight from the provider's latency, failures and rate limit.
     #[arg(
         long,
         env = "REAPER_CONCURRENCY",
-        default_value = "4",
+        default_value = "32",
         value_name = "N",
         allow_hyphen_values = true
     )]

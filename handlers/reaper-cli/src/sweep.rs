@@ -183,6 +183,7 @@ pub async fn run_sweep(a: &SweepCmd, s: Settings<'_>) -> Result<Exit, Failure> {
     );
     let mut options = reap_options(&settings, wiring::owner_id());
     options.dry_run = a.dry_run;
+    options.concurrency_limits.rate_limit = providers.rate_limit.clone();
     let swept = sweep_once(&sweeper, &options, None).await;
     if a.output.json {
         println!("{}", swept.json());
@@ -287,7 +288,8 @@ pub async fn run_watch(a: &WatchCmd, s: Settings<'_>) -> Result<Exit, Failure> {
         Progress::new(Some(settings.progress_after)),
         DriveTuning::default(),
     );
-    let options = reap_options(&settings, owner.clone());
+    let mut options = reap_options(&settings, owner.clone());
+    options.concurrency_limits.rate_limit = providers.rate_limit.clone();
     let mut resume_after = None;
     let lines = Lines {
         json: a.output.json,

@@ -320,6 +320,9 @@ pub struct Providers {
     /// the serverless handlers' settings. Prune does not walk them.
     pub remote: Vec<Arc<dyn SandboxProvider>>,
     pub set: Arc<dyn SandboxProvider>,
+    /// The strictest rate limit the served providers document: the sweep's sizing keeps under
+    /// it.
+    pub rate_limit: Option<reaper_core::concurrency::RateLimit>,
 }
 
 impl Providers {
@@ -379,7 +382,9 @@ impl Providers {
             };
             remote.push(built.map_err(|e| Failure::usage(e.to_string()))?);
         }
-        Self::new(local, docker, remote)
+        let mut providers = Self::new(local, docker, remote)?;
+        providers.rate_limit = reaper_providers::strictest_rate_limit(&kinds);
+        Ok(providers)
     }
 
     /// Only the local provider (the demo's).
@@ -410,6 +415,7 @@ impl Providers {
             docker,
             remote,
             set: Arc::new(set),
+            rate_limit: None,
         })
     }
 

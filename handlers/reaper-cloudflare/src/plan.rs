@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use reaper_core::concurrency::ConcurrencyLimits;
 use reaper_core::reap::ReapOptions;
 use reaper_core::EpochMs;
 use serde::Serialize;
@@ -27,10 +28,13 @@ pub const RETENTION_EVERY_MS: i64 = 60 * 60 * 1000;
 /// A tenth of the CPU limit stays unspent: the runtime, the report, JSON.
 pub const CPU_RESERVE_DIVISOR: u64 = 10;
 /// The bound of the backlog count (rows read per alarm): past it the figure is "at least".
-/// An alarm a minute reads at most 1.44 M rows a day this way, within D1 Free's 5 M.
-pub const BACKLOG_COUNT_MAX: u64 = 1_000;
-/// Runs in flight: a Worker keeps at most six connections open at once, and each run holds one
-/// (its sandboxd request) next to the D1 requests.
+/// D1 bills rows read, and a steady-state alarm reads about 170 other rows (schema check, leases,
+/// the cursor note, the ledger, one batch), so the count's 26 keep an alarm under 200 rows at
+/// any backlog: 288 k rows a day at an alarm a minute, within D1 Free's 5 M.
+pub const BACKLOG_COUNT_MAX: u64 = 25;
+/// Runs in flight, at most: a Worker keeps at most six connections open at once, and each run
+/// holds one (its provider request) next to the D1 requests. The sweep sizes its runs in flight
+/// within this from the provider's latency, failures and rate limit.
 pub const WORKER_CONCURRENCY: usize = 4;
 
 fn ms(d: Duration) -> u64 {
@@ -112,6 +116,17 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     options.max_runs = max_runs;
     options.deadline = Some(deadline);
     options.concurrency = concurrency;
+    // The platform's limits for the core's sizing: the connections, the subrequests left for
+    // runs in flight (the meter stops new runs before the rest run out), the providers' rate.
+    options.concurrency_limits = ConcurrencyLimits {
+        connections: Some(WORKER_CONCURRENCY),
+        subrequests: Some((
+            config.subrequests.saturating_sub(tail),
+            config.subrequests_per_run.max(1),
+        )),
+        rate_limit: reaper_providers::strictest_rate_limit(&config.providers),
+        provider_requests_per_run: 0,
+    };
     // D1 bills rows read, and the backlog count reads up to this many each alarm.
     options.backlog_count_max = BACKLOG_COUNT_MAX;
     SweepPlan {
@@ -233,6 +248,29 @@ mod tests {
     }
 
     const T0: EpochMs = 1_700_000_000_000;
+
+    #[test]
+    fn the_sizing_gets_the_workers_connections_subrequests_and_the_providers_rate_limit() {
+        let c = config(&[
+            (reaper_providers::PROVIDERS_VAR, "sandboxd,e2b"),
+            ("E2B_API_KEY", "k"),
+        ]);
+        let p = plan(&c, "test", T0);
+        let limits = &p.options.concurrency_limits;
+        assert_eq!(limits.connections, Some(WORKER_CONCURRENCY));
+        let tail = SWEEP_OVERHEAD_SUBREQUESTS + RETENTION_ROUND_TRIPS as u64;
+        assert_eq!(
+            limits.subrequests,
+            Some((c.subrequests - tail, c.subrequests_per_run))
+        );
+        assert_eq!(
+            limits.rate_limit.as_ref().map(|r| r.provider.as_str()),
+            Some("e2b")
+        );
+        // D1 bills rows read: the count stays small.
+        assert_eq!(p.options.backlog_count_max, BACKLOG_COUNT_MAX);
+        const { assert!(BACKLOG_COUNT_MAX < 200) };
+    }
 
     #[test]
     fn the_default_plan_keeps_a_tenth_of_the_wall_limit_and_caps_at_the_configured_runs() {

@@ -1,9 +1,11 @@
 //! Sweep cost on the memory backends with zero-latency fakes (the core issue's benchmark).
 //!
 //! Prints CPU time per run and peak RSS for each workload. Each workload runs in its own child
-//! process (this binary re-executed with the workload's name) so peak RSS is its own.
+//! process (this binary re-executed with the workload's name) so peak RSS is its own, and each
+//! runs `REAPER_BENCH_ROUNDS` times (default 5): every figure is the median of those rounds,
+//! with their range, so a figure does not rest on one lucky run.
 //!
-//! Run: `cargo bench -p reaper-core --bench sweep` (or `-- <workload>` for one).
+//! Run: `cargo bench -p reaper-core --bench sweep` (or `-- <workload>` for one round of one).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -277,6 +279,108 @@ fn requests_per_sweep(backlog: usize) {
     });
 }
 
+/// One stateless `sweep()` (batch 25, producing runs, the cursor kept with the lease) over a
+/// backlog of `backlog` detached runs: the median wall time of many sweeps, after a warm-up.
+fn sweep_at_scale(backlog: usize) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = MemoryStore::new();
+        seed(&store, backlog, NOW - 60_000);
+        let d = deps(
+            &store,
+            RunExitProbe::Producing,
+            0,
+            Arc::new(ManualClock::new(NOW)),
+        );
+        let mut options = ReapOptions::new(TTL, "bench");
+        options.now = Some(NOW);
+        for _ in 0..20 {
+            sweep(&d, &options, 60_000).await;
+        }
+        let mut times = Vec::with_capacity(500);
+        let mut backlog_seen = (0, false);
+        for _ in 0..500 {
+            let t0 = Instant::now();
+            let report = sweep(&d, &options, 60_000).await;
+            times.push(t0.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(report.report.outcomes.producing, 25);
+            backlog_seen = (report.report.slo.backlog, report.report.slo.backlog_exact);
+        }
+        let median = median(&mut times);
+        figure(&format!("sweep_us:{backlog}"), format!("{median:.1}"));
+        println!(
+            "  backlog={backlog}: one sweep {median:.1} us (median of 500), backlog figure {}{}",
+            backlog_seen.0,
+            if backlog_seen.1 {
+                " (exact)"
+            } else {
+                " (at least)"
+            }
+        );
+    });
+}
+
+/// A provider answering "producing" after `ms` of real time.
+struct SlowProbe(u64);
+
+#[async_trait::async_trait]
+impl ExitProbe for SlowProbe {
+    async fn has_finished(&self, _r: &RunRecord) -> Result<RunExitProbe, ProbeError> {
+        tokio::time::sleep(std::time::Duration::from_millis(self.0)).await;
+        Ok(RunExitProbe::Producing)
+    }
+}
+
+/// 100 producing runs behind a 50 ms provider, swept once at the handlers' default cap
+/// (the sweep sizes its runs in flight itself): the wall time, and what the sizing chose.
+fn concurrency_at_defaults() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = MemoryStore::new();
+        seed(&store, 100, NOW - 60_000);
+        let mut d = deps(
+            &store,
+            RunExitProbe::Producing,
+            0,
+            Arc::new(reaper_testkit::fakes::TokioClock::new(NOW)),
+        );
+        d.probe = Arc::new(SlowProbe(50));
+        let mut options = ReapOptions::new(TTL, "bench");
+        options.now = Some(NOW);
+        options.max_runs = 100;
+        options.concurrency = reaper_core::concurrency::DEFAULT_CAP;
+        let t0 = Instant::now();
+        let report = reap_detached_runs(&d, &options).await.unwrap();
+        let wall = t0.elapsed().as_secs_f64();
+        assert_eq!(report.outcomes.producing, 100);
+        figure("concurrency_s", format!("{wall:.3}"));
+        println!(
+            "  100 producing runs behind a 50 ms provider at the default cap of {}: {wall:.3} s; \
+             peak {} in flight, {}",
+            options.concurrency, report.concurrency.peak, report.concurrency.why
+        );
+    });
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
 fn run(workload: &str) {
     match workload {
         "producing" => sweep_workload(10_000, RunExitProbe::Producing, 0, NOW - 60_000, 30),
@@ -295,6 +399,12 @@ fn run(workload: &str) {
                 requests_per_sweep(backlog);
             }
         }
+        "scale" => {
+            for backlog in [1_000, 100_000, 1_000_000] {
+                sweep_at_scale(backlog);
+            }
+        }
+        "concurrency" => concurrency_at_defaults(),
         other => panic!("unknown workload {other}"),
     }
 }
@@ -309,7 +419,13 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
-    let mut figures = std::collections::HashMap::new();
+    let rounds: usize = std::env::var("REAPER_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(5);
+    // Every value a figure took, one per round.
+    let mut rounds_of: std::collections::HashMap<String, Vec<f64>> = Default::default();
     for (w, title) in [
         (
             "producing",
@@ -335,24 +451,71 @@ fn main() {
             "requests",
             "run-store requests per stateless sweep (memory store, batch 25, producing runs)",
         ),
+        (
+            "scale",
+            "one stateless sweep at 1k / 100k / 1M detached runs (memory store, batch 25)",
+        ),
+        (
+            "concurrency",
+            "100 producing runs behind a 50 ms provider at the default cap (sized at run time)",
+        ),
     ] {
         println!("{title}");
-        let out = std::process::Command::new(&exe).arg(w).output().unwrap();
-        assert!(
-            out.status.success(),
-            "workload {w} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            match line.strip_prefix(FIGURE).and_then(|f| f.split_once('=')) {
-                Some((name, value)) => {
-                    figures.insert(name.to_string(), value.to_string());
+        for round in 0..rounds {
+            let out = std::process::Command::new(&exe).arg(w).output().unwrap();
+            assert!(
+                out.status.success(),
+                "workload {w} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                match line.strip_prefix(FIGURE).and_then(|f| f.split_once('=')) {
+                    Some((name, value)) => {
+                        if let Ok(v) = value.parse::<f64>() {
+                            rounds_of.entry(name.to_string()).or_default().push(v);
+                        }
+                    }
+                    // The first round's lines describe the workload; the rest repeat them.
+                    None if round == 0 => println!("{line}"),
+                    None => {}
                 }
-                None => println!("{line}"),
             }
         }
     }
+    let figures = rounds_of
+        .into_iter()
+        .map(|(name, mut values)| {
+            let (lo, hi) = (
+                values.iter().copied().fold(f64::INFINITY, f64::min),
+                values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            );
+            let m = median(&mut values);
+            let shown = if lo == hi {
+                format!("{}", Trim(m))
+            } else {
+                format!("{} ({}–{})", Trim(m), Trim(lo), Trim(hi))
+            };
+            (name, shown)
+        })
+        .collect();
+    println!(
+        "\nmedian (range) of {rounds} rounds; load average at the end: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
     print_table(&figures);
+}
+
+/// A figure without trailing zeros beyond what the workload printed.
+struct Trim(f64);
+
+impl std::fmt::Display for Trim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = format!("{:.3}", self.0);
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        f.write_str(s)
+    }
 }
 
 /// The issue's table, with this machine's figures beside the reference and the goal.
@@ -364,7 +527,7 @@ fn print_table(figures: &std::collections::HashMap<String, String>) {
             .map_or("not measured".to_string(), |(_, v)| v.clone())
     };
     let get = |k: &str| figures.get(k).cloned().unwrap_or("not measured".into());
-    let rows = [
+    let mut rows = vec![
         (
             "leave-alone CPU per run (10k)".to_string(),
             "2.9 µs".to_string(),
@@ -411,7 +574,26 @@ fn print_table(figures: &std::collections::HashMap<String, String>) {
             ),
         ),
     ];
-    println!("\n| figure | reference | goal | this build |\n|---|---|---|---|");
+    rows.extend([
+        (
+            "one sweep at 1k / 100k / 1M detached runs (memory store, batch 25)".to_string(),
+            "grows with backlog".to_string(),
+            "within 10 %".to_string(),
+            format!(
+                "{} / {} / {} µs",
+                get("sweep_us:1000"),
+                get("sweep_us:100000"),
+                get("sweep_us:1000000")
+            ),
+        ),
+        (
+            "100 producing runs behind a 50 ms provider, defaults".into(),
+            "5.1 s".into(),
+            "≤ 0.5 s".into(),
+            format!("{} s", get("concurrency_s")),
+        ),
+    ]);
+    println!("\n| figure | reference | goal | this build: median (range) |\n|---|---|---|---|");
     for (figure, reference, goal, measured) in rows {
         println!("| {figure} | {reference} | {goal} | {measured} |");
     }

@@ -9,6 +9,7 @@
 pub mod actions;
 mod chunk;
 pub mod claim;
+pub mod concurrency;
 pub mod damage;
 pub mod domain;
 pub mod error;

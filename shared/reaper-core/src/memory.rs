@@ -274,17 +274,31 @@ impl RunStore for MemoryStore {
         at_most: u64,
     ) -> Result<BoundedCount, StoreError> {
         let s = self.lock();
+        let bound = usize::try_from(at_most)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1);
+        if detached_after.is_none() {
+            // The whole listing up to a cutoff (the sweep's backlog): its size less the few runs
+            // detached after the cutoff, so the count costs the same at 1k runs as at 1M.
+            let later = s
+                .listed
+                .range((
+                    lowest_after(Some(detached_until)).map_or(Bound::Unbounded, Bound::Included),
+                    Bound::Unbounded,
+                ))
+                .take(bound)
+                .count();
+            if later < bound {
+                return Ok(BoundedCount::of((s.listed.len() - later) as u64, at_most));
+            }
+        }
         // The keyset holds exactly the listed runs: counting its range reads no record.
         let start = lowest_after(detached_after).map_or(Bound::Unbounded, Bound::Included);
         let seen = s
             .listed
             .range((start, Bound::Unbounded))
             .take_while(|((since, _), _)| *since <= detached_until)
-            .take(
-                usize::try_from(at_most)
-                    .unwrap_or(usize::MAX)
-                    .saturating_add(1),
-            )
+            .take(bound)
             .count();
         Ok(BoundedCount::of(seen as u64, at_most))
     }
@@ -581,5 +595,53 @@ impl ReclaimLedger for MemoryStore {
             leaked: s.intents.values().filter(|i| i.is_leak()).count() as u64,
             oldest_first_seen: s.intents.values().map(|i| i.first_seen).min(),
         })
+    }
+}
+
+#[cfg(test)]
+mod backlog_count_tests {
+    use super::*;
+    use crate::ports::RunStore;
+
+    fn detached(store: &MemoryStore, id: &str, since: EpochMs) {
+        let mut r = RunRecord::new(id, format!("thread-{id}"), 0);
+        r.detached_since = Some(since);
+        store.put_run(r);
+    }
+
+    #[tokio::test]
+    async fn the_backlog_count_from_the_listings_size_leaves_out_runs_detached_after_the_cutoff() {
+        let store = MemoryStore::new();
+        for i in 0..50 {
+            detached(&store, &format!("run-{i}"), 1_000 + i);
+        }
+        // Detached after the cutoff: not part of the backlog.
+        detached(&store, "later-1", 5_000);
+        detached(&store, "later-2", 5_001);
+        let mut done = RunRecord::new("done", "thread-done", 0);
+        done.detached_since = Some(1_000);
+        done.status = crate::domain::RunStatus::Completed;
+        store.put_run(done);
+        assert_eq!(
+            store.count_reclaimable(None, 4_999, 100).await.unwrap(),
+            BoundedCount {
+                count: 50,
+                exact: true
+            }
+        );
+        assert_eq!(
+            store.count_reclaimable(None, 4_999, 10).await.unwrap(),
+            BoundedCount {
+                count: 10,
+                exact: false
+            }
+        );
+        assert_eq!(
+            store.count_reclaimable(None, 1_009, 100).await.unwrap(),
+            BoundedCount {
+                count: 10,
+                exact: true
+            }
+        );
     }
 }

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::claim::{
     await_log_quiescence, run_driver_lock_key, Claim, ClaimError, Writer, DEFAULT_FENCE_QUIET_MS,
 };
+use crate::concurrency::{ConcurrencyLimits, ConcurrencyReport, Observation, Sizer};
 use crate::domain::{EpochMs, LedgerCounts, ReclaimIntent, RunPatch, RunRecord, RunStatus};
 use crate::error::{
     ClaimRefusal, ObservedEpoch, OptionsError, ReapError, ReclaimError, StoreError,
@@ -53,8 +54,10 @@ pub const RECLAIM_RETRY_MAX_MS: u64 = 3_600_000;
 pub const DEFAULT_MAX_STARTS_PER_SWEEP: usize = 2;
 /// How often a started sandbox is asked whether it is running yet.
 pub const START_POLL_MS: u64 = 1_000;
-/// Detached runs a sweep counts at most for its backlog figure (beyond it, "at least").
-pub const DEFAULT_BACKLOG_COUNT_MAX: u64 = 10_000;
+/// Detached runs a sweep counts at most for its backlog figure (beyond it, "at least"): a
+/// bounded count costs the same at 1k detached runs as at 1M on every store that cannot keep a
+/// count (the memory store counts exactly at no cost).
+pub const DEFAULT_BACKLOG_COUNT_MAX: u64 = 1_000;
 /// The sweep-wide single-flight lease key.
 pub const SWEEP_LEASE_KEY: &str = "reaper:sweep";
 /// The longest budget or TTL accepted (about 24.8 days, the range of a JS timer): anything larger
@@ -399,6 +402,8 @@ pub struct ReapReport {
     pub reclaims: ReclaimReport,
     /// The figures an operator sets objectives on.
     pub slo: SweepSlo,
+    /// How many runs were in flight and why (the sizing's choice).
+    pub concurrency: ConcurrencyReport,
     /// Where the next sweep resumes the round-robin among runs inside the TTL: pass it back as
     /// [`ReapOptions::resume_after`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -686,9 +691,13 @@ pub struct ReapOptions {
     pub claim_ttl_ms: Option<u64>,
     /// Reclaim-ledger entries retried per sweep, at most (they share the deadline with runs).
     pub max_reclaim_retries: usize,
-    /// Runs in flight at once (probes waiting on slow sandbox hosts overlap). Each run still
+    /// The cap on runs in flight at once (probes waiting on slow sandbox hosts overlap). Within
+    /// it, the sweep sizes the runs in flight from the provider's observed latency, failures,
+    /// the time left and [`Self::concurrency_limits`] ([`crate::concurrency`]). Each run still
     /// holds its own claim; 1 is the reference's one-at-a-time sweep.
     pub concurrency: usize,
+    /// The platform's and the providers' limits on runs in flight, passed by the handler.
+    pub concurrency_limits: ConcurrencyLimits,
     /// The deadline of a probe and of a reclaim (see [`DEFAULT_STEP_TIMEOUT_MS`]).
     pub step_timeout_ms: u64,
     /// Where the round-robin among runs inside the TTL resumes: the previous sweep's
@@ -727,6 +736,7 @@ impl ReapOptions {
             claim_ttl_ms: None,
             max_reclaim_retries: DEFAULT_MAX_RECLAIM_RETRIES,
             concurrency: DEFAULT_CONCURRENCY,
+            concurrency_limits: ConcurrencyLimits::default(),
             step_timeout_ms: DEFAULT_STEP_TIMEOUT_MS,
             resume_after: None,
             backlog_count_max: DEFAULT_BACKLOG_COUNT_MAX,
@@ -1364,12 +1374,30 @@ async fn reap_listed(
     let mut last_fresh = None;
     report.runs.reserve(batch.len());
     let mut next = 0;
+    let mut sizer = Sizer::new(options.concurrency, options.concurrency_limits.clone());
+    // After a paced wait one run starts whatever the clock says, so a sleeper that does not
+    // move the clock cannot stall the sweep.
+    let mut waited = false;
     loop {
-        while in_flight.len() < options.concurrency.max(1) && next < batch.len() {
+        let time_left = options.deadline.map(|deadline| {
+            u64::try_from(deadline.saturating_sub(deps.clock.now_ms())).unwrap_or(0)
+        });
+        let want = sizer.in_flight(batch.len() - next, time_left);
+        let mut pace = None;
+        while in_flight.len() < want && next < batch.len() {
             if out_of_time(deps, options, stop) {
                 report.deferred = batch.len() - next;
                 tracing::info!(target: "reaper", deferred = report.deferred, deadline = options.deadline, "stopping at a run boundary; deferring the rest of the batch to the next sweep");
                 next = batch.len();
+                break;
+            }
+            // Starts are paced under the provider's rate limit.
+            let started_at = deps.clock.now_ms();
+            if let Some(at) = sizer
+                .next_start_at()
+                .filter(|&at| at > started_at && !waited)
+            {
+                pace = Some(u64::try_from(at - started_at).unwrap_or(0));
                 break;
             }
             if let Some((lease, ttl)) = sweep_lease.as_mut() {
@@ -1382,6 +1410,8 @@ async fn reap_listed(
                 // The round-robin position moves past every fresh run this sweep started.
                 last_fresh = Some(index);
             }
+            waited = false;
+            sizer.started(started_at, in_flight.len() + 1);
             in_flight.push(async move {
                 let mut counts = RunCounts::default();
                 let entry = reap_one(
@@ -1396,9 +1426,34 @@ async fn reap_listed(
                 (index, entry, counts, deps.clock.now_ms())
             });
         }
-        let Some((index, entry, counts, finished_at)) = in_flight.next().await else {
+        let finished = match pace {
+            // Wait for the paced start or the next run to finish, whichever comes first.
+            Some(ms) if !in_flight.is_empty() => {
+                match select(in_flight.next(), Box::pin(deps.sleeper.sleep(ms))).await {
+                    Either::Left((finished, _)) => finished,
+                    Either::Right(_) => {
+                        waited = true;
+                        continue;
+                    }
+                }
+            }
+            Some(ms) => {
+                deps.sleeper.sleep(ms).await;
+                waited = true;
+                continue;
+            }
+            None => in_flight.next().await,
+        };
+        let Some((index, entry, counts, finished_at)) = finished else {
             break;
         };
+        if let Some(ms) = counts.provider_ms {
+            sizer.observe(Observation {
+                started_at: finished_at.saturating_sub(ms as i64),
+                finished_at,
+                failed: counts.provider_failed,
+            });
+        }
         report.probed += counts.probed;
         report.starts.add(counts.starts);
         report.slo.observe(
@@ -1418,6 +1473,7 @@ async fn reap_listed(
             ahead.insert(index, entry);
         }
     }
+    report.concurrency = sizer.report();
     debug_assert!(
         ahead.is_empty(),
         "every started run reports before the sweep ends"
@@ -1485,6 +1541,10 @@ struct Driven {
 struct RunCounts {
     probed: usize,
     starts: StartReport,
+    /// Time spent in the provider's probe calls (on the injected clock), when one was made.
+    provider_ms: Option<u64>,
+    /// A probe failed or ran past its deadline.
+    provider_failed: bool,
 }
 
 async fn reap_one(
@@ -1566,12 +1626,17 @@ async fn probe(
     counts: &mut RunCounts,
 ) -> Option<Result<RunExitProbe, crate::error::ProbeError>> {
     counts.probed += 1;
-    within(
+    let started = deps.clock.now_ms();
+    let answer = within(
         deps.sleeper.as_ref(),
         options.step_timeout_ms,
         deps.probe.has_finished(record),
     )
-    .await
+    .await;
+    let took = u64::try_from(deps.clock.now_ms().saturating_sub(started)).unwrap_or(0);
+    counts.provider_ms = Some(counts.provider_ms.unwrap_or(0).saturating_add(took));
+    counts.provider_failed |= !matches!(answer, Some(Ok(_)));
+    answer
 }
 
 /// A finished run's exit code, or the entry of a run the probe says to leave alone.

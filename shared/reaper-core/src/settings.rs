@@ -192,8 +192,10 @@ pub const SETTINGS: &[Setting] = &[
         old_names: &[],
         read_by: &[Binary::Cli, Binary::Lambda, Binary::Vercel],
         value: Value::Count { min: 1, max: 64 },
-        default: "`4`",
-        what: "Runs one sweep works on at once (probes of slow sandbox hosts overlap).",
+        default: "`32`",
+        what: "The cap on runs one sweep works on at once; each sweep sizes its runs in flight \
+               within it from the provider's latency, failures and documented rate limit, and \
+               reports its choice (`concurrency`).",
     },
     Setting {
         name: QUIET_WINDOW,

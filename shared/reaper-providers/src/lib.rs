@@ -560,3 +560,51 @@ impl SandboxProvider for Aliased {
         self.inner.destroy(id).await
     }
 }
+
+/// The request rate limit a provider documents for the API calls a sweep makes (lookups, exec,
+/// destroy), so the sweep's sizing keeps under it ([`reaper_core::concurrency`]). `None`: no
+/// published limit (self-hosted sandboxd and local providers; Vercel Sandbox documents only a
+/// vCPU allocation rate, which a sweep never uses; Sprites and Cloudflare Sandbox publish none).
+///
+/// - Daytona: 50,000 authenticated requests per 60 s (<https://www.daytona.io/docs/en/rate-limits>).
+/// - E2B: 40,000 sandbox operations per 60 s per IP, the stricter of its two API limits per
+///   second (<https://e2b.dev/docs/sandbox/rate-limits>).
+pub fn documented_rate_limit(kind: ProviderKind) -> Option<reaper_core::concurrency::RateLimit> {
+    use reaper_core::concurrency::RateLimit;
+    match kind {
+        ProviderKind::Daytona => Some(RateLimit::new(kind.as_str(), 50_000, 60_000)),
+        ProviderKind::E2b => Some(RateLimit::new(kind.as_str(), 40_000, 60_000)),
+        ProviderKind::Local
+        | ProviderKind::Docker
+        | ProviderKind::Sandboxd
+        | ProviderKind::Vercel
+        | ProviderKind::Sprites
+        | ProviderKind::Cloudflare => None,
+    }
+}
+
+/// The strictest documented rate limit among the providers one sweep serves: the sweep's
+/// requests go to any of them, so the strictest bounds them all.
+pub fn strictest_rate_limit(kinds: &[ProviderKind]) -> Option<reaper_core::concurrency::RateLimit> {
+    kinds
+        .iter()
+        .filter_map(|&k| documented_rate_limit(k))
+        .reduce(|a, b| if b.stricter_than(&a) { b } else { a })
+}
+
+#[cfg(test)]
+mod rate_limit_tests {
+    use super::*;
+
+    #[test]
+    fn the_strictest_documented_rate_limit_among_the_served_providers_bounds_the_sweep() {
+        assert_eq!(
+            strictest_rate_limit(&[ProviderKind::Local, ProviderKind::Sandboxd]),
+            None
+        );
+        let both = strictest_rate_limit(&[ProviderKind::Daytona, ProviderKind::E2b]).unwrap();
+        assert_eq!((both.provider.as_str(), both.requests), ("e2b", 40_000));
+        let one = strictest_rate_limit(&[ProviderKind::Vercel, ProviderKind::Daytona]).unwrap();
+        assert_eq!(one.provider, "daytona");
+    }
+}

@@ -36,8 +36,10 @@ pub const DETACHED_TTL: &str = "REAPER_DETACHED_TTL";
 pub const RUN_BUDGET: &str = "REAPER_RUN_BUDGET";
 pub const MAX_RUNS: &str = "REAPER_MAX_RUNS";
 pub const CONCURRENCY: &str = "REAPER_CONCURRENCY";
-/// Runs in flight by default: overlaps slow sandbox hosts without crowding sandboxd or DynamoDB.
-pub const DEFAULT_CONCURRENCY: usize = 4;
+/// The cap on runs in flight by default; each sweep sizes its runs in flight within it from the
+/// provider's latency, failures and documented rate limit, and the time left
+/// ([`reaper_core::concurrency`]).
+pub const DEFAULT_CONCURRENCY: usize = reaper_core::concurrency::DEFAULT_CAP;
 /// The quiet window before a drive appends (formerly `REAPER_FENCE_QUIET`).
 pub const QUIET_WINDOW: &str = reaper_core::settings::QUIET_WINDOW;
 /// The deadline of one probe or one reclaim (the sandbox I/O around a drive).
@@ -160,8 +162,8 @@ pub const SETTINGS: &[Setting] = &[
         name: CONCURRENCY,
         required: false,
         secret: false,
-        default: "4",
-        accepted: "a whole number from 1 to 64",
+        default: "32",
+        accepted: "a whole number from 1 to 64: the cap on runs in flight, sized within it at run time",
     },
     Setting {
         name: QUIET_WINDOW,

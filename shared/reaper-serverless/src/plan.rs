@@ -39,8 +39,10 @@ pub struct SweepPlan {
     /// The configured cap (`REAPER_MAX_RUNS`).
     pub max_runs: usize,
     /// How many runs fit even if every one takes its whole reserve (at most `max_runs`): each of
-    /// the `REAPER_CONCURRENCY` slots runs `(budget - margin) / reserve` of them back to back.
-    /// Faster runs leave room for more, up to the cap; the core checks before each run.
+    /// the `REAPER_CONCURRENCY` slots runs `(budget - margin) / reserve` of them back to back,
+    /// while the sweep keeps that many in flight (it sizes them at run time, fewer when the
+    /// provider fails). Faster runs leave room for more, up to the cap; the core checks before
+    /// each run.
     pub worst_case_runs: usize,
 }
 
@@ -104,6 +106,10 @@ fn sweep_options(config: &ServerlessConfig, owner: impl Into<String>) -> ReapOpt
     options.step_timeout_ms = ms(config.step_timeout);
     options.max_runs = config.max_runs;
     options.concurrency = config.concurrency;
+    // The sweep sizes its runs in flight within the cap from the deadline this plan sets and
+    // the providers' documented rate limits; a function has no connection limit of its own.
+    options.concurrency_limits.rate_limit =
+        reaper_providers::strictest_rate_limit(&config.providers);
     options.per_run_reserve_ms = config.per_run_reserve.map(ms);
     options
 }
