@@ -150,13 +150,16 @@ impl Refusal {
     }
 }
 
-/// The status for a sweep's outcome. A sweep that ran, and one skipped because another holds the
-/// lease, are both 200: Vercel delivers crons twice and overlaps them, and neither is a failure.
-/// A lease store that cannot be reached is 503 and bad settings are 500, so the cron's log shows
-/// them failed.
+/// The status for a sweep's outcome. A sweep that ran, one skipped because another holds the
+/// lease, and one an operator paused are all 200: Vercel delivers crons twice and overlaps them,
+/// and none is a failure. A lease store that cannot be reached is 503 and bad settings are 500,
+/// so the cron's log shows them failed.
 pub fn report_status(report: &SweepReport) -> StatusCode {
     match report.sweep {
-        SweepStatus::Swept | SweepStatus::AlreadyRunning { .. } => StatusCode::OK,
+        SweepStatus::Swept
+        | SweepStatus::AlreadyRunning { .. }
+        | SweepStatus::Paused { .. }
+        | SweepStatus::DryRun => StatusCode::OK,
         SweepStatus::LeaseUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         SweepStatus::InvalidOptions { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     }
@@ -351,6 +354,23 @@ mod tests {
         let body: serde_json::Value = serde_json::from_str(held.body()).unwrap();
         assert_eq!(body["sweep"]["state"], "already-running");
         assert_eq!(body["sweep"]["holder"], "other");
+    }
+
+    #[test]
+    fn a_sweep_an_operator_paused_is_200_saying_who_paused_it() {
+        let paused = report(
+            SweepStatus::Paused {
+                by: "ops@host".into(),
+                since: 500,
+                reason: Some("provider incident".into()),
+            },
+            1_000,
+        );
+        let response = report_response(&paused);
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: serde_json::Value = serde_json::from_str(response.body()).unwrap();
+        assert_eq!(body["sweep"]["state"], "paused");
+        assert_eq!(body["sweep"]["by"], "ops@host");
     }
 
     #[test]
