@@ -92,6 +92,7 @@
 //! ```
 
 mod error;
+mod history;
 pub mod layout;
 mod leases;
 mod ledger;
