@@ -186,7 +186,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 6,
         description: "run history",
-        statements: V5,
+        statements: V6,
     },
 ];
 
