@@ -633,6 +633,11 @@ pub struct PruneCmd {
 
 #[derive(Debug, Args)]
 pub struct StatusCmd {
+    /// Show one run instead of the list: its record, its journal's verdict now (a read-only
+    /// probe through --provider), what each sweep did to it (its history) and its reclaim-ledger
+    /// entry.
+    #[arg(value_name = "RUN_ID")]
+    pub run_id: Option<String>,
     #[command(flatten)]
     pub db: Db,
     /// Optional here: marks the runs a sweep would expire.
@@ -677,9 +682,35 @@ pub struct StatusCmd {
     /// List only runs detached for at least this long (e.g. 30m).
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub older_than: Option<String>,
-    /// List only runs whose sandbox is recorded under this provider (e.g. local, docker).
+    /// List only runs whose sandbox is recorded under this provider (e.g. local, docker). With
+    /// RUN_ID: the providers the journal is probed through (default: REAPER_PROVIDERS, or
+    /// local).
     #[arg(long = "provider", value_name = "NAME")]
     pub provider: Option<String>,
+    /// List only runs whose last sweep had this outcome (finalized, expired, producing,
+    /// unknown, budget-exceeded, not-claimed, reclaim-failed, failed), from the runs' history.
+    #[arg(long, value_name = "OUTCOME")]
+    pub outcome: Option<String>,
+    /// Re-render every INTERVAL (2s when given without one) until interrupted.
+    #[arg(
+        long,
+        value_name = "INTERVAL",
+        num_args = 0..=1,
+        default_missing_value = "2s",
+        allow_hyphen_values = true
+    )]
+    pub watch: Option<String>,
+    /// With RUN_ID: the directory holding the local sandboxes, for the probe.
+    #[arg(
+        long,
+        env = "REAPER_SANDBOXES",
+        default_value = "sandboxes",
+        value_name = "DIR"
+    )]
+    pub sandboxes: PathBuf,
+    /// With RUN_ID: the journal directory inside every sandbox (default: each sandbox's own).
+    #[arg(long, env = "REAPER_JOURNAL_DIR", value_name = "DIR")]
+    pub journal_dir: Option<String>,
     #[command(flatten)]
     pub output: Output,
 }
@@ -846,6 +877,7 @@ pub const PROGRESS_AFTER: Key = Key::new(
 pub const EVERY: Key = Key::new("every", "--every", "REAPER_EVERY");
 pub const LIMIT: Key = Key::new("limit", "--limit", "--limit");
 pub const OLDER_THAN: Key = Key::new("older_than", "--older-than", "--older-than");
+pub const STATUS_WATCH: Key = Key::new("watch", "--watch", "--watch");
 pub const PRUNE_EVERY: Key = Key::new("prune_every", "--prune-every", "REAPER_PRUNE_EVERY");
 pub const ORPHAN_TTL: Key = Key::new("orphan_ttl", "--orphan-ttl", "REAPER_ORPHAN_TTL");
 pub const MAX_DELETES: Key = Key::new("max_deletes", "--max-deletes", "REAPER_MAX_DELETES");

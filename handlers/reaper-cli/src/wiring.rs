@@ -760,6 +760,24 @@ impl RunStore for WatchedRuns {
         )
     }
 
+    // The history is an operator's aid: its failures are the sweep report's, not trouble that
+    // fails the sweep.
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.inner.record_history(entries).await
+    }
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        self.inner.run_history(run_id, limit).await
+    }
+    async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
+        self.inner.prune_history(before, max_entries).await
+    }
     fn capabilities(&self) -> RunStoreCapabilities {
         self.inner.capabilities()
     }

@@ -159,6 +159,22 @@ impl<T: RunStore + ?Sized> RunStore for Guarded<T> {
     fn capabilities(&self) -> RunStoreCapabilities {
         self.inner.capabilities()
     }
+    async fn record_history(
+        &self,
+        entries: &[crate::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        write!(self, self.inner.record_history(entries))
+    }
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::history::HistoryEntry>, StoreError> {
+        read!(self, self.inner.run_history(run_id, limit))
+    }
+    async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
+        write!(self, self.inner.prune_history(before, max_entries))
+    }
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         write!(self, self.inner.bump_epoch(run_id))
     }

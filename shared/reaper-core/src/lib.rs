@@ -14,6 +14,7 @@ pub mod damage;
 pub mod domain;
 pub mod error;
 pub mod health;
+pub mod history;
 pub mod journal;
 pub mod memory;
 pub mod pause;

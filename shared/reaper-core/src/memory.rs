@@ -14,6 +14,7 @@ use crate::domain::{
     RunRecord, SandboxInstanceRecord, TerminalWrite, Transcript,
 };
 use crate::error::StoreError;
+use crate::history::{HistoryEntry, MAX_HISTORY_READ};
 use crate::ports::{
     Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
     MessageStore, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
@@ -49,6 +50,9 @@ struct State {
     instances: HashMap<String, SandboxInstanceRecord>,
     transcripts: HashMap<String, Transcript>,
     intents: HashMap<String, ReclaimIntent>,
+    /// Each run's history, oldest first (a memory store's histories are small; pruning walks
+    /// them in memory, deleting at most its batch).
+    history: HashMap<String, Vec<HistoryEntry>>,
 }
 
 /// Every store port over one mutex-guarded map. Cheap to clone (shared state).
@@ -152,6 +156,56 @@ fn superseded(s: &State, run_id: &str, fence: Option<u64>) -> Option<u64> {
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 impl RunStore for MemoryStore {
+    async fn record_history(&self, entries: &[HistoryEntry]) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        for entry in entries {
+            let list = s.history.entry(entry.run_id.clone()).or_default();
+            list.retain(|e| (e.at, &e.sweep_id) != (entry.at, &entry.sweep_id));
+            list.push(entry.clone());
+            list.sort_by(|a, b| (a.at, &a.sweep_id).cmp(&(b.at, &b.sweep_id)));
+        }
+        Ok(())
+    }
+
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let s = self.lock();
+        let Some(list) = s.history.get(run_id) else {
+            return Ok(Vec::new());
+        };
+        Ok(list
+            .iter()
+            .rev()
+            .take(limit.min(MAX_HISTORY_READ))
+            .cloned()
+            .collect())
+    }
+
+    async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
+        let mut s = self.lock();
+        let mut old: Vec<(EpochMs, String, String)> = s
+            .history
+            .values()
+            .flatten()
+            .filter(|e| e.at < before)
+            .map(|e| (e.at, e.run_id.clone(), e.sweep_id.clone()))
+            .collect();
+        old.sort();
+        old.truncate(max_entries);
+        for (at, run_id, sweep_id) in &old {
+            if let Some(list) = s.history.get_mut(run_id) {
+                list.retain(|e| (e.at, &e.sweep_id) != (*at, sweep_id));
+                if list.is_empty() {
+                    s.history.remove(run_id);
+                }
+            }
+        }
+        Ok(old.len() as u64)
+    }
+
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
         let mut s = self.lock();
         if let Some(existing) = s.runs.get(new.run_id.as_str()) {

@@ -325,6 +325,38 @@ pub trait RunStore: MaybeSend + MaybeSync {
         RunStoreCapabilities::default()
     }
 
+    /// Adds entries to runs' histories (see [`crate::history`]): one per run a sweep touched,
+    /// keyed by `(run_id, at, sweep_id)`, so writing an entry again (a retried write) replaces
+    /// it. Optional (`Unsupported` by default); the sweep never fails for it.
+    async fn record_history(
+        &self,
+        _entries: &[crate::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("record_history"))
+    }
+
+    /// Up to `limit` (capped at [`crate::history::MAX_HISTORY_READ`]) history entries of one
+    /// run, newest first (by `at`, then `sweep_id`). An unknown run has none. Optional, like
+    /// [`RunStore::record_history`].
+    async fn run_history(
+        &self,
+        _run_id: &str,
+        _limit: usize,
+    ) -> Result<Vec<crate::history::HistoryEntry>, StoreError> {
+        Err(StoreError::Unsupported("run_history"))
+    }
+
+    /// Deletes at most `max_entries` history entries made before `before` (of any run), oldest
+    /// first, in one bounded request; returns how many went. The sweep calls it with its
+    /// retention. Optional (a store whose backend expires entries itself answers `Ok(0)`).
+    async fn prune_history(
+        &self,
+        _before: EpochMs,
+        _max_entries: usize,
+    ) -> Result<u64, StoreError> {
+        Err(StoreError::Unsupported("prune_history"))
+    }
+
     /// The claim's epoch bump, atomically: refuse an unknown or terminal run without writing,
     /// otherwise write `driverEpoch = (old ?? 0) + 1` and return it.
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError>;

@@ -231,6 +231,19 @@ pub enum SandboxFate {
     NotReclaimed,
 }
 
+impl SandboxFate {
+    /// The name the report's JSON uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxFate::Destroyed => "destroyed",
+            SandboxFate::NoSandbox => "no-sandbox",
+            SandboxFate::Kept => "kept",
+            SandboxFate::Leaked => "leaked",
+            SandboxFate::NotReclaimed => "not-reclaimed",
+        }
+    }
+}
+
 impl ReapRunEntry {
     pub(crate) fn new(run_id: &str, outcome: ReapOutcome) -> Self {
         let mut entry = ReapRunEntry {
@@ -400,6 +413,9 @@ pub struct ReapReport {
     pub damaged: Option<String>,
     /// The reclaim ledger: what this sweep retried, and what is still pending or leaked.
     pub reclaims: ReclaimReport,
+    /// The runs' history this sweep wrote and pruned (absent when it did neither).
+    #[serde(skip_serializing_if = "HistoryReport::is_empty")]
+    pub history: HistoryReport,
     /// The figures an operator sets objectives on.
     pub slo: SweepSlo,
     /// How many runs were in flight and why (the sizing's choice).
@@ -517,6 +533,26 @@ impl ReclaimReport {
     /// `None` when the ledger could not be read.
     pub fn leaked(&self) -> Option<u64> {
         self.ledger.map(|l| l.leaked)
+    }
+}
+
+/// The history part of a report: entries written (one per run touched) and pruned past the
+/// retention. A failure here is reported, never fatal: the runs' outcomes stand.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryReport {
+    /// Entries written (0 when the write failed or the store keeps no history).
+    pub recorded: usize,
+    /// Entries past the retention deleted by this sweep.
+    pub pruned: u64,
+    /// Why writing or pruning the history failed (the store's error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl HistoryReport {
+    pub fn is_empty(&self) -> bool {
+        *self == HistoryReport::default()
     }
 }
 
@@ -719,6 +755,12 @@ pub struct ReapOptions {
     /// why, writing nothing and touching no sandbox beyond read-only probes. The core enforces
     /// it: the sweep takes no lease, and its ports refuse every write, start and destroy.
     pub dry_run: bool,
+    /// How long runs' history entries are kept (see [`crate::history`]); each sweep deletes
+    /// older ones, at most [`Self::history_prune_batch`] of them. 0 keeps no history at all:
+    /// the sweep writes none and prunes none.
+    pub history_retention_ms: u64,
+    /// History entries past the retention one sweep deletes at most.
+    pub history_prune_batch: usize,
 }
 
 impl ReapOptions {
@@ -743,6 +785,8 @@ impl ReapOptions {
             max_starts_per_sweep: DEFAULT_MAX_STARTS_PER_SWEEP,
             start_stopped_inside_ttl: false,
             dry_run: false,
+            history_retention_ms: crate::history::DEFAULT_HISTORY_RETENTION_MS,
+            history_prune_batch: crate::history::DEFAULT_HISTORY_PRUNE_BATCH,
         }
     }
 
@@ -1160,10 +1204,17 @@ async fn reap_with(
     let deps = &guarded;
     let mut report = ReapReport::default();
     let now = options.now.unwrap_or_else(|| deps.clock.now_ms());
+    // Unique per sweep: the lease's grant token changes on every grant.
+    let sweep_id = match &sweep_lease {
+        Some((lease, _)) => format!("{now}-{}", lease.token),
+        None => format!("{now}-{}", options.owner),
+    };
     // Leaks first: a sandbox whose destroy failed, or whose sweep crashed before the destroy,
     // bills every minute, and its retry costs no probe.
-    retry_reclaims(deps, options, stop, &mut report.reclaims).await;
+    let mut retried = Vec::new();
+    retry_reclaims(deps, options, stop, &mut report.reclaims, &mut retried).await;
     reap_listed(deps, options, now, &mut sweep_lease, stop, &mut report).await;
+    record_history(deps, options, &sweep_id, &retried, &mut report).await;
     match deps.ledger.ledger_counts().await {
         Ok(counts) => report.reclaims.ledger = Some(counts),
         Err(error) => {
@@ -1204,6 +1255,113 @@ async fn reap_with(
         tracing::error!(target: "reaper", %damage, "the sweep stopped at damage in the database: no run was recorded terminal and no sandbox destroyed after it; the runs it did not reach are deferred");
     }
     report
+}
+
+/// Writes one history entry per run this sweep touched (the listing's runs and the ledger's
+/// retries, one entry per run), then prunes entries past the retention in one bounded batch.
+/// Never fatal: a failure is logged and reported in [`ReapReport::history`], and every outcome
+/// already written stands.
+async fn record_history(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    sweep_id: &str,
+    retried: &[(String, bool)],
+    report: &mut ReapReport,
+) {
+    use crate::history::{HistoryEntry, RECLAIM_RETRY_OUTCOME};
+    // A dry run writes nothing, its history included.
+    if options.history_retention_ms == 0 || options.dry_run {
+        return;
+    }
+    let at = deps.clock.now_ms();
+    let entry = |run_id: &str, outcome: &str, code: &str, reason: String| HistoryEntry {
+        run_id: run_id.to_string(),
+        sweep_id: sweep_id.to_string(),
+        at,
+        host: options.owner.clone(),
+        outcome: outcome.to_string(),
+        reason_code: code.to_string(),
+        reason,
+        sandbox: None,
+        ledger: Vec::new(),
+    };
+    let mut entries: Vec<HistoryEntry> = retried
+        .iter()
+        .map(|(run_id, settled)| {
+            let (code, why, event) = if *settled {
+                (
+                    "reclaim-retry/settled",
+                    "a retried reclaim settled the run's ledger entry",
+                    "settled",
+                )
+            } else {
+                (
+                    "reclaim-retry/failed",
+                    "a retried reclaim failed again; the ledger retries it later",
+                    "rescheduled",
+                )
+            };
+            let mut e = entry(run_id, RECLAIM_RETRY_OUTCOME, code, why.into());
+            e.ledger = vec!["retried".into(), event.into()];
+            e
+        })
+        .collect();
+    for run in &report.runs {
+        let mut e = entry(
+            &run.run_id,
+            run.outcome.as_str(),
+            run.reason.code.as_str(),
+            run.reason.message.clone(),
+        );
+        e.sandbox = run.sandbox.map(|f| f.as_str().to_string());
+        // A terminal run's sandbox fate is settled through its ledger entry: recorded before the
+        // terminal write, resolved once settled, rescheduled on a failed destroy.
+        match run.sandbox {
+            Some(SandboxFate::Leaked) => e.ledger = vec!["recorded".into(), "rescheduled".into()],
+            Some(_) => e.ledger = vec!["recorded".into(), "resolved".into()],
+            None if run.outcome == ReapOutcome::ReclaimFailed => {
+                e.ledger = vec!["recorded".into(), "rescheduled".into()]
+            }
+            None => {}
+        }
+        // One entry per run and sweep: a run the ledger pass retried and the listing visited
+        // keeps both stories in one entry.
+        match entries.iter_mut().find(|x| x.run_id == run.run_id) {
+            Some(earlier) => {
+                let mut ledger = std::mem::take(&mut earlier.ledger);
+                ledger.append(&mut e.ledger);
+                e.ledger = ledger;
+                *earlier = e;
+            }
+            None => entries.push(e),
+        }
+    }
+    let history = &mut report.history;
+    if !entries.is_empty() {
+        match deps.runs.record_history(&entries).await {
+            Ok(()) => history.recorded = entries.len(),
+            Err(StoreError::Unsupported(_)) => {}
+            Err(error) => {
+                tracing::warn!(target: "reaper", %error, entries = entries.len(), "writing the runs' history failed; the sweep's outcomes stand");
+                history.error = Some(format!("writing the runs' history failed: {error}"));
+            }
+        }
+    }
+    let before = at.saturating_sub(options.history_retention_ms.min(i64::MAX as u64) as i64);
+    match deps
+        .runs
+        .prune_history(before, options.history_prune_batch)
+        .await
+    {
+        Ok(pruned) => history.pruned = pruned,
+        Err(StoreError::Unsupported(_)) => {}
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, "pruning the runs' history failed; a later sweep prunes it");
+            history
+                .error
+                .get_or_insert_with(|| format!("pruning the runs' history failed: {error}"));
+        }
+    }
 }
 
 /// Whether the batch must stop before its next item: a shutdown, damage, or too little time
@@ -2044,6 +2202,7 @@ async fn retry_reclaims(
     options: &ReapOptions,
     stop: Option<&CancellationToken>,
     report: &mut ReclaimReport,
+    retried: &mut Vec<(String, bool)>,
 ) {
     let due = match deps
         .ledger
@@ -2082,7 +2241,9 @@ async fn retry_reclaims(
             }
         };
         report.retried += 1;
-        match settle_intent(deps, options, intent.clone()).await {
+        let settled = settle_intent(deps, options, intent.clone()).await;
+        retried.push((run_id.to_string(), settled.is_ok()));
+        match settled {
             Ok(()) => report.settled += 1,
             Err(error) => {
                 tracing::error!(target: "reaper", run_id, %error, attempts = intent.attempts + 1, first_seen = intent.first_seen, "a reclaim retry failed; the sandbox may still be running");

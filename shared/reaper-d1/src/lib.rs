@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod history;
 mod instances;
 mod leases;
 mod ledger;

@@ -94,6 +94,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod history;
 pub mod layout;
 mod leases;
 mod ledger;

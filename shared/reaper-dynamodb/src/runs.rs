@@ -789,6 +789,25 @@ impl RunStore for DynamoStore {
         self.live_runs_for_sandbox_report(sandbox_key, limit).await
     }
 
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.record_history_items(entries).await
+    }
+
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        self.run_history_items(run_id, limit).await
+    }
+
+    async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
+        self.prune_history_items(before, max_entries).await
+    }
+
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_reclaimable: true,

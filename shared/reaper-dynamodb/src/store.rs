@@ -382,6 +382,12 @@ consumed_one!(
     aws_sdk_dynamodb::operation::query::QueryOutput
 );
 
+impl Consumed for aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput {
+    fn consumed(&self) -> Vec<&ConsumedCapacity> {
+        self.consumed_capacity().iter().collect()
+    }
+}
+
 impl Consumed for aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput {
     fn consumed(&self) -> Vec<&ConsumedCapacity> {
         self.consumed_capacity().iter().collect()

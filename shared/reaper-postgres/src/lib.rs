@@ -11,6 +11,7 @@
 //! clear.
 
 mod error;
+mod history;
 mod instances;
 mod leases;
 mod ledger;

@@ -6,7 +6,7 @@
 //! (a test per schema, or staging beside production) and the application's own tables.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The table that marks a schema as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "schema_migrations";
@@ -22,11 +22,18 @@ pub struct Migration {
 
 /// Every migration in order. Append only: a released migration is never edited, since
 /// databases in the field already ran it.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "initial schema",
-    statements: V1,
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "initial schema",
+        statements: V1,
+    },
+    Migration {
+        version: 2,
+        description: "run history",
+        statements: V2,
+    },
+];
 
 /// The migrations a schema at version `from` still needs, in order.
 pub fn pending(from: u32) -> impl Iterator<Item = &'static Migration> {
@@ -36,7 +43,7 @@ pub fn pending(from: u32) -> impl Iterator<Item = &'static Migration> {
 /// Every table with the columns the reaper reads and writes. A table that lacks one of them was
 /// damaged or hand-edited: the store refuses the schema at open, naming the table and columns.
 /// Extra columns an application adds are tolerated.
-pub const SHAPE: [(&str, &[&str]); 9] = [
+pub const SHAPE: [(&str, &[&str]); 10] = [
     (SCHEMA_TABLE, &["version", "description", "applied_at"]),
     (
         "runs",
@@ -89,6 +96,7 @@ pub const SHAPE: [(&str, &[&str]); 9] = [
             "last_error",
         ],
     ),
+    ("run_history", &["run_id", "at", "sweep_id", "entry"]),
 ];
 
 /// The tables (with their columns) a schema at `version` has: those its migrations created.
@@ -185,6 +193,20 @@ const V1: &[&str] = &[
     last_error          TEXT
 )",
     "CREATE INDEX reclaim_intents_due ON @.reclaim_intents (next_attempt_at, run_id)",
+];
+
+/// Version 2: each run's history, what every sweep did to it (`reaper status RUN_ID`). The
+/// primary key serves a run's newest entries without a sort; the index, the retention's
+/// bounded prune, oldest first.
+const V2: &[&str] = &[
+    "CREATE TABLE @.run_history (
+    run_id   TEXT COLLATE \"C\" NOT NULL,
+    at       BIGINT NOT NULL,
+    sweep_id TEXT COLLATE \"C\" NOT NULL,
+    entry    JSON NOT NULL,
+    PRIMARY KEY (run_id, at, sweep_id)
+)",
+    "CREATE INDEX run_history_by_age ON @.run_history (at, run_id, sweep_id)",
 ];
 
 /// What a schema holds, decided with reads only.

@@ -6,13 +6,13 @@
 use crate::runs::unlistable_where;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The table that marks a database as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "reaper_schema";
 
 /// Every table of the schema, `SCHEMA_TABLE` first.
-pub const TABLES: [&str; 9] = [
+pub const TABLES: [&str; 10] = [
     SCHEMA_TABLE,
     crate::runs::TABLE,
     crate::leases::TABLE,
@@ -22,13 +22,14 @@ pub const TABLES: [&str; 9] = [
     crate::transcripts::TABLE,
     crate::reclaim_intents::TABLE,
     crate::leases::NOTES_TABLE,
+    crate::history::TABLE,
 ];
 
 /// Every table with the columns the reaper reads and writes, in [`TABLES`] order. A table that
 /// lacks one of them was damaged or hand-edited: the store refuses it when it opens the file,
 /// naming the table and columns, instead of failing every later query with "no such column".
 /// Extra columns an application adds are tolerated.
-pub const SHAPE: [(&str, &[&str]); 9] = [
+pub const SHAPE: [(&str, &[&str]); 10] = [
     (SCHEMA_TABLE, &["version", "description"]),
     (
         crate::runs::TABLE,
@@ -92,6 +93,10 @@ pub const SHAPE: [(&str, &[&str]); 9] = [
         ],
     ),
     (crate::leases::NOTES_TABLE, &["key", "note"]),
+    (
+        crate::history::TABLE,
+        &["run_id", "sweep_id", "at", "entry"],
+    ),
 ];
 
 /// The tables (with their columns) a database at `version` has: those created by the
@@ -177,6 +182,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 5,
         description: "unlistable rows index",
         statements: V5,
+    },
+    Migration {
+        version: 6,
+        description: "run history",
+        statements: V6,
     },
 ];
 
@@ -356,6 +366,20 @@ const V5: &[&str] = &[concat!(
     "CREATE INDEX runs_unlistable ON runs (detached_since) WHERE ",
     unlistable_where!()
 )];
+
+/// Version 6: each run's history, what every sweep did to it (`reaper status RUN_ID`). The
+/// primary key serves a run's newest entries (`WHERE run_id = ? ORDER BY at DESC, sweep_id DESC
+/// LIMIT n`) without a sort; the index serves the retention's bounded prune, oldest first.
+const V6: &[&str] = &[
+    "CREATE TABLE reaper_run_history (
+    run_id   TEXT NOT NULL,
+    at       INTEGER NOT NULL,
+    sweep_id TEXT NOT NULL,
+    entry    TEXT NOT NULL CHECK (json_valid(entry)),
+    PRIMARY KEY (run_id, at, sweep_id)
+)",
+    "CREATE INDEX reaper_run_history_by_age ON reaper_run_history (at, run_id, sweep_id)",
+];
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,7 @@
 
 mod decode;
 mod error;
+mod history;
 mod instances;
 mod leases;
 mod ledger;

@@ -587,6 +587,25 @@ impl RunStore for SqliteStore {
         Ok(BoundedCount::of(u64::try_from(seen).unwrap_or(0), at_most))
     }
 
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.record_history_rows(entries).await
+    }
+
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        self.run_history_rows(run_id, limit).await
+    }
+
+    async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
+        self.prune_history_rows(before, max_entries).await
+    }
+
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_reclaimable: true,

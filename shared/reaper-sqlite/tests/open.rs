@@ -419,10 +419,11 @@ async fn a_version_one_database_is_migrated_to_the_reclaim_ledger_in_place_keepi
             (2, "reclaim ledger".into()),
             (3, "lease notes".into()),
             (4, "listing keyset index".into()),
-            (5, "unlistable rows index".into())
+            (5, "unlistable rows index".into()),
+            (6, "run history".into())
         ]
     );
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
 }
 
 /// A file exactly as version 2 left it, holding one run and the sweep lease of a sweep that is
@@ -487,7 +488,7 @@ async fn a_version_two_database_is_migrated_to_lease_notes_in_place_keeping_its_
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
 }
 
 /// A file exactly as version 3 left it: the listing's index on `detached_since` alone.
@@ -531,6 +532,56 @@ async fn a_version_three_database_gets_the_listing_keyset_index_in_place_keeping
     assert_eq!(
         index_columns(&path, "runs_reclaimable"),
         ["detached_since", "run_id"]
+    );
+}
+
+/// A file exactly as version 4 left it (every table but the run history).
+fn version_four_file(path: &Path) {
+    version_three_file(path);
+    let conn = Connection::open(path).unwrap();
+    let v4 = &reaper_sql::MIGRATIONS[3];
+    assert_eq!(v4.version, 4);
+    for sql in v4.statements {
+        conn.execute(sql, []).unwrap();
+    }
+    conn.execute(
+        "INSERT INTO reaper_schema (version, description) VALUES (4, 'listing keyset index')",
+        [],
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_version_four_database_gains_the_run_history_in_place_keeping_its_runs() {
+    use reaper_core::history::HistoryEntry;
+
+    let dir = temp_dir();
+    let path = dir.path().join("reaper.db");
+    version_four_file(&path);
+    assert!(index_columns(&path, "reaper_run_history_by_age").is_empty());
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(RunStore::get(&store, "from-v1").await.unwrap().is_some());
+    let entry = HistoryEntry {
+        run_id: "from-v1".into(),
+        sweep_id: "sweep-1".into(),
+        at: 10,
+        host: "h".into(),
+        outcome: "expired".into(),
+        reason_code: "expired/ttl".into(),
+        reason: "past its TTL".into(),
+        sandbox: None,
+        ledger: vec![],
+    };
+    store
+        .record_history(std::slice::from_ref(&entry))
+        .await
+        .unwrap();
+    assert_eq!(store.run_history("from-v1", 5).await.unwrap(), [entry]);
+    drop(store);
+    assert_eq!(
+        index_columns(&path, "reaper_run_history_by_age"),
+        ["at", "run_id", "sweep_id"]
     );
 }
 

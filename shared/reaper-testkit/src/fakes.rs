@@ -103,6 +103,10 @@ pub enum Op {
     DueIntents,
     /// `ledger_counts`.
     LedgerCounts,
+    /// A batch of history entries (their run ids).
+    RecordHistory(Vec<String>),
+    RunHistory(String),
+    PruneHistory,
 }
 
 impl Op {
@@ -121,8 +125,14 @@ impl Op {
             | Op::RecordIntent(r)
             | Op::UpdateIntent(r)
             | Op::ResolveIntent(r)
-            | Op::GetIntent(r) => Some(r),
-            Op::FindActive(_) | Op::ListReclaimable | Op::DueIntents | Op::LedgerCounts => None,
+            | Op::GetIntent(r)
+            | Op::RunHistory(r) => Some(r),
+            Op::FindActive(_)
+            | Op::ListReclaimable
+            | Op::DueIntents
+            | Op::LedgerCounts
+            | Op::RecordHistory(_)
+            | Op::PruneHistory => None,
         }
     }
 
@@ -139,6 +149,8 @@ impl Op {
                 | Op::RecordIntent(_)
                 | Op::UpdateIntent(_)
                 | Op::ResolveIntent(_)
+                | Op::RecordHistory(_)
+                | Op::PruneHistory
         )
     }
 }
@@ -380,6 +392,27 @@ impl RunStore for SpyStore {
             exact: inner.exact && counted.exact,
             ..counted
         })
+    }
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.enter(Op::RecordHistory(
+            entries.iter().map(|e| e.run_id.clone()).collect(),
+        ))?;
+        self.inner.record_history(entries).await
+    }
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        self.enter(Op::RunHistory(run_id.into()))?;
+        self.inner.run_history(run_id, limit).await
+    }
+    async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
+        self.enter(Op::PruneHistory)?;
+        self.inner.prune_history(before, max_entries).await
     }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         reaper_core::ports::RunStoreCapabilities {
@@ -920,6 +953,25 @@ impl<S: RunStore> RunStore for CountingRuns<S> {
         self.inner
             .count_reclaimable(detached_after, detached_until, at_most)
             .await
+    }
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.count();
+        self.inner.record_history(entries).await
+    }
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        self.count();
+        self.inner.run_history(run_id, limit).await
+    }
+    async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
+        self.count();
+        self.inner.prune_history(before, max_entries).await
     }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         self.inner.capabilities()

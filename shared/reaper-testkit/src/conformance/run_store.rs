@@ -6,6 +6,7 @@
 //! agree (`Unsupported`) and report a skip; an undeclared gap is a failure.
 
 use futures::future::join_all;
+use reaper_core::history::HistoryEntry;
 use reaper_core::ports::{
     BoundedCount, EpochBump, Fenced, ReclaimableCursor, ReclaimableQuery, RunStore,
 };
@@ -73,6 +74,12 @@ macro_rules! __reaper_run_store_cases {
             error_with_and_without_code_round_trips,
             run_ids_with_quotes_newlines_and_unicode_round_trip,
             a_five_thousand_char_run_id_round_trips,
+            run_history_of_a_run_without_entries_is_empty_when_supported,
+            run_history_is_newest_first_up_to_its_limit_when_supported,
+            run_history_round_trips_every_field_of_an_entry_when_supported,
+            recording_an_entry_again_replaces_it_when_supported,
+            run_history_of_one_run_never_shows_a_run_whose_id_extends_it_when_supported,
+            prune_history_deletes_entries_before_the_cutoff_oldest_first_in_bounded_batches_when_supported,
         ] }
     };
 }
@@ -1814,6 +1821,237 @@ pub async fn count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable
             exact: false
         },
         "a count bounded at 0 over runs"
+    );
+    Ok(Verdict::Passed)
+}
+
+fn history_entry(run_id: &str, sweep_id: &str, at: EpochMs) -> HistoryEntry {
+    HistoryEntry {
+        run_id: run_id.to_string(),
+        sweep_id: sweep_id.to_string(),
+        at,
+        host: "host-a".into(),
+        outcome: "expired".into(),
+        reason_code: "expired/ttl".into(),
+        reason: "detached for longer than the TTL".into(),
+        sandbox: Some("destroyed".into()),
+        ledger: vec!["recorded".into(), "resolved".into()],
+    }
+}
+
+/// `None` when the store keeps history; a skip when it answers `Unsupported`.
+async fn history_gate<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> Result<Option<Verdict>, Failure> {
+    match store.run_history(&ctx.id("history-probe"), 1).await {
+        Err(StoreError::Unsupported(_)) => Ok(Some(Verdict::Skipped(
+            "run history is not supported by this store".into(),
+        ))),
+        other => {
+            ensure_eq!(
+                other?,
+                Vec::<HistoryEntry>::new(),
+                "a new run has no history"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Entries of other runs never leak into a run's history; an unknown run has none.
+pub async fn run_history_of_a_run_without_entries_is_empty_when_supported<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = history_gate(store, ctx).await? {
+        return Ok(skip);
+    }
+    store
+        .record_history(&[history_entry(&ctx.id("other"), &ctx.id("s1"), 1_000_000)])
+        .await?;
+    ensure_eq!(
+        store.run_history(&ctx.id("run"), 10).await?,
+        Vec::<HistoryEntry>::new(),
+        "a run without entries"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Newest first by `at`, then by sweep id; at most `limit` entries.
+pub async fn run_history_is_newest_first_up_to_its_limit_when_supported<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = history_gate(store, ctx).await? {
+        return Ok(skip);
+    }
+    let run = ctx.id("run");
+    // Written out of order, two of them at the same time.
+    let entries = [
+        history_entry(&run, "sweep-b", 2_000_000),
+        history_entry(&run, "sweep-d", 4_000_000),
+        history_entry(&run, "sweep-a", 1_000_000),
+        history_entry(&run, "sweep-c2", 3_000_000),
+        history_entry(&run, "sweep-c1", 3_000_000),
+    ];
+    store.record_history(&entries[..2]).await?;
+    store.record_history(&entries[2..]).await?;
+    let sweeps = |h: Vec<HistoryEntry>| h.into_iter().map(|e| e.sweep_id).collect::<Vec<_>>();
+    ensure_eq!(
+        sweeps(store.run_history(&run, 10).await?),
+        vec!["sweep-d", "sweep-c2", "sweep-c1", "sweep-b", "sweep-a"],
+        "newest first, ties by sweep id, descending"
+    );
+    ensure_eq!(
+        sweeps(store.run_history(&run, 2).await?),
+        vec!["sweep-d", "sweep-c2"],
+        "the newest `limit` entries"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Every field reads back as written: no ledger events and no sandbox, odd text, a large `at`.
+pub async fn run_history_round_trips_every_field_of_an_entry_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = history_gate(store, ctx).await? {
+        return Ok(skip);
+    }
+    let run = ctx.id("run \"quoted\"\nline é 🦀");
+    let full = history_entry(&run, "sweep-1", 1_700_000_000_000);
+    let bare = HistoryEntry {
+        sandbox: None,
+        ledger: Vec::new(),
+        outcome: "unknown".into(),
+        reason_code: "unknown/sandbox-gone".into(),
+        reason: "no sandbox instance record for key \"k\" — left alone".into(),
+        host: "host b/ü".into(),
+        ..history_entry(&run, "sweep-2", (1 << 53) - 1)
+    };
+    store.record_history(&[full.clone(), bare.clone()]).await?;
+    ensure_eq!(
+        store.run_history(&run, 10).await?,
+        vec![bare, full],
+        "both entries, as written"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// The entry's key is the run, the time and the sweep: a retried write replaces it, and an
+/// entry of another sweep at the same time stays.
+pub async fn recording_an_entry_again_replaces_it_when_supported<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = history_gate(store, ctx).await? {
+        return Ok(skip);
+    }
+    let run = ctx.id("run");
+    store
+        .record_history(&[history_entry(&run, "sweep-1", 1_000_000)])
+        .await?;
+    let again = HistoryEntry {
+        outcome: "failed".into(),
+        ..history_entry(&run, "sweep-1", 1_000_000)
+    };
+    let other = history_entry(&run, "sweep-2", 1_000_000);
+    store
+        .record_history(&[again.clone(), other.clone()])
+        .await?;
+    ensure_eq!(
+        store.run_history(&run, 10).await?,
+        vec![other, again],
+        "one entry per key, the last written"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// A run whose id is another's prefix (a key-prefix query's classic slip) keeps its own history.
+pub async fn run_history_of_one_run_never_shows_a_run_whose_id_extends_it_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = history_gate(store, ctx).await? {
+        return Ok(skip);
+    }
+    let run = ctx.id("run");
+    let longer = format!("{run}1");
+    let like = format!("{run}%");
+    store
+        .record_history(&[
+            history_entry(&longer, "sweep-1", 1_000_000),
+            history_entry(&like, "sweep-1", 1_000_000),
+            history_entry(&run, "sweep-2", 2_000_000),
+        ])
+        .await?;
+    let history = store.run_history(&run, 10).await?;
+    ensure_eq!(
+        history
+            .iter()
+            .map(|e| e.run_id.as_str())
+            .collect::<Vec<_>>(),
+        vec![run.as_str()],
+        "only the run's own entries"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Pruning deletes entries made strictly before the cutoff, oldest first, at most its batch per
+/// call, and keeps the rest. Uses negative times no other case writes, so cases sharing a
+/// database never prune each other's entries; leftovers of earlier runs are drained first.
+pub async fn prune_history_deletes_entries_before_the_cutoff_oldest_first_in_bounded_batches_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = history_gate(store, ctx).await? {
+        return Ok(skip);
+    }
+    let run = ctx.id("run");
+    let keep = ctx.id("kept");
+    store
+        .record_history(&[
+            history_entry(&run, "sweep-1", -3_000),
+            history_entry(&run, "sweep-2", -2_000),
+            history_entry(&run, "sweep-3", -1_000),
+            history_entry(&keep, "sweep-1", 5_000_000),
+        ])
+        .await?;
+    let first = store.prune_history(-1_000, 1).await?;
+    ensure_eq!(first, 1, "one entry per call with a batch of one");
+    // Other runs of this suite may have left entries this old: drain them, bounded.
+    let mut calls = 0;
+    loop {
+        let pruned = store.prune_history(-1_000, 1).await?;
+        ensure!(pruned <= 1, "a batch of one deleted {pruned} entries");
+        if pruned == 0 {
+            break;
+        }
+        calls += 1;
+        ensure!(calls < 10_000, "pruning never ran dry");
+    }
+    let left: Vec<String> = store
+        .run_history(&run, 10)
+        .await?
+        .into_iter()
+        .map(|e| e.sweep_id)
+        .collect();
+    ensure_eq!(
+        left,
+        vec!["sweep-3".to_string()],
+        "entries strictly before the cutoff are gone; the one at it stays"
+    );
+    ensure_eq!(
+        store.run_history(&keep, 10).await?.len(),
+        1,
+        "a recent entry of another run stays"
     );
     Ok(Verdict::Passed)
 }

@@ -711,6 +711,26 @@ impl RunStore for WithoutListByThread {
             .count_reclaimable(detached_after, detached_until, at_most)
             .await
     }
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.0.record_history(entries).await
+    }
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        self.0.run_history(run_id, limit).await
+    }
+    async fn prune_history(
+        &self,
+        before: reaper_core::EpochMs,
+        max_entries: usize,
+    ) -> Result<u64, StoreError> {
+        self.0.prune_history(before, max_entries).await
+    }
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_by_thread: false,

@@ -1,0 +1,95 @@
+//! A run's history: what each sweep did to it (when, on which host, with which outcome and
+//! why, what became of its sandbox, what happened in the reclaim ledger). The sweep writes one
+//! [`HistoryEntry`] per run it touched, in one batch at its end, and prunes entries older than
+//! its retention in bounded batches; `reaper status RUN_ID` and the dashboard read it with
+//! [`crate::RunStore::run_history`].
+//!
+//! The history is an operator's aid, never part of a run's fate: a failed history write is
+//! logged and reported ([`crate::reap::ReapReport::history`]), and the sweep's outcomes
+//! stand.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::EpochMs;
+
+/// How long history entries are kept by default: 30 days (a month of on-call questions).
+pub const DEFAULT_HISTORY_RETENTION_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+
+/// Entries one sweep deletes at most when pruning past the retention (one bounded request or
+/// statement; a larger backlog of old entries drains over the next sweeps).
+pub const DEFAULT_HISTORY_PRUNE_BATCH: usize = 500;
+
+/// The most entries [`crate::RunStore::run_history`] returns in one call, whatever the caller
+/// asks: a store reads one bounded page.
+pub const MAX_HISTORY_READ: usize = 1_000;
+
+/// The outcome of a reclaim-ledger retry (the run's sandbox destroy retried by a later sweep),
+/// used in [`HistoryEntry::outcome`] when the listing did not also visit the run.
+pub const RECLAIM_RETRY_OUTCOME: &str = "reclaim-retry";
+
+/// What one sweep did to one run. Stored as written: the strings are the report's own
+/// (outcome, reason code, sandbox fate), so an entry written by one version reads in another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    pub run_id: String,
+    /// The sweep that wrote it: unique per sweep (the sweep's start and its lease's grant
+    /// token, or its owner for a sweep run without the lease). With `run_id` and `at`, the
+    /// entry's key.
+    pub sweep_id: String,
+    /// When the sweep made the entry (the sweep's clock), ms since the epoch.
+    pub at: EpochMs,
+    /// Who swept: the sweep's owner (host, process, invocation).
+    pub host: String,
+    /// A [`crate::reap::ReapOutcome`] name, or [`RECLAIM_RETRY_OUTCOME`].
+    pub outcome: String,
+    /// The stable reason code (`expired/ttl`, `unknown/sandbox-gone`, …).
+    pub reason_code: String,
+    /// The reason's sentence.
+    pub reason: String,
+    /// What became of the sandbox (a [`crate::reap::SandboxFate`] name), when the run was
+    /// terminal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+    /// What happened to the run's reclaim-ledger entry in this sweep, in order: `recorded`,
+    /// `resolved`, `rescheduled` (a failed destroy, retried later), `retried`, `settled`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ledger: Vec<String>,
+}
+
+/// Why a run id cannot name a run: empty, too long, or holding control characters. Shared by
+/// every reader of a run id an operator typed, so a hostile id is refused before any request.
+pub fn check_run_id(run_id: &str) -> Result<(), String> {
+    const MAX: usize = 512;
+    if run_id.is_empty() {
+        return Err("the run id is empty".into());
+    }
+    if run_id.len() > MAX {
+        return Err(format!(
+            "the run id is {} bytes long; run ids are at most {MAX}",
+            run_id.len()
+        ));
+    }
+    if let Some(c) = run_id.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "the run id holds the control character {:?}; copy it again from the report",
+            c
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_id_with_control_characters_or_no_characters_is_refused() {
+        assert!(check_run_id("run-1").is_ok());
+        assert!(check_run_id("").unwrap_err().contains("empty"));
+        assert!(check_run_id("run\u{1b}[2J")
+            .unwrap_err()
+            .contains("control"));
+        assert!(check_run_id(&"x".repeat(600)).unwrap_err().contains("600"));
+    }
+}

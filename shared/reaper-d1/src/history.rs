@@ -1,0 +1,74 @@
+//! The run history (schema version 5) on D1, in the statements `reaper-sqlite` runs: the
+//! sweep's entries in one batch, a run's newest through the primary key, the bounded prune.
+
+use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::{EpochMs, StoreError};
+use reaper_sql::history as sql;
+
+use crate::client::Statement;
+use crate::row::{corrupt, RowExt};
+use crate::D1Store;
+
+impl D1Store {
+    pub(crate) async fn record_history_rows(
+        &self,
+        entries: &[HistoryEntry],
+    ) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let statements = entries
+            .iter()
+            .map(|e| {
+                let json = serde_json::to_string(e).map_err(|err| {
+                    StoreError::Backend(format!("encoding a history entry: {err}"))
+                })?;
+                Ok(Statement::new(
+                    sql::RECORD,
+                    vec![
+                        e.run_id.as_str().into(),
+                        e.sweep_id.as_str().into(),
+                        e.at.into(),
+                        json.into(),
+                    ],
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        // One batch: D1 runs it as one transaction, one round trip for the sweep.
+        self.batch(statements).await.map(drop)
+    }
+
+    pub(crate) async fn run_history_rows(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let limit = limit.min(MAX_HISTORY_READ) as i64;
+        let rows = self
+            .one(Statement::new(sql::READ, vec![run_id.into(), limit.into()]))
+            .await?;
+        let key = format!("history of {run_id}");
+        rows.iter()
+            .map(|r| {
+                serde_json::from_str(&r.text("entry", &key)?).map_err(|e| {
+                    corrupt(key.as_str(), format!("entry is not a history entry: {e}"))
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn prune_history_rows(
+        &self,
+        before: EpochMs,
+        max_entries: usize,
+    ) -> Result<u64, StoreError> {
+        let max = i64::try_from(max_entries).unwrap_or(i64::MAX);
+        let rows = self
+            .one(Statement::new(
+                sql::PRUNE_RETURNING,
+                vec![before.into(), max.into()],
+            ))
+            .await?;
+        Ok(rows.len() as u64)
+    }
+}

@@ -1,0 +1,82 @@
+//! The run history (schema version 5) on SQLite: one row per run and sweep, the entry as JSON.
+
+use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::{EpochMs, StoreError};
+use reaper_sql::history as sql;
+use rusqlite::params;
+
+use crate::error::{corrupt, store_err};
+use crate::{immediate, SqliteStore};
+
+impl SqliteStore {
+    pub(crate) async fn record_history_rows(
+        &self,
+        entries: &[HistoryEntry],
+    ) -> Result<(), StoreError> {
+        let rows = entries
+            .iter()
+            .map(|e| {
+                serde_json::to_string(e)
+                    .map(|json| (e.run_id.clone(), e.sweep_id.clone(), e.at, json))
+                    .map_err(|e| StoreError::Backend(format!("encoding a history entry: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // One transaction for the sweep's batch: one fsync, not one per run.
+        self.call(move |c| {
+            immediate(c, |tx| {
+                let mut s = tx.prepare_cached(sql::RECORD).map_err(store_err)?;
+                for (run_id, sweep_id, at, json) in &rows {
+                    s.execute(params![run_id, sweep_id, at, json])
+                        .map_err(store_err)?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn run_history_rows(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let run_id = run_id.to_string();
+        let limit = limit.min(MAX_HISTORY_READ) as i64;
+        self.call(move |c| {
+            let texts: Vec<String> = c
+                .prepare_cached(sql::READ)
+                .and_then(|mut s| {
+                    s.query_map(params![run_id, limit], |r| r.get(0))?
+                        .collect::<Result<_, _>>()
+                })
+                .map_err(store_err)?;
+            texts
+                .iter()
+                .map(|t| {
+                    serde_json::from_str(t).map_err(|e| {
+                        corrupt(
+                            format!("history of {run_id}"),
+                            format!("entry is not a history entry: {e}"),
+                        )
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    pub(crate) async fn prune_history_rows(
+        &self,
+        before: EpochMs,
+        max_entries: usize,
+    ) -> Result<u64, StoreError> {
+        let max = i64::try_from(max_entries).unwrap_or(i64::MAX);
+        self.call(move |c| {
+            c.prepare_cached(sql::PRUNE)
+                .and_then(|mut s| s.execute(params![before, max]))
+                .map(|n| n as u64)
+                .map_err(store_err)
+        })
+        .await
+    }
+}
