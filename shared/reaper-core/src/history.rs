@@ -32,6 +32,7 @@ pub const RECLAIM_RETRY_OUTCOME: &str = "reclaim-retry";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
+    /// The run the entry is about.
     pub run_id: String,
     /// The sweep that wrote it: unique per sweep (the sweep's start and its lease's grant
     /// token, or its owner for a sweep run without the lease). With `run_id` and `at`, the

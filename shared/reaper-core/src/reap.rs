@@ -551,6 +551,7 @@ pub struct HistoryReport {
 }
 
 impl HistoryReport {
+    /// Nothing recorded, pruned or failed (the report leaves the field out).
     pub fn is_empty(&self) -> bool {
         *self == HistoryReport::default()
     }

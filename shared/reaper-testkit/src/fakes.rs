@@ -105,7 +105,9 @@ pub enum Op {
     LedgerCounts,
     /// A batch of history entries (their run ids).
     RecordHistory(Vec<String>),
+    /// `run_history` for a run.
     RunHistory(String),
+    /// `prune_history`.
     PruneHistory,
 }
 
