@@ -412,12 +412,24 @@ pub fn run(page: &RunPage, ttl_ms: u64, now: EpochMs) -> Markup {
                 None => { p { "No entry: nothing of this run is waiting to be reclaimed." } }
             }
             h2 { "History" }
-            div.slot {
-                p {
-                    "Not available: this version of the store keeps no per-run history of what \
-                     the reaper did (issue 25, item 2). The record and the ledger entry above are \
-                     the run's state now."
+            @match &page.history {
+                Ok(entries) if entries.is_empty() => { p { "No sweep has touched this run yet." } }
+                Ok(entries) => {
+                    table {
+                        tr { th { "When" } th { "Outcome" } th { "Reason" } th { "Sandbox" } th { "Ledger" } th { "Host" } }
+                        @for h in entries {
+                            tr {
+                                td { (timestamp(h.at)) " (" (age(now, h.at)) " ago)" }
+                                td { (h.outcome) }
+                                td { code { (h.reason_code) } " " (h.reason) }
+                                td { @match &h.sandbox { Some(s) => { (s) } None => { span.muted { "-" } } } }
+                                td { (h.ledger.join(", ")) }
+                                td { (h.host) }
+                            }
+                        }
+                    }
                 }
+                Err(why) => { div.slot { p { "Not available: " (why) ". The record and the ledger entry above are the run's state now." } } }
             }
         },
     )

@@ -110,7 +110,13 @@ pub struct RunPage {
     pub record: RunRecord,
     pub sandbox: Option<SandboxInstanceRecord>,
     pub intent: Option<ReclaimIntent>,
+    /// The newest [`RUN_HISTORY_ROWS`] entries of what sweeps did to the run, or why the store
+    /// could not say (a store without history answers Unsupported).
+    pub history: Result<Vec<reaper_core::history::HistoryEntry>, String>,
 }
+
+/// History entries a run page shows (newest first): a bounded read, like every page's.
+pub const RUN_HISTORY_ROWS: usize = 20;
 
 pub async fn run_page(ports: &Ports, run_id: &str) -> Result<Option<RunPage>, StoreError> {
     let Some(record) = ports.runs.get(run_id).await? else {
@@ -121,9 +127,19 @@ pub async fn run_page(ports: &Ports, run_id: &str) -> Result<Option<RunPage>, St
         None => None,
     };
     let intent = ports.ledger.get_intent(run_id).await?;
+    // A history that cannot be read still leaves the record and the ledger worth showing.
+    let history = ports
+        .runs
+        .run_history(run_id, RUN_HISTORY_ROWS)
+        .await
+        .map_err(|e| match e {
+            StoreError::Unsupported(_) => "this store keeps no per-run history".to_string(),
+            other => format!("the history could not be read: {other}"),
+        });
     Ok(Some(RunPage {
         record,
         sandbox,
         intent,
+        history,
     }))
 }

@@ -94,6 +94,21 @@ impl RunStore for Counted {
     ) -> Result<Fenced<bool>, StoreError> {
         self.inner.write_terminal(run_id, held_epoch, write).await
     }
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.inner.record_history(entries).await
+    }
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        let entries = self.inner.run_history(run_id, limit).await?;
+        self.add(entries.len());
+        Ok(entries)
+    }
 }
 
 #[async_trait::async_trait]
@@ -226,7 +241,7 @@ async fn every_dashboard_page_reads_a_bounded_number_of_rows_over_a_large_backlo
         ("/runs?after=1799994600500.run-000500", bound_detached),
         ("/ledger", LEDGER_ROWS + 1),
         ("/sweeps", 0),
-        ("/runs/run-001999", 3),
+        ("/runs/run-001999", 3 + read::RUN_HISTORY_ROWS),
     ] {
         counted.take();
         let (status, body) = get(&d, path).await;
@@ -325,4 +340,36 @@ async fn the_dashboard_answers_401_without_the_status_token() {
         let (status, _) = get(&d, path).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
     }
+}
+
+#[tokio::test]
+async fn a_run_page_shows_the_newest_history_entries_escaped_and_no_more_than_its_bound() {
+    let (counted, d) = seeded(3, 0).await;
+    let entries: Vec<reaper_core::history::HistoryEntry> = (0..30)
+        .map(|i| reaper_core::history::HistoryEntry {
+            run_id: "run-000001".into(),
+            sweep_id: format!("sweep-{i:02}"),
+            at: NOW - (30 - i) * MINUTE,
+            host: "host-a".into(),
+            outcome: "producing".into(),
+            reason_code: "producing/journal-growing".into(),
+            reason: format!("entry {i:02} <script>alert(1)</script>"),
+            sandbox: Some("kept".into()),
+            ledger: vec!["recorded".into()],
+        })
+        .collect();
+    counted.inner.record_history(&entries).await.unwrap();
+    counted.take();
+    let (status, body) = get(&d, "/runs/run-000001").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(counted.take() <= 3 + read::RUN_HISTORY_ROWS);
+    assert!(
+        body.contains("entry 29 "),
+        "the newest entry is shown: {body}"
+    );
+    assert!(body.contains("entry 10 "), "{body}");
+    assert!(!body.contains("entry 09 "), "only the newest 20: {body}");
+    assert!(!body.contains("<script>alert"), "reasons are escaped");
+    assert!(body.contains("&lt;script&gt;"), "{body}");
+    assert!(!body.contains("keeps no per-run history"), "{body}");
 }
