@@ -45,7 +45,7 @@ describe("damage met mid-sweep", () => {
       const n = token().slice(0, 8);
       const worker = await startWorker({
         vars: {
-          REAPER_INTERVAL: "1h",
+          REAPER_EVERY: "1h",
           REAPER_DETACHED_TTL: "30m",
           REAPER_RUN_BUDGET: "1m",
           REAPER_SANDBOXD_URL: sandboxd.url,
@@ -131,7 +131,7 @@ describe("rows no listing reaches", () => {
   let worker;
   before(async () => {
     worker = await startWorker({
-      vars: { REAPER_INTERVAL: "1h", REAPER_DETACHED_TTL: "30m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
+      vars: { REAPER_EVERY: "1h", REAPER_DETACHED_TTL: "30m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
       secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
     });
   });
