@@ -129,10 +129,10 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     };
     // D1 bills rows read, and the backlog count reads up to this many each alarm.
     options.backlog_count_max = BACKLOG_COUNT_MAX;
-    // No run history here: on D1 its writes and prune cost about 350 rows read per alarm of 25
-    // runs (measured in scale.test.mjs: 550 against 193 without), past the 200 a steady-state
-    // alarm may read, and two subrequests the overhead does not count. `reaper status RUN_ID`
-    // on a D1 database shows no history.
+    // No run history here yet: its write and prune are two more D1 subrequests per alarm that
+    // SWEEP_OVERHEAD_SUBREQUESTS does not count (and 3 more rows read in scale.test.mjs, 210
+    // against 207), so the meter would stop starting runs too late. `reaper status RUN_ID` on a
+    // D1 database shows no history.
     options.history_retention_ms = 0;
     SweepPlan {
         options,
