@@ -98,6 +98,9 @@ docs() {
 }
 
 build_tests() {
+    # Every platform's dependencies too: the metadata tests run `cargo metadata --offline`, which
+    # resolves crates no Linux build downloads (Windows-only ones of the terminal crates).
+    cargo fetch --locked
     cargo test --workspace --locked --no-run
 }
 
