@@ -31,15 +31,16 @@ fn a_remote_postgres_url_without_tls_is_refused_with_exit_3() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sweep_and_status_reach_one_postgres_schema_by_db_or_reaper_database_url() {
+/// A database of its own on the test server (so the CLI's default schema `reaper` is the
+/// calling test's), named with `prefix`: its URL, its name and a client on the server (to drop
+/// it). `None` (the test then skips) without a server.
+async fn fresh_database(prefix: &str) -> Option<(String, String, tokio_postgres::Client)> {
     let Ok(server) = std::env::var("REAPER_TEST_POSTGRES_URL") else {
         eprintln!("skipped: REAPER_TEST_POSTGRES_URL is not set");
-        return;
+        return None;
     };
-    // A database of its own, so the CLI's default schema `reaper` is this test's.
     let name = format!(
-        "cli_{}_{}",
+        "{prefix}_{}_{}",
         std::process::id(),
         now().rem_euclid(1_000_000_000)
     );
@@ -51,9 +52,16 @@ async fn sweep_and_status_reach_one_postgres_schema_by_db_or_reaper_database_url
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap();
-    let url = match server.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
+    match server.rsplit_once('/') {
+        Some((base, _)) => Some((format!("{base}/{name}"), name, client)),
         None => panic!("unexpected test URL {server}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_and_status_reach_one_postgres_schema_by_db_or_reaper_database_url() {
+    let Some((url, name, client)) = fresh_database("cli").await else {
+        return;
     };
     let store = reaper_postgres::PostgresStore::connect(&url).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -141,26 +149,8 @@ async fn sweep_and_status_reach_one_postgres_schema_by_db_or_reaper_database_url
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_schema_script_run_by_an_application_opens_as_current_and_init_is_idempotent()
 {
-    let Ok(server) = std::env::var("REAPER_TEST_POSTGRES_URL") else {
-        eprintln!("skipped: REAPER_TEST_POSTGRES_URL is not set");
+    let Some((url, _, _server)) = fresh_database("cli_ddl").await else {
         return;
-    };
-    let name = format!(
-        "cli_ddl_{}_{}",
-        std::process::id(),
-        now().rem_euclid(1_000_000_000)
-    );
-    let (client, conn) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let url = match server.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => panic!("unexpected test URL {server}"),
     };
     let (code, sql, stderr) = run(reaper().args(["schema", "--sql", "--dialect", "postgres"]));
     assert_eq!(code, 0, "{stderr}");
