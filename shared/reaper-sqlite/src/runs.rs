@@ -556,6 +556,17 @@ impl RunStore for SqliteStore {
         self.call(move |c| list_reclaimable_rows(c, cutoff)).await
     }
 
+    async fn detached_view(
+        &self,
+        _instances: &dyn reaper_core::SandboxInstanceStore,
+        query: &reaper_core::detached::DetachedQuery,
+    ) -> Result<reaper_core::detached::DetachedView, StoreError> {
+        // The instance records are this store's own table: joined, not read one by one.
+        let query = query.clone();
+        self.call(move |c| detached_view_rows(c, &query).map(|(view, _)| view))
+            .await
+    }
+
     async fn list_reclaimable_page(
         &self,
         query: ReclaimableQuery,
@@ -776,4 +787,135 @@ mod tests {
             }
         }
     }
+}
+
+/// What answering a detached view cost: how `reaper status` is kept bounded (see the test).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ViewCost {
+    /// Statements run.
+    pub statements: usize,
+    /// Virtual machine steps of the rows statement (grows with the rows it walks).
+    pub row_steps: i32,
+    /// Steps of the rows statement through a full table scan (0 while it reads the index).
+    pub row_full_scan_steps: i32,
+}
+
+/// The detached view in SQL (see [`reaper_sql::detached`]): a summary over the partial index,
+/// a count of the matching rows when a filter is given, one joined page of rows, and the
+/// unlistable rows through their own partial index.
+pub(crate) fn detached_view_rows(
+    conn: &Connection,
+    q: &reaper_core::detached::DetachedQuery,
+) -> Result<(reaper_core::detached::DetachedView, ViewCost), StoreError> {
+    use reaper_core::detached::{DetachedRow, DetachedSummary, DetachedView};
+    use reaper_core::SandboxInstanceRecord;
+    use reaper_sql::detached as dsql;
+    use rusqlite::StatementStatus;
+
+    let mut cost = ViewCost::default();
+    let ttl_until = q.ttl_ms.map(|t| q.now.saturating_sub(to_i64(t)));
+    let (count, oldest, past_ttl): (i64, Option<i64>, i64) = conn
+        .prepare_cached(dsql::SUMMARY)
+        .and_then(|mut s| s.query_row(params![ttl_until], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+        .map_err(store_err)?;
+    cost.statements += 1;
+    let mut view = DetachedView {
+        summary: DetachedSummary {
+            detached: count.max(0) as u64,
+            oldest_since: oldest,
+            past_ttl: q.ttl_ms.map(|_| past_ttl.max(0) as u64),
+        },
+        matching: count.max(0) as u64,
+        ..DetachedView::default()
+    };
+    let filters = params![q.detached_until(), q.provider, q.outcome];
+    if q.filters() {
+        let n: i64 = conn
+            .prepare_cached(dsql::MATCHING)
+            .and_then(|mut s| s.query_row(filters, |r| r.get(0)))
+            .map_err(store_err)?;
+        cost.statements += 1;
+        view.matching = n.max(0) as u64;
+    }
+    if q.limit > 0 {
+        let (sql, since, run_id) = match &q.after {
+            Some(a) => (dsql::ROWS_AFTER, a.detached_since, a.run_id.clone()),
+            None => (dsql::ROWS_FROM, i64::MIN, String::new()),
+        };
+        let mut stmt = conn.prepare_cached(sql).map_err(store_err)?;
+        // The counters are the statement's own since it was prepared: read the difference.
+        let steps_before = stmt.get_status(StatementStatus::VmStep);
+        let scans_before = stmt.get_status(StatementStatus::FullscanStep);
+        let mut rows = stmt
+            .query(params![
+                q.detached_until(),
+                q.provider,
+                q.outcome,
+                since,
+                run_id,
+                to_i64(q.limit as u64)
+            ])
+            .map_err(store_err)?;
+        let mut corrupt_counted = 0u64;
+        while let Some(row) = rows.next().map_err(store_err)? {
+            let rowid = match row.get_ref(COLUMN_COUNT).map_err(store_err)? {
+                rusqlite::types::ValueRef::Integer(r) => Some(r),
+                _ => None,
+            };
+            let record = match decode_run(row, &sql::row_key(rowid)) {
+                Ok(record) => record,
+                Err(e @ StoreError::Corrupt { .. }) => {
+                    // Counted by the summary's index, but a run that does not read is no run.
+                    corrupt_counted += 1;
+                    view.corrupt.push(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let at = dsql::INSTANCE_AT;
+            let key: Option<String> = row.get(at).map_err(store_err)?;
+            let instance = match key {
+                Some(key) => Some(
+                    (|| {
+                        Ok::<_, rusqlite::Error>(SandboxInstanceRecord {
+                            key: key.clone(),
+                            provider: row.get(at + 1)?,
+                            provider_sandbox_id: row.get(at + 2)?,
+                            latest_snapshot_id: row.get(at + 3)?,
+                            thread_id: row.get(at + 4)?,
+                            latest_run_id: row.get(at + 5)?,
+                            updated_at: row.get(at + 6)?,
+                        })
+                    })()
+                    .map_err(|e| corrupt(format!("sandbox instance {key}"), e.to_string()))?,
+                ),
+                None => None,
+            };
+            let last: Option<String> = row.get(dsql::LAST_ENTRY_AT).map_err(store_err)?;
+            let last = last
+                .map(|t| {
+                    serde_json::from_str(&t).map_err(|e| {
+                        corrupt(
+                            format!("history of {}", record.run_id),
+                            format!("entry is not a history entry: {e}"),
+                        )
+                    })
+                })
+                .transpose()?;
+            view.rows.push(DetachedRow {
+                record,
+                instance,
+                last,
+            });
+        }
+        drop(rows);
+        cost.statements += 1;
+        cost.row_steps = stmt.get_status(StatementStatus::VmStep) - steps_before;
+        cost.row_full_scan_steps = stmt.get_status(StatementStatus::FullscanStep) - scans_before;
+        view.summary.detached = view.summary.detached.saturating_sub(corrupt_counted);
+        view.matching = view.matching.saturating_sub(corrupt_counted);
+    }
+    view.corrupt.extend(unlistable_rows(conn, MAX_UNLISTABLE_REPORTED)?);
+    cost.statements += 1;
+    Ok((view, cost))
 }
