@@ -919,3 +919,161 @@ pub(crate) fn detached_view_rows(
     cost.statements += 1;
     Ok((view, cost))
 }
+
+#[cfg(test)]
+mod detached_view_cost {
+    use super::*;
+    use reaper_core::detached::DetachedQuery;
+
+    const BASE: i64 = 1_000_000;
+
+    /// `detached` runs detached one millisecond apart (every tenth sandbox docker's, the rest
+    /// local; every fifth run with two history entries, the newest `failed` for every other
+    /// one), and as many finished runs.
+    fn seeded(detached: usize) -> SqliteStore {
+        let store = SqliteStore::open_in_memory().unwrap();
+        {
+            let mut conn = store.inner_conn();
+            let tx = conn.transaction().unwrap();
+            for i in 0..detached {
+                let id = format!("run-{i:07}");
+                let provider = if i % 10 == 0 { "docker" } else { "local" };
+                let key = format!("{provider}:{i}");
+                tx.execute(
+                    "INSERT INTO runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
+                     VALUES (?1, 't', 1, ?2, ?3)",
+                    params![id, BASE + i as i64, key],
+                )
+                .unwrap();
+                tx.execute(
+                    "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, \
+                     thread_id, updated_at) VALUES (?1, ?2, 'sbx', 't', 1)",
+                    params![key, provider],
+                )
+                .unwrap();
+                if i % 5 == 0 {
+                    let newest = if i % 10 == 0 { "failed" } else { "unknown" };
+                    for (at, outcome) in [(1, "unknown"), (2, newest)] {
+                        let entry = serde_json::json!({
+                            "runId": id, "sweepId": "s", "at": at, "host": "h",
+                            "outcome": outcome, "reasonCode": "x/y", "reason": "r",
+                        });
+                        tx.execute(
+                            "INSERT INTO reaper_run_history (run_id, at, sweep_id, entry) \
+                             VALUES (?1, ?2, 's', ?3)",
+                            params![id, at, entry.to_string()],
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+            for i in 0..detached {
+                tx.execute(
+                    "INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) \
+                     VALUES (?1, 't', 'completed', 1, 2)",
+                    params![format!("fin-{i:07}")],
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        store
+    }
+
+    fn queries() -> Vec<(&'static str, DetachedQuery)> {
+        let now = BASE + 1_000_000;
+        let q = DetachedQuery {
+            ttl_ms: Some(500_000),
+            ..DetachedQuery::new(now, 5)
+        };
+        vec![
+            ("no filter", q.clone()),
+            (
+                "--provider",
+                DetachedQuery {
+                    provider: Some("docker".into()),
+                    ..q.clone()
+                },
+            ),
+            (
+                "--outcome",
+                DetachedQuery {
+                    outcome: Some("failed".into()),
+                    ..q.clone()
+                },
+            ),
+            (
+                "--older-than",
+                DetachedQuery {
+                    older_than_ms: Some(999_000),
+                    ..q.clone()
+                },
+            ),
+        ]
+    }
+
+    /// Issue 25: `reaper status` with a small limit walks the same rows whatever the backlog
+    /// (the rows statement's virtual-machine steps are equal at 1,000 and 10,000 detached runs,
+    /// with no full scan), runs a fixed number of statements, and still summarises every run.
+    #[test]
+    fn a_limited_status_list_reads_the_same_rows_whatever_the_backlog() {
+        let (small, large) = (seeded(1_000), seeded(10_000));
+        for (name, q) in queries() {
+            let (a, cost_a) = detached_view_rows(&small.inner_conn(), &q).unwrap();
+            let (b, cost_b) = detached_view_rows(&large.inner_conn(), &q).unwrap();
+            assert_eq!(b.rows.len(), 5, "{name}");
+            let ids = |v: &reaper_core::detached::DetachedView| -> Vec<String> {
+                v.rows.iter().map(|r| r.record.run_id.clone()).collect()
+            };
+            assert_eq!(ids(&a), ids(&b), "{name}: the same first rows");
+            assert_eq!(cost_a.row_steps, cost_b.row_steps, "{name}: {cost_a:?} {cost_b:?}");
+            assert_eq!(cost_b.row_full_scan_steps, 0, "{name}: {cost_b:?}");
+            assert!(cost_b.statements <= 4, "{name}: {cost_b:?}");
+            assert_eq!(b.summary.detached, 10_000, "{name}: the summary covers every run");
+            assert_eq!(b.summary.past_ttl, Some(10_000), "{name}");
+            assert_eq!(b.summary.oldest_since, Some(BASE), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_filters_count_every_match_and_the_rows_carry_the_join() {
+        let store = seeded(1_000);
+        let by = |name: &str| queries().into_iter().find(|(n, _)| *n == name).unwrap().1;
+        let (v, _) = detached_view_rows(&store.inner_conn(), &by("--provider")).unwrap();
+        assert_eq!(v.matching, 100);
+        assert!(v
+            .rows
+            .iter()
+            .all(|r| r.instance.as_ref().is_some_and(|i| i.provider == "docker")));
+        let (v, _) = detached_view_rows(&store.inner_conn(), &by("--outcome")).unwrap();
+        assert_eq!(v.matching, 100);
+        assert!(v
+            .rows
+            .iter()
+            .all(|r| r.last.as_ref().is_some_and(|e| e.outcome == "failed")));
+        let (v, _) = detached_view_rows(&store.inner_conn(), &by("--older-than")).unwrap();
+        assert_eq!(v.matching, 1_000, "now - 999s admits up to BASE + 1000 ms");
+    }
+
+    #[test]
+    fn the_rows_statement_reads_the_partial_index_in_order() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let conn = store.inner_conn();
+        let mut stmt = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                reaper_sql::detached::ROWS_FROM
+            ))
+            .unwrap();
+        let plan = stmt
+            .query_map(params![None::<i64>, None::<String>, None::<String>, 0, "", 5], |r| {
+                r.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap()
+            .join("; ");
+        assert!(plan.contains("USING INDEX runs_reclaimable"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
+    }
+}
