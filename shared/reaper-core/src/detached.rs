@@ -43,7 +43,8 @@ impl DetachedQuery {
 
     /// The latest `detachedSince` the age filter admits (`None`: no age filter).
     pub fn detached_until(&self) -> Option<EpochMs> {
-        self.older_than_ms.map(|min| self.now.saturating_sub(ms(min)))
+        self.older_than_ms
+            .map(|min| self.now.saturating_sub(ms(min)))
     }
 
     /// Whether the query filters on anything a run's record alone cannot answer.
@@ -161,7 +162,8 @@ where
                 continue;
             };
             view.summary.detached += 1;
-            view.summary.oldest_since = Some(view.summary.oldest_since.map_or(since, |o| o.min(since)));
+            view.summary.oldest_since =
+                Some(view.summary.oldest_since.map_or(since, |o| o.min(since)));
             if until_ttl.is_some_and(|u| since <= u) {
                 past_ttl += 1;
             }
@@ -171,7 +173,15 @@ where
             let after = query.after.as_ref().is_none_or(|a| {
                 (since, record.run_id.as_str()) > (a.detached_since, a.run_id.as_str())
             });
-            let shown = after && view.rows.len() < query.limit;
+            // A store may order runs detached in the same millisecond its own way: every run
+            // of the last listed millisecond is kept, then sorted by id and cut to the limit.
+            let shown = after
+                && query.limit > 0
+                && (view.rows.len() < query.limit
+                    || view
+                        .rows
+                        .last()
+                        .is_some_and(|r| r.record.detached_since == Some(since)));
             let instance = match record.sandbox_key.as_deref() {
                 Some(key) if shown || query.provider.is_some() => instances.get(key).await?,
                 _ => None,
@@ -199,6 +209,11 @@ where
             _ => break,
         }
     }
+    view.rows.sort_by(|a, b| {
+        (a.record.detached_since, &a.record.run_id)
+            .cmp(&(b.record.detached_since, &b.record.run_id))
+    });
+    view.rows.truncate(query.limit);
     view.summary.past_ttl = query.ttl_ms.map(|_| past_ttl);
     Ok(view)
 }

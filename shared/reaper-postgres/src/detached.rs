@@ -120,8 +120,9 @@ impl PostgresStore {
                 Err(e) => return Err(e),
             };
             let at = INSTANCE_AT;
-            let instance = match row.get::<_, Option<String>>(at) {
-                Some(key) => Some(SandboxInstanceRecord {
+            let instance = row
+                .get::<_, Option<String>>(at)
+                .map(|key| SandboxInstanceRecord {
                     key,
                     provider: row.get(at + 1),
                     provider_sandbox_id: row.get(at + 2),
@@ -129,9 +130,7 @@ impl PostgresStore {
                     thread_id: row.get(at + 4),
                     latest_run_id: row.get(at + 5),
                     updated_at: row.get(at + 6),
-                }),
-                None => None,
-            };
+                });
             let last = row
                 .get::<_, Option<String>>(at + 7)
                 .map(|t| {

@@ -816,7 +816,11 @@ pub(crate) fn detached_view_rows(
     let ttl_until = q.ttl_ms.map(|t| q.now.saturating_sub(to_i64(t)));
     let (count, oldest, past_ttl): (i64, Option<i64>, i64) = conn
         .prepare_cached(dsql::SUMMARY)
-        .and_then(|mut s| s.query_row(params![ttl_until], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+        .and_then(|mut s| {
+            s.query_row(params![ttl_until], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+        })
         .map_err(store_err)?;
     cost.statements += 1;
     let mut view = DetachedView {
@@ -915,7 +919,8 @@ pub(crate) fn detached_view_rows(
         view.summary.detached = view.summary.detached.saturating_sub(corrupt_counted);
         view.matching = view.matching.saturating_sub(corrupt_counted);
     }
-    view.corrupt.extend(unlistable_rows(conn, MAX_UNLISTABLE_REPORTED)?);
+    view.corrupt
+        .extend(unlistable_rows(conn, MAX_UNLISTABLE_REPORTED)?);
     cost.statements += 1;
     Ok((view, cost))
 }
@@ -1026,10 +1031,16 @@ mod detached_view_cost {
                 v.rows.iter().map(|r| r.record.run_id.clone()).collect()
             };
             assert_eq!(ids(&a), ids(&b), "{name}: the same first rows");
-            assert_eq!(cost_a.row_steps, cost_b.row_steps, "{name}: {cost_a:?} {cost_b:?}");
+            assert_eq!(
+                cost_a.row_steps, cost_b.row_steps,
+                "{name}: {cost_a:?} {cost_b:?}"
+            );
             assert_eq!(cost_b.row_full_scan_steps, 0, "{name}: {cost_b:?}");
             assert!(cost_b.statements <= 4, "{name}: {cost_b:?}");
-            assert_eq!(b.summary.detached, 10_000, "{name}: the summary covers every run");
+            assert_eq!(
+                b.summary.detached, 10_000,
+                "{name}: the summary covers every run"
+            );
             assert_eq!(b.summary.past_ttl, Some(10_000), "{name}");
             assert_eq!(b.summary.oldest_since, Some(BASE), "{name}");
         }
@@ -1066,9 +1077,10 @@ mod detached_view_cost {
             ))
             .unwrap();
         let plan = stmt
-            .query_map(params![None::<i64>, None::<String>, None::<String>, 0, "", 5], |r| {
-                r.get::<_, String>(3)
-            })
+            .query_map(
+                params![None::<i64>, None::<String>, None::<String>, 0, "", 5],
+                |r| r.get::<_, String>(3),
+            )
             .unwrap()
             .collect::<rusqlite::Result<Vec<_>>>()
             .unwrap()

@@ -199,17 +199,21 @@ pub async fn detached_view_rows_carry_their_instance_and_newest_history_entry_or
     let thread = ctx.id("thread");
     let (key, missing) = (ctx.id("key"), ctx.id("no-such-key"));
     seed(store, &ctx.id("a"), &thread, 1, with_key(base + 1, &key)).await?;
-    seed(store, &ctx.id("b"), &thread, 1, with_key(base + 2, &missing)).await?;
+    seed(
+        store,
+        &ctx.id("b"),
+        &thread,
+        1,
+        with_key(base + 2, &missing),
+    )
+    .await?;
     seed(store, &ctx.id("c"), &thread, 1, detached(base + 3)).await?;
     store.upsert(instance(ctx, &key, "local")).await?;
     let history = keeps_history(store, ctx).await?;
     let newest = history_entry(&ctx.id("a"), "s2", base + 20);
     if history {
         store
-            .record_history(&[
-                history_entry(&ctx.id("a"), "s1", base + 10),
-                newest.clone(),
-            ])
+            .record_history(&[history_entry(&ctx.id("a"), "s1", base + 10), newest.clone()])
             .await?;
     }
     let page = view(
@@ -223,7 +227,11 @@ pub async fn detached_view_rows_carry_their_instance_and_newest_history_entry_or
         },
     )
     .await?;
-    ensure_eq!(ids(&page), vec![ctx.id("a"), ctx.id("b"), ctx.id("c")], "in order");
+    ensure_eq!(
+        ids(&page),
+        vec![ctx.id("a"), ctx.id("b"), ctx.id("c")],
+        "in order"
+    );
     ensure_eq!(
         page.rows[0].instance,
         Some(instance(ctx, &key, "local")),
@@ -296,7 +304,11 @@ pub async fn detached_view_filters_by_age_provider_and_outcome_combined<
         vec![ctx.id("old-ours-unknown-1"), ctx.id("old-ours-unknown-2")],
         "old runs of the provider, up to the limit"
     );
-    ensure_eq!(by_provider.matching, 5, "old runs of the provider, past the limit");
+    ensure_eq!(
+        by_provider.matching,
+        5,
+        "old runs of the provider, past the limit"
+    );
     if !history {
         return Ok(Verdict::Skipped(
             "the outcome filter needs run history, which this store does not keep".into(),
@@ -315,10 +327,16 @@ pub async fn detached_view_filters_by_age_provider_and_outcome_combined<
         vec![ctx.id("old-ours-unknown-1"), ctx.id("old-ours-unknown-2")],
         "old, the provider's, newest entry unknown"
     );
-    ensure_eq!(both.matching, 3, "the young run, the other provider's, the run \
-        without an instance, the failed one and the one without history do not match");
+    ensure_eq!(
+        both.matching,
+        3,
+        "the young run, the other provider's, the run \
+        without an instance, the failed one and the one without history do not match"
+    );
     ensure!(
-        both.rows.iter().all(|r| r.last.as_ref().is_some_and(|e| e.outcome == "unknown")),
+        both.rows
+            .iter()
+            .all(|r| r.last.as_ref().is_some_and(|e| e.outcome == "unknown")),
         "the rows carry the entry the filter matched"
     );
     let failed = view(
