@@ -1,7 +1,7 @@
 //! `reaper status`: what is detached, for how long, in which sandbox of which provider, and the
 //! reclaim ledger (pending and leaked sandboxes). Read-only.
 
-use reaper_core::history::HistoryEntry;
+use reaper_core::detached::DetachedQuery;
 use reaper_core::{Clock, EpochMs, LedgerCounts, ReclaimIntent, ReclaimLedger, RunStatus};
 use reaper_local::SystemClock;
 use serde_json::{json, Map, Value};
@@ -140,11 +140,32 @@ async fn render(a: &StatusCmd, s: Settings<'_>) -> Result<(String, Exit), Failur
     let failed = |e: reaper_core::StoreError| {
         Failure::cannot_run(format!("cannot read {}: {e}", store.describe()))
     };
+    let older_than = match &a.older_than {
+        Some(v) => Some(s.duration_ms(OLDER_THAN, v, 0, MAX_AGE_MS)?),
+        None => None,
+    };
+    let limit = s.count(LIMIT, &a.limit, 1, 1_000_000)? as usize;
+    let outcome = match &a.outcome {
+        Some(o) => Some(outcome_filter(o)?),
+        None => None,
+    };
     // A malformed row is reported and the rest still listed, the ledger above all (its leaks
-    // are what an operator runs `status` for); only a failing query is exit 3.
-    let listing = store.list_detached(now).await.map_err(failed)?;
-    let detached = listing.runs;
-    let mut corrupt: Vec<(String, String)> = listing.corrupt.iter().map(corrupt_row).collect();
+    // are what an operator runs `status` for); only a failing query is exit 3. The store
+    // answers the summary of every detached run and only the filtered, limited rows, so the
+    // cost follows what is shown, not the backlog.
+    let query = DetachedQuery {
+        ttl_ms: ttl,
+        older_than_ms: older_than,
+        provider: a.provider.clone(),
+        outcome: outcome.map(str::to_string),
+        ..DetachedQuery::new(now, limit)
+    };
+    let view = ports
+        .runs
+        .detached_view(&*ports.instances, &query)
+        .await
+        .map_err(failed)?;
+    let mut corrupt: Vec<(String, String)> = view.corrupt.iter().map(corrupt_row).collect();
     let counts = match store.count_by_status().await {
         Ok(counts) => Some(counts),
         Err(e @ reaper_core::StoreError::Corrupt { .. }) => {
@@ -163,62 +184,35 @@ async fn render(a: &StatusCmd, s: Settings<'_>) -> Result<(String, Exit), Failur
         Exit::Failures
     };
 
-    let older_than = match &a.older_than {
-        Some(v) => Some(s.duration_ms(OLDER_THAN, v, 0, MAX_AGE_MS)? as i64),
-        None => None,
-    };
-    let limit = s.count(LIMIT, &a.limit, 1, 1_000_000)? as usize;
-    let outcome = match &a.outcome {
-        Some(o) => Some(outcome_filter(o)?),
-        None => None,
-    };
     // The summary covers every detached run; the rows only the filtered, limited ones.
-    let total = detached.len();
-    let oldest_ms = detached.iter().map(|d| d.detached_for_ms).max();
-    let past_ttl_total = ttl.map(|t| {
-        detached
-            .iter()
-            .filter(|d| d.detached_for_ms >= t as i64)
-            .count()
-    });
-    let mut matched = 0usize;
-    let mut rows = Vec::new();
-    for d in &detached {
-        if older_than.is_some_and(|min| d.detached_for_ms < min) {
-            continue;
-        }
-        let r = &d.record;
-        let sandbox = match r.sandbox_key.as_deref() {
-            Some(key) => ports
-                .instances
-                .get(key)
-                .await
-                .map_err(failed)?
-                .map(|i| (i.provider, i.provider_sandbox_id)),
-            None => None,
-        };
-        if let Some(want) = &a.provider {
-            if sandbox.as_ref().is_none_or(|(p, _)| p != want) {
-                continue;
-            }
-        }
-        // The last sweep's entry: read for the runs shown, and for every candidate when
-        // filtering on it (one indexed read each, newest first, one row).
-        let mut last = None;
-        if outcome.is_some() || rows.len() < limit {
-            last = last_entry(&*ports.runs, &r.run_id).await.map_err(failed)?;
-        }
-        if let Some(want) = outcome {
-            if last.as_ref().is_none_or(|e| e.outcome != want) {
-                continue;
-            }
-        }
-        matched += 1;
-        if rows.len() < limit {
-            let past_ttl = ttl.map(|t| d.detached_for_ms >= t as i64);
-            rows.push((d, sandbox, past_ttl, last));
-        }
-    }
+    let total = view.summary.detached as usize;
+    let oldest_ms = view
+        .summary
+        .oldest_since
+        .map(|since| now.saturating_sub(since));
+    let past_ttl_total = view.summary.past_ttl;
+    let matched = view.matching as usize;
+    let rows: Vec<_> = view
+        .rows
+        .iter()
+        .map(|r| {
+            let detached_for_ms = now.saturating_sub(r.record.detached_since.unwrap_or(now));
+            let sandbox = r
+                .instance
+                .as_ref()
+                .map(|i| (i.provider.clone(), i.provider_sandbox_id.clone()));
+            let past_ttl = ttl.map(|t| detached_for_ms >= t as i64);
+            (
+                Shown {
+                    record: &r.record,
+                    detached_for_ms,
+                },
+                sandbox,
+                past_ttl,
+                r.last.clone(),
+            )
+        })
+        .collect();
     let summary = format!(
         "{total} detached run{}{}{}; {} shown{}",
         if total == 1 { "" } else { "s" },
@@ -390,6 +384,12 @@ async fn check(
     })
 }
 
+/// A listed run and how long it has been detached.
+struct Shown<'a> {
+    record: &'a reaper_core::RunRecord,
+    detached_for_ms: i64,
+}
+
 /// A corrupt row as `status` shows it: the row (its run id, or rowid) and what is wrong.
 fn corrupt_row(e: &reaper_core::StoreError) -> (String, String) {
     match e {
@@ -546,18 +546,6 @@ fn outcome_filter(value: &str) -> Result<&'static str, Failure> {
                 names.join(", ")
             ))
         })
-}
-
-/// A run's newest history entry; `None` when it has none or the store keeps no history.
-async fn last_entry(
-    runs: &dyn reaper_core::RunStore,
-    run_id: &str,
-) -> Result<Option<HistoryEntry>, reaper_core::StoreError> {
-    match runs.run_history(run_id, 1).await {
-        Ok(mut entries) => Ok(entries.drain(..).next()),
-        Err(reaper_core::StoreError::Unsupported(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// History entries `status RUN_ID` shows, newest first.

@@ -23,7 +23,7 @@ use reaper_core::{DeliveryLog, MessageStore};
 use reaper_docker::DockerProvider;
 use reaper_local::{LocalSandboxProvider, SystemClock, TokioSleeper};
 use reaper_postgres::{PostgresOptions, PostgresStore};
-use reaper_sqlite::{DetachedListing, DetachedRun, RetentionReport, SqliteStore, StatusCounts};
+use reaper_sqlite::{RetentionReport, SqliteStore, StatusCounts};
 use serde::Serialize;
 
 use crate::config::{Db, ProviderKind, Sandboxes, Settings};
@@ -96,26 +96,6 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.prune_events(now, retention_ms, batch_limit).await,
             Store::Postgres(p) => p.prune_events(now, retention_ms, batch_limit).await,
-        }
-    }
-
-    pub async fn list_detached(&self, now: EpochMs) -> Result<DetachedListing, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.list_detached(now).await,
-            // PostgreSQL's typed columns and status CHECK keep the malformed rows SQLite can hold
-            // out of its table; a row that still fails to decode fails the listing (exit 3).
-            Store::Postgres(p) => Ok(DetachedListing {
-                runs: p
-                    .list_detached(now)
-                    .await?
-                    .into_iter()
-                    .map(|d| DetachedRun {
-                        detached_for_ms: d.detached_for_ms,
-                        record: d.record,
-                    })
-                    .collect(),
-                corrupt: Vec::new(),
-            }),
         }
     }
 

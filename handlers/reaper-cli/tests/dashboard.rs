@@ -142,7 +142,11 @@ fn is_event(line: &str, name: &str) -> bool {
 /// `reaper watch --listen 127.0.0.1:0`, sweeping once at start and then not for an hour; the
 /// dashboard's address and the first sweep's line.
 fn start_watch(site: &Site, token: Option<&str>) -> (Spawned, String) {
-    let mut cmd = site.reaper("watch");
+    start_watch_command(site.reaper("watch"), token)
+}
+
+/// [`start_watch`] for a `reaper watch --db … --sandboxes …` command of any binary.
+fn start_watch_command(mut cmd: Command, token: Option<&str>) -> (Spawned, String) {
     cmd.args(["--detached-ttl", "30m", "--every", "1h"]).args([
         "--quiet-window",
         "0ms",
@@ -342,16 +346,25 @@ async fn no_dashboard_page_shows_the_status_token_and_none_answers_without_it() 
     site.teardown().await;
 }
 
-/// Figures, not a verdict: how long each page takes over 100,000 detached runs (each with its
-/// sandbox's instance record) and 10,000 ledger entries, a third of them leaks. Run with
-/// `cargo test -p reaper-cli --release --test dashboard -- --ignored --nocapture`.
+/// Figures, not a verdict: how long `reaper status` (the list, each filter, `--json`) and each
+/// dashboard page take over 100,000 detached runs (each with its sandbox's instance record, a
+/// fifth of them with two history entries), 400,000 finished runs and 10,000 ledger entries, a
+/// third of them leaks; the median and the slowest of 5. Run with
+/// `cargo test -p reaper-cli --release --test dashboard -- --ignored --nocapture`;
+/// `REAPER_BENCH_BIN=/path/to/reaper` times another build of the binary over the same data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "figures at 100k runs, by hand"]
-async fn dashboard_pages_at_100k_runs_print_their_timings() {
+async fn status_and_dashboard_pages_at_100k_runs_print_their_timings() {
     const RUNS: usize = 100_000;
+    const FINISHED: usize = 400_000;
     const ENTRIES: usize = 10_000;
+    const OUTCOMES: [&str; 4] = ["unknown", "failed", "producing", "expired"];
+    let bin = std::env::var_os("REAPER_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_reaper")));
     let site = Site::new();
     let t = now();
+    let seeding = Instant::now();
     {
         let mut conn = rusqlite::Connection::open(&site.db).unwrap();
         let tx = conn.transaction().unwrap();
@@ -365,13 +378,21 @@ async fn dashboard_pages_at_100k_runs_print_their_timings() {
             let mut instance = tx
                 .prepare(
                     "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, \
-                     latest_run_id, updated_at) VALUES (?1, 'local', ?2, ?3, ?4, ?5)",
+                     latest_run_id, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .unwrap();
+            let mut history = tx
+                .prepare(
+                    "INSERT INTO reaper_run_history (run_id, at, sweep_id, entry) \
+                     VALUES (?1, ?2, ?3, ?4)",
                 )
                 .unwrap();
             for i in 0..RUNS {
                 let id = format!("run-{i:07}");
                 let thread = format!("thread-{i}");
-                let key = format!("local:{thread}");
+                // Every tenth sandbox is another provider's, for `--provider`.
+                let provider = if i % 10 == 0 { "docker" } else { "local" };
+                let key = format!("{provider}:{thread}");
                 let detached = t - 120 * MINUTE + (i as i64 % 7_000_000) / 1000;
                 run.execute(rusqlite::params![
                     id,
@@ -382,8 +403,44 @@ async fn dashboard_pages_at_100k_runs_print_their_timings() {
                 ])
                 .unwrap();
                 instance
-                    .execute(rusqlite::params![key, format!("sbx-{i}"), thread, id, t])
+                    .execute(rusqlite::params![
+                        key,
+                        provider,
+                        format!("sbx-{i}"),
+                        thread,
+                        id,
+                        t
+                    ])
                     .unwrap();
+                if i % 5 == 0 {
+                    for (n, outcome) in [(0, "unknown"), (1, OUTCOMES[(i / 5) % 4])] {
+                        let at = t - 60 * MINUTE + n * MINUTE;
+                        let sweep = format!("sweep-{n}");
+                        let entry = serde_json::json!({
+                            "runId": id, "sweepId": sweep, "at": at, "host": "bench",
+                            "outcome": outcome, "reasonCode": format!("{outcome}/bench"),
+                            "reason": "seeded",
+                        });
+                        history
+                            .execute(rusqlite::params![id, at, sweep, entry.to_string()])
+                            .unwrap();
+                    }
+                }
+            }
+            let mut done = tx
+                .prepare(
+                    "INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) \
+                     VALUES (?1, ?2, 'completed', ?3, ?4)",
+                )
+                .unwrap();
+            for i in 0..FINISHED {
+                done.execute(rusqlite::params![
+                    format!("fin-{i:07}"),
+                    format!("thread-fin-{i}"),
+                    t - 600 * MINUTE,
+                    t - 500 * MINUTE + i as i64
+                ])
+                .unwrap();
             }
             let mut intent = tx
                 .prepare(
@@ -414,12 +471,51 @@ async fn dashboard_pages_at_100k_runs_print_their_timings() {
         }
         tx.commit().unwrap();
     }
-    let (mut watch, addr) = start_watch(&site, None);
+    println!(
+        "{} at {RUNS} detached runs, {FINISHED} finished, {ENTRIES} ledger entries, {} history \
+         entries (seeded in {:.1} s):",
+        bin.display(),
+        RUNS / 5 * 2,
+        seeding.elapsed().as_secs_f64()
+    );
+    let median = |times: &mut Vec<Duration>| {
+        times.sort();
+        (
+            times[2].as_secs_f64() * 1000.0,
+            times[4].as_secs_f64() * 1000.0,
+        )
+    };
+    for args in [
+        &[][..],
+        &["--outcome", "failed"],
+        &["--provider", "docker"],
+        &["--older-than", "119m"],
+        &["--json"],
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let mut cmd = common::reaper_at(&bin);
+            cmd.arg("status").arg("--db").arg(&site.db).args(args);
+            let started = Instant::now();
+            let (code, stdout, stderr) = common::run(&mut cmd);
+            times.push(started.elapsed());
+            assert_eq!(code, 2, "the seeded leaks: {args:?}\n{stdout}\n{stderr}");
+        }
+        let (median, max) = median(&mut times);
+        let shown = format!("status {}", args.join(" "));
+        println!("  {shown:<60} median {median:>8.1} ms, max {max:>8.1} ms");
+    }
+    let mut cmd = common::reaper_at(&bin);
+    cmd.arg("watch")
+        .arg("--db")
+        .arg(&site.db)
+        .arg("--sandboxes")
+        .arg(&site.root);
+    let (mut watch, addr) = start_watch_command(cmd, None);
     let last_page = format!(
         "/runs?after={}.run-0099900",
         t - 120 * MINUTE + 99_900 / 1000
     );
-    println!("page timings over {RUNS} detached runs and {ENTRIES} ledger entries:");
     for path in [
         "/",
         "/runs",
@@ -427,7 +523,7 @@ async fn dashboard_pages_at_100k_runs_print_their_timings() {
         last_page.as_str(),
         "/ledger",
         "/sweeps",
-        "/runs/run-0099999",
+        "/runs/run-0099995",
     ] {
         let mut times = Vec::new();
         for _ in 0..5 {
@@ -436,12 +532,8 @@ async fn dashboard_pages_at_100k_runs_print_their_timings() {
             times.push(started.elapsed());
             assert_eq!(status, 200, "{path}: {body}");
         }
-        times.sort();
-        println!(
-            "  {path:<40} median {:>7.1} ms, max {:>7.1} ms",
-            times[2].as_secs_f64() * 1000.0,
-            times[4].as_secs_f64() * 1000.0
-        );
+        let (median, max) = median(&mut times);
+        println!("  {path:<60} median {median:>8.1} ms, max {max:>8.1} ms");
     }
     watch.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(watch.exit_within(GUARD), Some(0), "{}", watch.stderr());

@@ -11,6 +11,7 @@ mod chunk;
 pub mod claim;
 pub mod concurrency;
 pub mod damage;
+pub mod detached;
 pub mod domain;
 pub mod error;
 pub mod health;

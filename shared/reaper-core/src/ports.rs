@@ -357,6 +357,20 @@ pub trait RunStore: MaybeSend + MaybeSync {
         Err(StoreError::Unsupported("prune_history"))
     }
 
+    /// What `reaper status` lists (see [`crate::detached`]): a summary of every detached run
+    /// and up to `query.limit` of those that pass its filters, each with its sandbox instance
+    /// record (read from `instances`, or from the store's own table when it holds them) and its
+    /// newest history entry. Provided by [`crate::detached::detached_view_by_listing`], which
+    /// reads the whole listing; a store that can join and count in its backend overrides it so
+    /// the cost follows the rows shown, not the backlog.
+    async fn detached_view(
+        &self,
+        instances: &dyn SandboxInstanceStore,
+        query: &crate::detached::DetachedQuery,
+    ) -> Result<crate::detached::DetachedView, StoreError> {
+        crate::detached::detached_view_by_listing(self, instances, query).await
+    }
+
     /// The claim's epoch bump, atomically: refuse an unknown or terminal run without writing,
     /// otherwise write `driverEpoch = (old ?? 0) + 1` and return it.
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError>;

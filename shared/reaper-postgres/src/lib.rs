@@ -10,6 +10,7 @@
 //! over TLS (rustls, with the Mozilla roots built in), so a password never crosses a network in
 //! clear.
 
+mod detached;
 mod error;
 mod history;
 mod instances;

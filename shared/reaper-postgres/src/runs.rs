@@ -100,7 +100,7 @@ fn cell<'a, T: tokio_postgres::types::FromSql<'a>>(
 
 /// Decodes one row selected with the run columns. Anything that does not parse, an unknown
 /// status above all, is [`StoreError::Corrupt`] naming the run: never read as something else.
-fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
+pub(crate) fn decode_run(row: &Row) -> Result<RunRecord, StoreError> {
     let run_id: String = cell(row, 0, "run_id", "runs row with an unreadable run_id")?;
     let key = run_id.as_str();
     fn rule<T>(key: &str, r: Result<T, String>) -> Result<T, StoreError> {
@@ -466,6 +466,15 @@ impl RunStore for PostgresStore {
 
     async fn list_by_thread(&self, thread_id: &str) -> Result<Vec<RunRecord>, StoreError> {
         self.runs(LIST_BY_THREAD, &[&thread_id]).await
+    }
+
+    async fn detached_view(
+        &self,
+        _instances: &dyn reaper_core::SandboxInstanceStore,
+        query: &reaper_core::detached::DetachedQuery,
+    ) -> Result<reaper_core::detached::DetachedView, StoreError> {
+        // The instance records are this store's own table: joined, not read one by one.
+        self.detached_view_rows(query).await
     }
 
     async fn list_reclaimable_page(

@@ -16,6 +16,7 @@
 
 #[cfg(feature = "crash-points")]
 pub mod crash;
+pub mod detached;
 pub mod history;
 pub mod leases;
 pub mod logs;

@@ -556,6 +556,17 @@ impl RunStore for SqliteStore {
         self.call(move |c| list_reclaimable_rows(c, cutoff)).await
     }
 
+    async fn detached_view(
+        &self,
+        _instances: &dyn reaper_core::SandboxInstanceStore,
+        query: &reaper_core::detached::DetachedQuery,
+    ) -> Result<reaper_core::detached::DetachedView, StoreError> {
+        // The instance records are this store's own table: joined, not read one by one.
+        let query = query.clone();
+        self.call(move |c| detached_view_rows(c, &query).map(|(view, _)| view))
+            .await
+    }
+
     async fn list_reclaimable_page(
         &self,
         query: ReclaimableQuery,
@@ -775,5 +786,306 @@ mod tests {
                 other => panic!("{raw:?} decoded as {other:?}"),
             }
         }
+    }
+}
+
+/// What answering a detached view cost: how `reaper status` is kept bounded (see the test).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ViewCost {
+    /// Statements run.
+    pub statements: usize,
+    /// Virtual machine steps of the rows statement (grows with the rows it walks).
+    pub row_steps: i32,
+    /// Steps of the rows statement through a full table scan (0 while it reads the index).
+    pub row_full_scan_steps: i32,
+}
+
+/// The detached view in SQL (see [`reaper_sql::detached`]): a summary over the partial index,
+/// a count of the matching rows when a filter is given, one joined page of rows, and the
+/// unlistable rows through their own partial index.
+pub(crate) fn detached_view_rows(
+    conn: &Connection,
+    q: &reaper_core::detached::DetachedQuery,
+) -> Result<(reaper_core::detached::DetachedView, ViewCost), StoreError> {
+    use reaper_core::detached::{DetachedRow, DetachedSummary, DetachedView};
+    use reaper_core::SandboxInstanceRecord;
+    use reaper_sql::detached as dsql;
+    use rusqlite::StatementStatus;
+
+    let mut cost = ViewCost::default();
+    let ttl_until = q.ttl_ms.map(|t| q.now.saturating_sub(to_i64(t)));
+    let (count, oldest, past_ttl): (i64, Option<i64>, i64) = conn
+        .prepare_cached(dsql::SUMMARY)
+        .and_then(|mut s| {
+            s.query_row(params![ttl_until], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+        })
+        .map_err(store_err)?;
+    cost.statements += 1;
+    let mut view = DetachedView {
+        summary: DetachedSummary {
+            detached: count.max(0) as u64,
+            oldest_since: oldest,
+            past_ttl: q.ttl_ms.map(|_| past_ttl.max(0) as u64),
+        },
+        matching: count.max(0) as u64,
+        ..DetachedView::default()
+    };
+    let filters = params![q.detached_until(), q.provider, q.outcome];
+    if q.filters() {
+        let n: i64 = conn
+            .prepare_cached(dsql::MATCHING)
+            .and_then(|mut s| s.query_row(filters, |r| r.get(0)))
+            .map_err(store_err)?;
+        cost.statements += 1;
+        view.matching = n.max(0) as u64;
+    }
+    if q.limit > 0 {
+        let (sql, since, run_id) = match &q.after {
+            Some(a) => (dsql::ROWS_AFTER, a.detached_since, a.run_id.clone()),
+            None => (dsql::ROWS_FROM, i64::MIN, String::new()),
+        };
+        let mut stmt = conn.prepare_cached(sql).map_err(store_err)?;
+        // The counters are the statement's own since it was prepared: read the difference.
+        let steps_before = stmt.get_status(StatementStatus::VmStep);
+        let scans_before = stmt.get_status(StatementStatus::FullscanStep);
+        let mut rows = stmt
+            .query(params![
+                q.detached_until(),
+                q.provider,
+                q.outcome,
+                since,
+                run_id,
+                to_i64(q.limit as u64)
+            ])
+            .map_err(store_err)?;
+        let mut corrupt_counted = 0u64;
+        while let Some(row) = rows.next().map_err(store_err)? {
+            let rowid = match row.get_ref(COLUMN_COUNT).map_err(store_err)? {
+                rusqlite::types::ValueRef::Integer(r) => Some(r),
+                _ => None,
+            };
+            let record = match decode_run(row, &sql::row_key(rowid)) {
+                Ok(record) => record,
+                Err(e @ StoreError::Corrupt { .. }) => {
+                    // Counted by the summary's index, but a run that does not read is no run.
+                    corrupt_counted += 1;
+                    view.corrupt.push(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let at = dsql::INSTANCE_AT;
+            let key: Option<String> = row.get(at).map_err(store_err)?;
+            let instance = match key {
+                Some(key) => Some(
+                    (|| {
+                        Ok::<_, rusqlite::Error>(SandboxInstanceRecord {
+                            key: key.clone(),
+                            provider: row.get(at + 1)?,
+                            provider_sandbox_id: row.get(at + 2)?,
+                            latest_snapshot_id: row.get(at + 3)?,
+                            thread_id: row.get(at + 4)?,
+                            latest_run_id: row.get(at + 5)?,
+                            updated_at: row.get(at + 6)?,
+                        })
+                    })()
+                    .map_err(|e| corrupt(format!("sandbox instance {key}"), e.to_string()))?,
+                ),
+                None => None,
+            };
+            let last: Option<String> = row.get(dsql::LAST_ENTRY_AT).map_err(store_err)?;
+            let last = last
+                .map(|t| {
+                    serde_json::from_str(&t).map_err(|e| {
+                        corrupt(
+                            format!("history of {}", record.run_id),
+                            format!("entry is not a history entry: {e}"),
+                        )
+                    })
+                })
+                .transpose()?;
+            view.rows.push(DetachedRow {
+                record,
+                instance,
+                last,
+            });
+        }
+        drop(rows);
+        cost.statements += 1;
+        cost.row_steps = stmt.get_status(StatementStatus::VmStep) - steps_before;
+        cost.row_full_scan_steps = stmt.get_status(StatementStatus::FullscanStep) - scans_before;
+        view.summary.detached = view.summary.detached.saturating_sub(corrupt_counted);
+        view.matching = view.matching.saturating_sub(corrupt_counted);
+    }
+    view.corrupt
+        .extend(unlistable_rows(conn, MAX_UNLISTABLE_REPORTED)?);
+    cost.statements += 1;
+    Ok((view, cost))
+}
+
+#[cfg(test)]
+mod detached_view_cost {
+    use super::*;
+    use reaper_core::detached::DetachedQuery;
+
+    const BASE: i64 = 1_000_000;
+
+    /// `detached` runs detached one millisecond apart (every tenth sandbox docker's, the rest
+    /// local; every fifth run with two history entries, the newest `failed` for every other
+    /// one), and as many finished runs.
+    fn seeded(detached: usize) -> SqliteStore {
+        let store = SqliteStore::open_in_memory().unwrap();
+        {
+            let mut conn = store.inner_conn();
+            let tx = conn.transaction().unwrap();
+            for i in 0..detached {
+                let id = format!("run-{i:07}");
+                let provider = if i % 10 == 0 { "docker" } else { "local" };
+                let key = format!("{provider}:{i}");
+                tx.execute(
+                    "INSERT INTO runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
+                     VALUES (?1, 't', 1, ?2, ?3)",
+                    params![id, BASE + i as i64, key],
+                )
+                .unwrap();
+                tx.execute(
+                    "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, \
+                     thread_id, updated_at) VALUES (?1, ?2, 'sbx', 't', 1)",
+                    params![key, provider],
+                )
+                .unwrap();
+                if i % 5 == 0 {
+                    let newest = if i % 10 == 0 { "failed" } else { "unknown" };
+                    for (at, outcome) in [(1, "unknown"), (2, newest)] {
+                        let entry = serde_json::json!({
+                            "runId": id, "sweepId": "s", "at": at, "host": "h",
+                            "outcome": outcome, "reasonCode": "x/y", "reason": "r",
+                        });
+                        tx.execute(
+                            "INSERT INTO reaper_run_history (run_id, at, sweep_id, entry) \
+                             VALUES (?1, ?2, 's', ?3)",
+                            params![id, at, entry.to_string()],
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+            for i in 0..detached {
+                tx.execute(
+                    "INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) \
+                     VALUES (?1, 't', 'completed', 1, 2)",
+                    params![format!("fin-{i:07}")],
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        store
+    }
+
+    fn queries() -> Vec<(&'static str, DetachedQuery)> {
+        let now = BASE + 1_000_000;
+        let q = DetachedQuery {
+            ttl_ms: Some(500_000),
+            ..DetachedQuery::new(now, 5)
+        };
+        vec![
+            ("no filter", q.clone()),
+            (
+                "--provider",
+                DetachedQuery {
+                    provider: Some("docker".into()),
+                    ..q.clone()
+                },
+            ),
+            (
+                "--outcome",
+                DetachedQuery {
+                    outcome: Some("failed".into()),
+                    ..q.clone()
+                },
+            ),
+            (
+                "--older-than",
+                DetachedQuery {
+                    older_than_ms: Some(999_000),
+                    ..q.clone()
+                },
+            ),
+        ]
+    }
+
+    /// Issue 25: `reaper status` with a small limit walks the same rows whatever the backlog
+    /// (the rows statement's virtual-machine steps are equal at 1,000 and 10,000 detached runs,
+    /// with no full scan), runs a fixed number of statements, and still summarises every run.
+    #[test]
+    fn a_limited_status_list_reads_the_same_rows_whatever_the_backlog() {
+        let (small, large) = (seeded(1_000), seeded(10_000));
+        for (name, q) in queries() {
+            let (a, cost_a) = detached_view_rows(&small.inner_conn(), &q).unwrap();
+            let (b, cost_b) = detached_view_rows(&large.inner_conn(), &q).unwrap();
+            assert_eq!(b.rows.len(), 5, "{name}");
+            let ids = |v: &reaper_core::detached::DetachedView| -> Vec<String> {
+                v.rows.iter().map(|r| r.record.run_id.clone()).collect()
+            };
+            assert_eq!(ids(&a), ids(&b), "{name}: the same first rows");
+            assert_eq!(
+                cost_a.row_steps, cost_b.row_steps,
+                "{name}: {cost_a:?} {cost_b:?}"
+            );
+            assert_eq!(cost_b.row_full_scan_steps, 0, "{name}: {cost_b:?}");
+            assert!(cost_b.statements <= 4, "{name}: {cost_b:?}");
+            assert_eq!(
+                b.summary.detached, 10_000,
+                "{name}: the summary covers every run"
+            );
+            assert_eq!(b.summary.past_ttl, Some(10_000), "{name}");
+            assert_eq!(b.summary.oldest_since, Some(BASE), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_filters_count_every_match_and_the_rows_carry_the_join() {
+        let store = seeded(1_000);
+        let by = |name: &str| queries().into_iter().find(|(n, _)| *n == name).unwrap().1;
+        let (v, _) = detached_view_rows(&store.inner_conn(), &by("--provider")).unwrap();
+        assert_eq!(v.matching, 100);
+        assert!(v
+            .rows
+            .iter()
+            .all(|r| r.instance.as_ref().is_some_and(|i| i.provider == "docker")));
+        let (v, _) = detached_view_rows(&store.inner_conn(), &by("--outcome")).unwrap();
+        assert_eq!(v.matching, 100);
+        assert!(v
+            .rows
+            .iter()
+            .all(|r| r.last.as_ref().is_some_and(|e| e.outcome == "failed")));
+        let (v, _) = detached_view_rows(&store.inner_conn(), &by("--older-than")).unwrap();
+        assert_eq!(v.matching, 1_000, "now - 999s admits up to BASE + 1000 ms");
+    }
+
+    #[test]
+    fn the_rows_statement_reads_the_partial_index_in_order() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let conn = store.inner_conn();
+        let mut stmt = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                reaper_sql::detached::ROWS_FROM
+            ))
+            .unwrap();
+        let plan = stmt
+            .query_map(
+                params![None::<i64>, None::<String>, None::<String>, 0, "", 5],
+                |r| r.get::<_, String>(3),
+            )
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap()
+            .join("; ");
+        assert!(plan.contains("USING INDEX runs_reclaimable"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
     }
 }

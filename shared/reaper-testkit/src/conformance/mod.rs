@@ -66,6 +66,7 @@ macro_rules! ensure_eq {
 }
 
 pub mod delivery_log;
+pub mod detached_view;
 pub mod lease_store;
 pub mod message_store;
 pub mod provider;
@@ -352,6 +353,20 @@ macro_rules! store_conformance {
         $crate::sandbox_instance_store_conformance!($factory);
         $crate::message_store_conformance!($factory);
         $crate::reclaim_ledger_conformance!($factory);
+        $crate::detached_view_conformance!($factory);
+    };
+}
+
+/// The detached-view suite (a run store read joined with the sandbox instances), in a module
+/// `detached_view_conformance`, for a backend that implements both ports on one value.
+#[macro_export]
+macro_rules! detached_view_conformance {
+    ($factory:expr $(,)?) => {
+        mod detached_view_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__reaper_detached_view_cases! { tests { factory: $factory, lacks: [] } }
+        }
     };
 }
 

@@ -94,7 +94,7 @@ fn new_run(run_id: &str, thread_id: &str, started_at: EpochMs) -> NewRun {
 }
 
 /// Creates a run through the port and applies `patch`; returns the stored row.
-async fn seed<S: RunStore + ?Sized>(
+pub(crate) async fn seed<S: RunStore + ?Sized>(
     store: &S,
     run_id: &str,
     thread_id: &str,
@@ -133,7 +133,7 @@ fn status(status: RunStatus) -> RunPatch {
     }
 }
 
-fn detached(at: EpochMs) -> RunPatch {
+pub(crate) fn detached(at: EpochMs) -> RunPatch {
     RunPatch {
         detached_since: Patch::Set(at),
         ..Default::default()
@@ -714,7 +714,7 @@ pub async fn list_reclaimable_never_lists_terminal_or_interrupted_runs_when_capa
 
 /// A band of `detachedSince` values of this case's own, far above every other case's, so a page
 /// of a store other cases share holds this case's runs only.
-fn band(ctx: &CaseContext) -> EpochMs {
+pub(crate) fn band(ctx: &CaseContext) -> EpochMs {
     // FNV-1a over the prefix: stable, and distinct bands for distinct cases.
     let hash = ctx.prefix.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -1825,7 +1825,7 @@ pub async fn count_reclaimable_stops_at_its_bound_and_says_at_least_when_capable
     Ok(Verdict::Passed)
 }
 
-fn history_entry(run_id: &str, sweep_id: &str, at: EpochMs) -> HistoryEntry {
+pub(crate) fn history_entry(run_id: &str, sweep_id: &str, at: EpochMs) -> HistoryEntry {
     HistoryEntry {
         run_id: run_id.to_string(),
         sweep_id: sweep_id.to_string(),
