@@ -1259,7 +1259,10 @@ async fn reap_with(
 }
 
 /// Writes one history entry per run this sweep touched (the listing's runs and the ledger's
-/// retries, one entry per run), then prunes entries past the retention in one bounded batch.
+/// retries, one entry per run) except runs left `producing`, then prunes entries past the
+/// retention in one bounded batch. A producing run is the healthy case with nothing done: an
+/// entry per such run and sweep would cost a store write each (10,000 writes a minute for
+/// 10,000 working agents) and say nothing the report's count does not.
 /// Never fatal: a failure is logged and reported in [`ReapReport::history`], and every outcome
 /// already written stands.
 async fn record_history(
@@ -1307,7 +1310,17 @@ async fn record_history(
             e
         })
         .collect();
-    for run in &report.runs {
+    // Where each run's entry is, so merging a retried run's entry costs no scan.
+    let mut at_index: std::collections::HashMap<&str, usize> = retried
+        .iter()
+        .enumerate()
+        .map(|(i, (run_id, _))| (run_id.as_str(), i))
+        .collect();
+    for run in report
+        .runs
+        .iter()
+        .filter(|run| run.outcome != ReapOutcome::Producing)
+    {
         let mut e = entry(
             &run.run_id,
             run.outcome.as_str(),
@@ -1327,14 +1340,18 @@ async fn record_history(
         }
         // One entry per run and sweep: a run the ledger pass retried and the listing visited
         // keeps both stories in one entry.
-        match entries.iter_mut().find(|x| x.run_id == run.run_id) {
-            Some(earlier) => {
+        match at_index.get(run.run_id.as_str()) {
+            Some(&i) => {
+                let earlier = &mut entries[i];
                 let mut ledger = std::mem::take(&mut earlier.ledger);
                 ledger.append(&mut e.ledger);
                 e.ledger = ledger;
                 *earlier = e;
             }
-            None => entries.push(e),
+            None => {
+                at_index.insert(&run.run_id, entries.len());
+                entries.push(e);
+            }
         }
     }
     let history = &mut report.history;
