@@ -273,7 +273,7 @@ impl ReapRunEntry {
     /// The reason this entry's fields give. The causes the fields cannot tell (why the probe
     /// could not reach the journal, why a sandbox was kept) are set where they are known.
     pub(crate) fn explain(&self) -> Reason {
-        let status = self.status.map_or("not terminal".into(), |s| s.to_string());
+        let status = self.status.map_or("not terminal", RunStatus::as_str);
         let error = || {
             self.error
                 .as_ref()
@@ -2117,7 +2117,11 @@ pub(crate) async fn within<T>(
     ms: u64,
     fut: impl std::future::Future<Output = T>,
 ) -> Option<T> {
-    let fut = std::pin::pin!(fut);
+    let mut fut = std::pin::pin!(fut);
+    // An answer ready at once needs no timer (arming one costs an allocation per call).
+    if let std::task::Poll::Ready(value) = futures::poll!(fut.as_mut()) {
+        return Some(value);
+    }
     let timer = std::pin::pin!(sleeper.sleep(ms));
     match select(fut, timer).await {
         Either::Left((value, _)) => Some(value),

@@ -217,7 +217,8 @@ async fn a_retention_of_zero_keeps_no_history_and_sends_no_history_request() {
 async fn two_single_flight_sweeps_write_two_entries_under_different_sweep_ids() {
     let h = Harness::new();
     h.seed("busy", Some(FRESH), None);
-    h.probe.answer("busy", RunExitProbe::Unknown { error: None });
+    h.probe
+        .answer("busy", RunExitProbe::Unknown { error: None });
     let deps = h.deps();
     let mut options = h.options.clone();
     reaper_core::reap::sweep(&deps, &options, 60_000).await;
