@@ -395,7 +395,7 @@ fn next_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
     // Whether some byte of `w` is zero (exact as a yes/no; which byte is found below).
     let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH != 0;
     let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
-    while let Some(word) = bytes.get(from..from + 8) {
+    for word in bytes[from..].chunks_exact(8) {
         let w = u64::from_ne_bytes(word.try_into().expect("eight bytes"));
         // A byte below 0x20 has none of the bits 0xe0 set.
         let control = has_zero(w & u64::from_ne_bytes([0xe0; 8]));

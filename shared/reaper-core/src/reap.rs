@@ -246,7 +246,15 @@ impl SandboxFate {
 
 impl ReapRunEntry {
     pub(crate) fn new(run_id: &str, outcome: ReapOutcome) -> Self {
-        let mut entry = ReapRunEntry {
+        let mut entry = Self::unexplained(run_id, outcome);
+        entry.reason = entry.explain();
+        entry
+    }
+
+    /// An entry whose reason the caller sets once its fields are (a reason costs a sentence's
+    /// formatting, and a reaped run's would be written twice).
+    fn unexplained(run_id: &str, outcome: ReapOutcome) -> Self {
+        ReapRunEntry {
             run_id: run_id.to_string(),
             outcome,
             status: None,
@@ -259,9 +267,7 @@ impl ReapRunEntry {
             started_for_read: false,
             planned: false,
             proof: None,
-        };
-        entry.reason = entry.explain();
-        entry
+        }
     }
 
     pub(crate) fn with_error(mut self, error: ReapError) -> Self {
@@ -2071,7 +2077,7 @@ pub(crate) async fn reap_claimed(
         }
     }
 
-    let mut entry = ReapRunEntry::new(run_id, outcome);
+    let mut entry = ReapRunEntry::unexplained(run_id, outcome);
     entry.status = Some(status);
     entry.exit_code = exit_code;
     entry.terminalized_anyway = budget_anomaly.then_some(terminal);
