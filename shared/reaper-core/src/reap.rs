@@ -1745,7 +1745,8 @@ async fn reap_one(
         // started first, so a journal that proves the run finished finalizes it with its whole
         // output instead of an aborted drive that reads nothing. Past the cap, the run waits
         // for a later sweep rather than lose that output.
-        match wake(deps, options, record, starts_left, counts).await {
+        // Boxed, like the claimed path: rare, and kept out of every in-flight run's future.
+        match Box::pin(wake(deps, options, record, starts_left, counts)).await {
             Wake::Started(sandbox) => {
                 if let Some(Ok(RunExitProbe::Finished { exit_code: code })) =
                     probe(deps, options, record, counts).await
@@ -1777,7 +1778,9 @@ async fn reap_one(
                     | RunExitProbe::Unreachable(Unreachable::SandboxGone { .. })))
             )
         {
-            if let Wake::Started(sandbox) = wake(deps, options, record, starts_left, counts).await {
+            if let Wake::Started(sandbox) =
+                Box::pin(wake(deps, options, record, starts_left, counts)).await
+            {
                 answer = probe(deps, options, record, counts).await;
                 woken = Some(sandbox);
             }
@@ -1980,7 +1983,7 @@ async fn restored(
         entry.sandbox,
         Some(SandboxFate::Destroyed | SandboxFate::NoSandbox)
     ) {
-        restore(deps, options, &sandbox, counts).await;
+        Box::pin(restore(deps, options, &sandbox, counts)).await;
     }
     entry
 }
