@@ -687,8 +687,9 @@ pub struct StatusCmd {
     /// local).
     #[arg(long = "provider", value_name = "NAME")]
     pub provider: Option<String>,
-    /// List only runs whose last sweep had this outcome (finalized, expired, producing,
-    /// unknown, budget-exceeded, not-claimed, reclaim-failed, failed), from the runs' history.
+    /// List only runs whose last sweep had this outcome (finalized, expired,
+    /// unknown, budget-exceeded, not-claimed, reclaim-failed, failed), from the runs' history
+    /// (which records no producing outcome, so producing is refused).
     #[arg(long, value_name = "OUTCOME")]
     pub outcome: Option<String>,
     /// Re-render every INTERVAL (2s when given without one) until interrupted.

@@ -531,9 +531,19 @@ impl Ledger {
 
 /// The outcomes `--outcome` accepts: the sweep report's, and a ledger retry's.
 fn outcome_filter(value: &str) -> Result<&'static str, Failure> {
+    let producing = reaper_core::reap::ReapOutcome::Producing.as_str();
+    if value.trim() == producing {
+        return Err(Failure::usage(
+            "--outcome producing: the runs' history records no producing outcome (a sweep that \
+             leaves a working run alone writes nothing); `reaper status` without --outcome lists \
+             every detached run, and the sweep report counts the producing ones"
+                .to_string(),
+        ));
+    }
     let known = reaper_core::reap::ReapOutcome::ALL
         .iter()
         .map(|o| o.as_str())
+        .filter(|o| *o != producing)
         .chain([reaper_core::history::RECLAIM_RETRY_OUTCOME]);
     let names: Vec<&'static str> = known.collect();
     names

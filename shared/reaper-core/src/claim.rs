@@ -91,6 +91,7 @@ impl Claim {
         match bumped {
             EpochBump::Claimed { epoch, record } => {
                 tracing::debug!(target: "reaper", run_id, epoch, "driver claim acquired");
+                let expires_at = lease.expires_at;
                 let claim = Claim {
                     run_id: run_id.to_string(),
                     epoch,
@@ -101,7 +102,7 @@ impl Claim {
                 };
                 // A lease that is already past its expiry when handed out is lost before the
                 // first write.
-                if claim.lease().expires_at <= now {
+                if expires_at <= now {
                     claim.signal.cancel();
                 }
                 Ok(claim)

@@ -1,6 +1,8 @@
 //! A run's history: what each sweep did to it (when, on which host, with which outcome and
 //! why, what became of its sandbox, what happened in the reclaim ledger). The sweep writes one
-//! [`HistoryEntry`] per run it touched, in one batch at its end, and prunes entries older than
+//! [`HistoryEntry`] per run it touched, in one batch at its end, except a run it left
+//! `producing` (the agent still working, nothing done: an entry per working run and sweep would
+//! be a store write each for no information; the sweep's report counts them), and prunes entries older than
 //! its retention in bounded batches; `reaper status RUN_ID` and the dashboard read it with
 //! [`crate::RunStore::run_history`].
 //!

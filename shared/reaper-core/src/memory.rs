@@ -53,6 +53,8 @@ struct State {
     /// Each run's history, oldest first (a memory store's histories are small; pruning walks
     /// them in memory, deleting at most its batch).
     history: HashMap<String, Vec<HistoryEntry>>,
+    /// No history entry is older than this: a prune with nothing past its cutoff walks nothing.
+    history_oldest: Option<EpochMs>,
 }
 
 /// Every store port over one mutex-guarded map. Cheap to clone (shared state).
@@ -159,10 +161,19 @@ impl RunStore for MemoryStore {
     async fn record_history(&self, entries: &[HistoryEntry]) -> Result<(), StoreError> {
         let mut s = self.lock();
         for entry in entries {
-            let list = s.history.entry(entry.run_id.clone()).or_default();
-            list.retain(|e| (e.at, &e.sweep_id) != (entry.at, &entry.sweep_id));
-            list.push(entry.clone());
-            list.sort_by(|a, b| (a.at, &a.sweep_id).cmp(&(b.at, &b.sweep_id)));
+            s.history_oldest = Some(s.history_oldest.map_or(entry.at, |at| at.min(entry.at)));
+            let list = match s.history.get_mut(entry.run_id.as_str()) {
+                Some(list) => list,
+                None => s.history.entry(entry.run_id.clone()).or_default(),
+            };
+            // Kept sorted by (at, sweep) without re-sorting the run's whole history per entry;
+            // an entry with the same key replaces the one there.
+            match list.binary_search_by(|e| {
+                (e.at, e.sweep_id.as_str()).cmp(&(entry.at, entry.sweep_id.as_str()))
+            }) {
+                Ok(i) => list[i] = entry.clone(),
+                Err(i) => list.insert(i, entry.clone()),
+            }
         }
         Ok(())
     }
@@ -186,6 +197,9 @@ impl RunStore for MemoryStore {
 
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
         let mut s = self.lock();
+        if s.history_oldest.is_none_or(|oldest| oldest >= before) {
+            return Ok(0);
+        }
         let mut old: Vec<(EpochMs, String, String)> = s
             .history
             .values()
@@ -203,6 +217,12 @@ impl RunStore for MemoryStore {
                 }
             }
         }
+        s.history_oldest = s
+            .history
+            .values()
+            .filter_map(|l| l.first())
+            .map(|e| e.at)
+            .min();
         Ok(old.len() as u64)
     }
 

@@ -246,7 +246,15 @@ impl SandboxFate {
 
 impl ReapRunEntry {
     pub(crate) fn new(run_id: &str, outcome: ReapOutcome) -> Self {
-        let mut entry = ReapRunEntry {
+        let mut entry = Self::unexplained(run_id, outcome);
+        entry.reason = entry.explain();
+        entry
+    }
+
+    /// An entry whose reason the caller sets once its fields are (a reason costs a sentence's
+    /// formatting, and a reaped run's would be written twice).
+    fn unexplained(run_id: &str, outcome: ReapOutcome) -> Self {
+        ReapRunEntry {
             run_id: run_id.to_string(),
             outcome,
             status: None,
@@ -259,9 +267,7 @@ impl ReapRunEntry {
             started_for_read: false,
             planned: false,
             proof: None,
-        };
-        entry.reason = entry.explain();
-        entry
+        }
     }
 
     pub(crate) fn with_error(mut self, error: ReapError) -> Self {
@@ -273,7 +279,7 @@ impl ReapRunEntry {
     /// The reason this entry's fields give. The causes the fields cannot tell (why the probe
     /// could not reach the journal, why a sandbox was kept) are set where they are known.
     pub(crate) fn explain(&self) -> Reason {
-        let status = self.status.map_or("not terminal".into(), |s| s.to_string());
+        let status = self.status.map_or("not terminal", RunStatus::as_str);
         let error = || {
             self.error
                 .as_ref()
@@ -1259,7 +1265,10 @@ async fn reap_with(
 }
 
 /// Writes one history entry per run this sweep touched (the listing's runs and the ledger's
-/// retries, one entry per run), then prunes entries past the retention in one bounded batch.
+/// retries, one entry per run) except runs left `producing`, then prunes entries past the
+/// retention in one bounded batch. A producing run is the healthy case with nothing done: an
+/// entry per such run and sweep would cost a store write each (10,000 writes a minute for
+/// 10,000 working agents) and say nothing the report's count does not.
 /// Never fatal: a failure is logged and reported in [`ReapReport::history`], and every outcome
 /// already written stands.
 async fn record_history(
@@ -1307,7 +1316,17 @@ async fn record_history(
             e
         })
         .collect();
-    for run in &report.runs {
+    // Where each run's entry is, so merging a retried run's entry costs no scan.
+    let mut at_index: std::collections::HashMap<&str, usize> = retried
+        .iter()
+        .enumerate()
+        .map(|(i, (run_id, _))| (run_id.as_str(), i))
+        .collect();
+    for run in report
+        .runs
+        .iter()
+        .filter(|run| run.outcome != ReapOutcome::Producing)
+    {
         let mut e = entry(
             &run.run_id,
             run.outcome.as_str(),
@@ -1327,14 +1346,18 @@ async fn record_history(
         }
         // One entry per run and sweep: a run the ledger pass retried and the listing visited
         // keeps both stories in one entry.
-        match entries.iter_mut().find(|x| x.run_id == run.run_id) {
-            Some(earlier) => {
+        match at_index.get(run.run_id.as_str()) {
+            Some(&i) => {
+                let earlier = &mut entries[i];
                 let mut ledger = std::mem::take(&mut earlier.ledger);
                 ledger.append(&mut e.ledger);
                 e.ledger = ledger;
                 *earlier = e;
             }
-            None => entries.push(e),
+            None => {
+                at_index.insert(&run.run_id, entries.len());
+                entries.push(e);
+            }
         }
     }
     let history = &mut report.history;
@@ -1722,7 +1745,8 @@ async fn reap_one(
         // started first, so a journal that proves the run finished finalizes it with its whole
         // output instead of an aborted drive that reads nothing. Past the cap, the run waits
         // for a later sweep rather than lose that output.
-        match wake(deps, options, record, starts_left, counts).await {
+        // Boxed, like the claimed path: rare, and kept out of every in-flight run's future.
+        match Box::pin(wake(deps, options, record, starts_left, counts)).await {
             Wake::Started(sandbox) => {
                 if let Some(Ok(RunExitProbe::Finished { exit_code: code })) =
                     probe(deps, options, record, counts).await
@@ -1754,7 +1778,9 @@ async fn reap_one(
                     | RunExitProbe::Unreachable(Unreachable::SandboxGone { .. })))
             )
         {
-            if let Wake::Started(sandbox) = wake(deps, options, record, starts_left, counts).await {
+            if let Wake::Started(sandbox) =
+                Box::pin(wake(deps, options, record, starts_left, counts)).await
+            {
                 answer = probe(deps, options, record, counts).await;
                 woken = Some(sandbox);
             }
@@ -1957,7 +1983,7 @@ async fn restored(
         entry.sandbox,
         Some(SandboxFate::Destroyed | SandboxFate::NoSandbox)
     ) {
-        restore(deps, options, &sandbox, counts).await;
+        Box::pin(restore(deps, options, &sandbox, counts)).await;
     }
     entry
 }
@@ -2054,7 +2080,7 @@ pub(crate) async fn reap_claimed(
         }
     }
 
-    let mut entry = ReapRunEntry::new(run_id, outcome);
+    let mut entry = ReapRunEntry::unexplained(run_id, outcome);
     entry.status = Some(status);
     entry.exit_code = exit_code;
     entry.terminalized_anyway = budget_anomaly.then_some(terminal);
@@ -2100,7 +2126,11 @@ pub(crate) async fn within<T>(
     ms: u64,
     fut: impl std::future::Future<Output = T>,
 ) -> Option<T> {
-    let fut = std::pin::pin!(fut);
+    let mut fut = std::pin::pin!(fut);
+    // An answer ready at once needs no timer (arming one costs an allocation per call).
+    if let std::task::Poll::Ready(value) = futures::poll!(fut.as_mut()) {
+        return Some(value);
+    }
     let timer = std::pin::pin!(sleeper.sleep(ms));
     match select(fut, timer).await {
         Either::Left((value, _)) => Some(value),

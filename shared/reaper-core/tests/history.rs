@@ -6,7 +6,7 @@ mod common;
 use common::{entry, Harness, NOW, TTL};
 use reaper_core::domain::{ReclaimIntent, RunStatus};
 use reaper_core::history::{HistoryEntry, RECLAIM_RETRY_OUTCOME};
-use reaper_core::ports::{ReclaimLedger, RunStore};
+use reaper_core::ports::{ReclaimLedger, RunExitProbe, RunStore};
 use reaper_core::reap::{ReapOutcome, SandboxFate};
 use reaper_core::StoreError;
 use reaper_testkit::fakes::Op;
@@ -29,7 +29,11 @@ async fn a_sweep_records_one_history_entry_per_run_it_touched_with_its_outcome_r
     h.seed("attached", None, None);
     let report = h.sweep().await;
     assert_eq!(entry(&report, "done").outcome, ReapOutcome::Finalized);
-    assert_eq!(report.history.recorded, 3, "{:?}", report.history);
+    assert_eq!(
+        report.history.recorded, 2,
+        "done and old, not busy: {:?}",
+        report.history
+    );
 
     let done = history(&h, "done").await;
     assert_eq!(done.len(), 1, "{done:?}");
@@ -50,11 +54,60 @@ async fn a_sweep_records_one_history_entry_per_run_it_touched_with_its_outcome_r
     assert_eq!(old[0].reason_code, "expired/ttl");
     assert_eq!(old[0].sweep_id, e.sweep_id, "one sweep, one id");
 
-    let busy = history(&h, "busy").await;
-    assert_eq!(busy[0].outcome, "producing");
-    assert_eq!(busy[0].sandbox, None);
-    assert!(busy[0].ledger.is_empty());
+    assert!(
+        history(&h, "busy").await.is_empty(),
+        "a producing run is counted in the report, not written"
+    );
     assert!(history(&h, "attached").await.is_empty(), "not touched");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sweep_leaving_producing_runs_alone_writes_no_history_for_them_but_an_unknown_run_still_gets_an_entry(
+) {
+    let h = Harness::new();
+    for i in 0..3 {
+        h.seed(&format!("busy-{i}"), Some(FRESH), None);
+    }
+    h.seed("unsure", Some(FRESH), None);
+    h.probe.answer(
+        "unsure",
+        RunExitProbe::Unknown {
+            error: Some("the provider answered 503".into()),
+        },
+    );
+    let report = h.sweep().await;
+    assert_eq!(report.outcomes.producing, 3, "{:?}", report.outcomes);
+    assert_eq!(entry(&report, "unsure").outcome, ReapOutcome::Unknown);
+    assert_eq!(report.history.recorded, 1, "{:?}", report.history);
+    for i in 0..3 {
+        assert!(history(&h, &format!("busy-{i}")).await.is_empty());
+    }
+    let unsure = history(&h, "unsure").await;
+    assert_eq!(unsure.len(), 1, "{unsure:?}");
+    assert_eq!(unsure[0].outcome, "unknown");
+    assert!(unsure[0].reason_code.starts_with("unknown/"), "{unsure:?}");
+    let written: Vec<_> = h
+        .store
+        .ops()
+        .into_iter()
+        .filter_map(|o| match o {
+            Op::RecordHistory(runs) => Some(runs),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "one batch: {written:?}");
+
+    // Only producing runs: no history write at all, only the bounded prune.
+    let h = Harness::new();
+    h.seed("busy", Some(FRESH), None);
+    let report = h.sweep().await;
+    assert_eq!(report.outcomes.producing, 1);
+    assert_eq!(report.history.recorded, 0);
+    assert!(!h
+        .store
+        .ops()
+        .iter()
+        .any(|o| matches!(o, Op::RecordHistory(_))));
 }
 
 #[tokio::test(start_paused = true)]
@@ -164,6 +217,8 @@ async fn a_retention_of_zero_keeps_no_history_and_sends_no_history_request() {
 async fn two_single_flight_sweeps_write_two_entries_under_different_sweep_ids() {
     let h = Harness::new();
     h.seed("busy", Some(FRESH), None);
+    h.probe
+        .answer("busy", RunExitProbe::Unknown { error: None });
     let deps = h.deps();
     let mut options = h.options.clone();
     reaper_core::reap::sweep(&deps, &options, 60_000).await;

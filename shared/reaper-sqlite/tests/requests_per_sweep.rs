@@ -88,7 +88,7 @@ async fn run_store_statements_per_stateless_sweep_do_not_grow_with_the_backlog()
     let small = per_sweep(1_000, 3).await;
     let large = per_sweep(100_000, 3).await;
     // Producing runs only: the listing's pages, the backlog count, and the history's one
-    // batch write and one bounded prune; nothing per run.
+    // bounded prune (producing runs write no history); nothing per run.
     assert_eq!(small.0, large.0, "statements per sweep at 1k and 100k runs");
     assert!(small.0 <= 6, "{} statements per sweep", small.0);
     assert_eq!((small.1, small.2), (1_000, true), "the backlog at 1k");
