@@ -235,7 +235,7 @@ pub const SETTINGS: &[Row] = &[
         flag: "—",
         env: "`REAPER_STATUS_TOKEN`",
         default: "none (routes open)",
-        accepted: "at least 16 characters, no spaces; then required as `Authorization: Bearer …` on `/healthz` and `/metrics`",
+        accepted: "a secret: 16 or more printable ASCII characters without spaces, nothing around it (`openssl rand -hex 32`); then required as `Authorization: Bearer …` on `/healthz`, `/metrics` and the dashboard",
         commands: "watch",
     },
     Row {

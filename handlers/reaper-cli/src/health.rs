@@ -104,24 +104,30 @@ impl StatusToken {
     /// From `REAPER_STATUS_TOKEN`: unset or empty means the endpoints are open.
     pub fn from_env() -> Result<Option<StatusToken>, Failure> {
         match std::env::var(STATUS_TOKEN) {
-            Ok(v) if v.trim().is_empty() => Ok(None),
+            // Empty is unset, as for every token setting (`settings::read_token`).
+            Ok(v) if v.is_empty() => Ok(None),
             Ok(v) => StatusToken::parse(&v).map(Some),
             Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(Failure::usage(format!(
-                "invalid value for {STATUS_TOKEN}: not UTF-8"
-            ))),
+            Err(std::env::VarError::NotUnicode(_)) => Err(Failure::usage(
+                reaper_core::settings::TokenError {
+                    setting: STATUS_TOKEN.into(),
+                    problem: reaper_core::settings::TokenProblem::Charset,
+                }
+                .to_string(),
+            )),
         }
     }
 
-    /// A token's value as `REAPER_STATUS_TOKEN` holds it.
+    /// A token's value as `REAPER_STATUS_TOKEN` holds it, by the rule every token follows
+    /// (`reaper_core::settings::check_token`).
     pub fn parse(v: &str) -> Result<StatusToken, Failure> {
-        if v.len() < 16 || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(Failure::usage(format!(
-                "invalid value for {STATUS_TOKEN}: expected at least 16 characters without \
-                 spaces (e.g. `openssl rand -hex 32`), as it travels in an HTTP header"
-            )));
-        }
-        Ok(StatusToken(digest(format!("Bearer {v}").as_bytes())))
+        reaper_core::settings::check_token(STATUS_TOKEN, v)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        Ok(StatusToken::digest_of(v))
+    }
+
+    fn digest_of(v: &str) -> StatusToken {
+        StatusToken(digest(format!("Bearer {v}").as_bytes()))
     }
 
     /// Exactly one `Authorization: Bearer <token>` header.

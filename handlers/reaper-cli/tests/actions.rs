@@ -4,6 +4,10 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
 use common::{now, run, Site, HELLO, MINUTE, TICKING};
 use reaper_core::{
     LeaseStore, ReclaimIntent, ReclaimLedger, RunPatch, RunStatus, RunStore, SandboxProvider,
@@ -261,5 +265,99 @@ async fn ledger_forget_refuses_while_the_provider_has_the_sandbox_and_forgets_it
         .collect();
     assert!(results[0].starts_with("refused"), "{results:?}");
     assert!(results[1].starts_with("forgotten"), "{results:?}");
+    site.teardown().await;
+}
+
+/// What the prompt ends with; the typed answer is sent only once it is on the screen.
+const PROMPT_END: &str = "? [y/N] ";
+
+/// A hang guard only: every wait below is for the prompt or for the program's exit.
+const GUARD: Duration = Duration::from_secs(300);
+
+/// Runs `cmd` with stdin, stdout and stderr on a real pseudo-terminal, types `answer` once
+/// the prompt is drawn, and returns the exit code and everything the terminal showed.
+async fn answer_on_a_terminal(mut cmd: Command, answer: &'static [u8]) -> (i32, String) {
+    let done = tokio::task::spawn_blocking(move || {
+        let nix::pty::OpenptyResult { master, slave } =
+            nix::pty::openpty(None, None).expect("openpty");
+        let mut master = std::fs::File::from(master);
+        cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave));
+        let mut child = cmd.spawn().expect("reaper runs");
+        // Only the child may hold the terminal open: its exit then ends our reads (EIO).
+        drop(cmd);
+        let mut screen = Vec::new();
+        let mut buf = [0u8; 4096];
+        let mut answered = false;
+        loop {
+            match master.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => screen.extend_from_slice(&buf[..n]),
+                // Linux answers EIO once the program exited and closed the terminal.
+                Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => break,
+                Err(e) => panic!("reading the terminal: {e}"),
+            }
+            if !answered && String::from_utf8_lossy(&screen).contains(PROMPT_END) {
+                master.write_all(answer).expect("typing the answer");
+                answered = true;
+            }
+        }
+        let code = child.wait().unwrap().code().expect("exited with a code");
+        let screen = String::from_utf8_lossy(&screen).into_owned();
+        assert!(answered, "the prompt never appeared: {screen:?}");
+        (code, screen)
+    });
+    tokio::time::timeout(GUARD, done)
+        .await
+        .expect("the prompt or the program hung")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answering_y_at_the_terminal_prompt_performs_the_action_and_audits_it() {
+    let site = Site::new();
+    let mut cmd = common::reaper();
+    cmd.args(["pause", "--reason", "typed at the prompt", "--db"])
+        .arg(&site.db);
+    let (code, screen) = answer_on_a_terminal(cmd, b"y\n").await;
+    assert_eq!(code, 0, "{screen}");
+    assert!(
+        screen.contains("reaper: pause sweeping (every handler on this database stops sweeping until reaper resume)? [y/N] "),
+        "{screen:?}"
+    );
+    assert!(screen.contains("paused: sweeps do nothing"), "{screen:?}");
+    let note = site.store.note("reaper:pause").await.unwrap().unwrap();
+    assert!(note.contains("typed at the prompt"), "{note}");
+    let trail = audit_trail(&site).await;
+    assert_eq!(trail.len(), 1, "{trail:?}");
+    assert_eq!(trail[0]["action"], "pause");
+    site.teardown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answering_n_enter_or_ctrl_d_at_the_terminal_prompt_does_nothing_and_exits_1() {
+    let site = Site::new();
+    let sandbox = site
+        .detached_run("run-busy", Some(TICKING), false, MINUTE)
+        .await;
+    // `n`, a bare Enter (the default is No), and Ctrl-D (the terminal's end of input).
+    for answer in [&b"n\n"[..], b"\n", b"\x04"] {
+        let mut cmd = site.reaper("expire");
+        cmd.arg("run-busy");
+        let (code, screen) = answer_on_a_terminal(cmd, answer).await;
+        assert_eq!(code, 1, "{answer:?}: {screen}");
+        assert!(
+            screen.contains("not confirmed: did not expire run run-busy now"),
+            "{answer:?}: {screen:?}"
+        );
+    }
+    let run_now = site.store.get("run-busy").await.unwrap().unwrap();
+    assert_eq!(run_now.status, RunStatus::Running);
+    assert!(site.sandbox_exists(&sandbox).await);
+    assert!(
+        audit_trail(&site).await.is_empty(),
+        "an action not confirmed is no action"
+    );
     site.teardown().await;
 }

@@ -338,6 +338,8 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
             self.problems.push(format!(
                 "{SANDBOXD_TOKEN} is not set (a secret: `wrangler secret put {SANDBOXD_TOKEN}`)"
             ));
+        } else if let Err(e) = reaper_core::settings::check_token(SANDBOXD_TOKEN, &token) {
+            self.problems.push(e.to_string());
         }
         Sandboxd {
             url,
@@ -394,6 +396,13 @@ impl Config {
         let sandboxd = providers
             .contains(&reaper_providers::ProviderKind::Sandboxd)
             .then(|| r.sandboxd());
+        // The route tokens are checked again on each request; named here too, so the alarm's
+        // log says what to fix as every other binary would at start.
+        for name in [STATUS_TOKEN, ADMIN_TOKEN] {
+            if let Err(e) = reaper_core::settings::read_token(name, (r.get)(name)) {
+                r.problems.push(e.to_string());
+            }
+        }
         if plan == Plan::Free {
             if cpu_limit > ms(10) {
                 r.problems.push(format!(
@@ -452,7 +461,7 @@ mod tests {
     const MINIMAL: &[(&str, &str)] = &[
         (DETACHED_TTL, "30m"),
         (SANDBOXD_URL, "https://sandboxes.example.com"),
-        (SANDBOXD_TOKEN, "s3cret-token"),
+        (SANDBOXD_TOKEN, "s3cret-token-0123456789"),
     ];
 
     #[test]
@@ -512,7 +521,7 @@ mod tests {
             (WALL_LIMIT, "1h"),
             (JOURNAL_DIR, "journals"),
             (SANDBOXD_URL, "ftp://x"),
-            (SANDBOXD_TOKEN, "s3cret-token"),
+            (SANDBOXD_TOKEN, "s3cret-token-0123456789"),
         ]))
         .unwrap_err();
         for name in [
@@ -552,6 +561,35 @@ mod tests {
         let mut bad = MINIMAL.to_vec();
         bad.push((PLAN, "enterprise-ish"));
         assert!(Config::from_lookup(lookup(&bad)).unwrap_err().names(PLAN));
+    }
+
+    #[test]
+    fn a_bad_token_is_refused_with_the_sentence_every_binary_gives() {
+        for name in [SANDBOXD_TOKEN, STATUS_TOKEN, ADMIN_TOKEN] {
+            for bad in [
+                "short-token",
+                "0123456789abcdef-token\n",
+                "0123456789abcdef token",
+            ] {
+                let mut pairs = MINIMAL.to_vec();
+                pairs.retain(|(k, _)| *k != name);
+                pairs.push((name, bad));
+                let e = Config::from_lookup(lookup(&pairs)).unwrap_err();
+                let sentence = reaper_core::settings::check_token(name, bad)
+                    .unwrap_err()
+                    .to_string();
+                assert_eq!(e.problems, [sentence], "{name}={bad:?}");
+            }
+        }
+        let mut pairs = MINIMAL.to_vec();
+        pairs.extend([
+            (STATUS_TOKEN, ""),
+            (ADMIN_TOKEN, "admin-token-0123456789abcdef"),
+        ]);
+        assert!(
+            Config::from_lookup(lookup(&pairs)).is_ok(),
+            "empty is unset"
+        );
     }
 
     #[test]
@@ -621,7 +659,7 @@ mod tests {
                     reaper_core::settings::show_ms(max_ms)
                 ),
                 Value::Count { min, max } => format!("from {min} to {max}"),
-                Value::Text(_) => continue,
+                Value::Token | Value::Text(_) => continue,
             };
             assert!(
                 s.accepted.contains(&stated),

@@ -209,7 +209,7 @@ mod tests {
         Config::from_lookup(|k| match k {
             DETACHED_TTL => Some("30m".into()),
             SANDBOXD_URL => Some("http://127.0.0.1:1".into()),
-            SANDBOXD_TOKEN => Some("t".into()),
+            SANDBOXD_TOKEN => Some("t0123456789abcdef".into()),
             _ => None,
         })
         .unwrap()

@@ -237,7 +237,7 @@ mod tests {
         let mut pairs = vec![
             (DETACHED_TTL, "30m"),
             (SANDBOXD_URL, "http://127.0.0.1:1"),
-            (SANDBOXD_TOKEN, "t"),
+            (SANDBOXD_TOKEN, "t0123456789abcdef"),
             // These cases size a Paid deployment; Free's limits are config.rs's tests.
             ("REAPER_PLAN", "paid"),
         ];

@@ -9,10 +9,10 @@ let worker;
 let unconfigured;
 
 before(async () => {
-  const secrets = { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" };
+  const secrets = { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" };
   // A minute between sweeps: nothing fires again while these tests look at the alarm.
   worker = await startWorker({ secrets, vars: { REAPER_EVERY: "1m" } });
-  unconfigured = await startWorker({ secrets: { REAPER_SANDBOXD_TOKEN: "unused" } });
+  unconfigured = await startWorker({ secrets: { REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" } });
 });
 
 after(async () => {

@@ -119,7 +119,7 @@ describe("a sweep that does not return still leaves an alarm", () => {
         persist,
         database: "reaper",
         vars: { ...FAST, REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
-        secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+        secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
       };
       let worker = await startWorker(options);
       try {
@@ -155,7 +155,7 @@ describe("the cron watchdog", () => {
     const admin = token();
     const worker = await startWorker({
       vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
-      secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+      secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
     });
     try {
       assert.equal((await worker.call("POST", "/admin/bootstrap", { auth: admin })).status, 200);
@@ -178,7 +178,7 @@ describe("the cron watchdog", () => {
     const admin = token();
     const worker = await startWorker({
       vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
-      secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+      secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
     });
     try {
       await worker.call("POST", "/admin/bootstrap", { auth: admin });

@@ -6,7 +6,7 @@ import { startWorker, token } from "./support.mjs";
 
 const admin = token();
 const worker = await startWorker({
-  secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+  secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
 });
 after(() => worker.dispose());
 

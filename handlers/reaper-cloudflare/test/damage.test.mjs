@@ -132,7 +132,7 @@ describe("rows no listing reaches", () => {
   before(async () => {
     worker = await startWorker({
       vars: { REAPER_EVERY: "1h", REAPER_DETACHED_TTL: "30m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
-      secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+      secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
     });
   });
   after(async () => {

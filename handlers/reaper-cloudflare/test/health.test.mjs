@@ -14,12 +14,12 @@ let broken;
 let closed;
 
 before(async () => {
-  const secrets = { REAPER_ADMIN_TOKEN: admin, REAPER_STATUS_TOKEN: status, REAPER_SANDBOXD_TOKEN: "unused" };
+  const secrets = { REAPER_ADMIN_TOKEN: admin, REAPER_STATUS_TOKEN: status, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" };
   // No run is detached, so a sweep never reaches the (absent) daemon.
   const vars = { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" };
   worker = await startWorker({ secrets, vars });
   broken = await startWorker({ secrets, vars: { ...vars, REAPER_DETACHED_TTL: "soon" } });
-  closed = await startWorker({ secrets: { REAPER_SANDBOXD_TOKEN: "unused" }, vars });
+  closed = await startWorker({ secrets: { REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" }, vars });
 });
 
 after(async () => {

@@ -22,7 +22,7 @@ test("the cron arms the first alarm of a fresh deployment without the bootstrap 
   const admin = token();
   const worker = await startWorker({
     vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: NO_SANDBOXD },
-    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
   });
   try {
     const fresh = await worker.call("GET", "/admin/status", { auth: admin });
@@ -52,7 +52,7 @@ test("the sweep summary is one JSON line with the sweep state and every count", 
   const admin = token();
   const worker = await startWorker({
     vars: { REAPER_EVERY: "1m", REAPER_SANDBOXD_URL: NO_SANDBOXD },
-    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
   });
   try {
     await worker.scheduled();

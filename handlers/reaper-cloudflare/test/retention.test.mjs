@@ -12,7 +12,7 @@ before(async () => {
   worker = await startWorker({
     // No detached runs: the sweep never calls this sandboxd.
     vars: { REAPER_EVERY: "1m", REAPER_EVENT_RETENTION: "1d", REAPER_SANDBOXD_URL: "http://127.0.0.1:9" },
-    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
   });
 });
 

@@ -91,7 +91,7 @@ async function sweepOver(total, shape) {
       // No run has a sandbox: nothing may call this port (closed, discard).
       REAPER_SANDBOXD_URL: "http://127.0.0.1:9",
     },
-    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused" },
+    secrets: { REAPER_ADMIN_TOKEN: admin, REAPER_SANDBOXD_TOKEN: "unused-sandboxd-token-0123456789" },
   });
   try {
     const migrated = await worker.call("POST", "/admin/migrate", { auth: admin });

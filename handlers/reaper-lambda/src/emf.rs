@@ -151,7 +151,7 @@ mod tests {
                 match k {
                     "REAPER_TABLE" => "runs",
                     "REAPER_SANDBOXD_URL" => "http://127.0.0.1:1",
-                    "REAPER_SANDBOXD_TOKEN" => "t",
+                    "REAPER_SANDBOXD_TOKEN" => "t0123456789abcdef",
                     "REAPER_DETACHED_TTL" => "30m",
                     _ => return None,
                 }

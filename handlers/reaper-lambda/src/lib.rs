@@ -199,6 +199,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_bad_sandboxd_token_fails_the_init_with_the_sentence_every_binary_gives() {
+        for bad in [
+            "short-token",
+            "0123456789abcdef-token\n",
+            "0123456789abcdef token",
+        ] {
+            let err = Function::init(env(&[("REAPER_SANDBOXD_TOKEN", bad)]))
+                .await
+                .unwrap_err();
+            let sentence = reaper_core::settings::check_token("REAPER_SANDBOXD_TOKEN", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.to_string().contains(&sentence), "{bad:?}: {err}");
+        }
+    }
+
+    #[tokio::test]
     async fn a_timeout_that_fits_no_run_fails_the_init_naming_the_values_to_change() {
         let err = Function::init(env(&[("REAPER_BUDGET", "60s")]))
             .await

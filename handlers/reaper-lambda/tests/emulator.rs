@@ -260,7 +260,7 @@ async fn missing_or_bad_settings_fail_the_init_with_one_clear_log_line_and_no_re
     let error = line["fields"]["error"].as_str().unwrap();
     for name in [
         "REAPER_TABLE is not set",
-        "REAPER_SANDBOXD_TOKEN contains spaces",
+        "REAPER_SANDBOXD_TOKEN contains a space",
         "REAPER_MAX_RUNS=\"0\" is out of range",
     ] {
         assert!(error.contains(name), "{name:?} missing from {error}");

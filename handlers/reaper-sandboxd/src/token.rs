@@ -7,16 +7,16 @@ use subtle::ConstantTimeEq;
 
 /// The environment variable holding the token.
 pub const TOKEN_ENV: &str = "REAPER_SANDBOXD_TOKEN";
-/// Shorter tokens are refused at start: they can be guessed.
-pub const MIN_TOKEN_BYTES: usize = 16;
+/// Shorter tokens are refused at start: they can be guessed (the rule every token follows).
+pub const MIN_TOKEN_BYTES: usize = reaper_core::settings::TOKEN_MIN_CHARS;
 
 /// Why the daemon will not start with the token it was given.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
     #[error(
-        "no token: set {TOKEN_ENV} or pass --token-file FILE (at least {MIN_TOKEN_BYTES} \
-         printable bytes, e.g. `head -c 32 /dev/urandom | base64`); the daemon never runs \
-         without one"
+        "no token: set {TOKEN_ENV} or pass --token-file FILE ({advice}); the daemon never runs \
+         without one",
+        advice = reaper_core::settings::TOKEN_ADVICE
     )]
     Missing,
     #[error("both {TOKEN_ENV} and --token-file are set: give the token one way only")]
@@ -26,21 +26,10 @@ pub enum TokenError {
         path: String,
         source: std::io::Error,
     },
-    #[error(
-        "the token from {origin} has leading or trailing whitespace: remove it (a token file \
-         may end with a single newline)"
-    )]
-    Whitespace { origin: String },
-    #[error(
-        "the token from {origin} is {len} bytes: use at least {MIN_TOKEN_BYTES} (e.g. `head -c \
-         32 /dev/urandom | base64`)"
-    )]
-    TooShort { origin: String, len: usize },
-    #[error(
-        "the token from {origin} has a space or a non-printable or non-ASCII character: use \
-         printable ASCII only, as an HTTP header carries it"
-    )]
-    Charset { origin: String },
+    /// The value breaks the rule every reaper token follows; the sentence is the same one
+    /// every binary gives.
+    #[error(transparent)]
+    Invalid(#[from] reaper_core::settings::TokenError),
 }
 
 /// The expected token, kept only as its SHA-256 digest. Comparing digests in constant time hides
@@ -57,29 +46,21 @@ impl std::fmt::Debug for Token {
 }
 
 impl Token {
-    /// Checks a raw token; `origin` names where it came from for the error message.
+    /// Checks a raw token by `reaper_core::settings::check_token`; `origin` names where it
+    /// came from for the error message.
     pub fn parse(raw: &str, origin: &str) -> Result<Token, TokenError> {
-        let origin = origin.to_string();
-        if raw.trim() != raw {
-            return Err(TokenError::Whitespace { origin });
-        }
-        if raw.len() < MIN_TOKEN_BYTES {
-            return Err(TokenError::TooShort {
-                origin,
-                len: raw.len(),
-            });
-        }
-        if !raw.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(TokenError::Charset { origin });
-        }
+        reaper_core::settings::check_token(origin, raw)?;
         Ok(Token {
             digest: Sha256::digest(raw.as_bytes()).into(),
         })
     }
 
     /// The token from the environment value or the file, exactly one of which must be given.
-    /// A file may end with one `\n` (or `\r\n`), as editors and `echo` write it.
+    /// A file may end with one `\n` (or `\r\n`), as editors and `echo` write it: that ends
+    /// the file's line, it is not part of the value.
     pub fn load(env_value: Option<String>, file: Option<&Path>) -> Result<Token, TokenError> {
+        // Empty is unset, as for every token setting (`reaper_core::settings::read_token`).
+        let env_value = env_value.filter(|v| !v.is_empty());
         match (env_value, file) {
             (Some(_), Some(_)) => Err(TokenError::Ambiguous),
             (None, None) => Err(TokenError::Missing),
@@ -93,7 +74,10 @@ impl Token {
                     .strip_suffix("\r\n")
                     .or_else(|| text.strip_suffix('\n'))
                     .unwrap_or(&text);
-                Token::parse(text, &format!("--token-file {}", path.display()))
+                Token::parse(
+                    text,
+                    &format!("the token in --token-file {}", path.display()),
+                )
             }
         }
     }
@@ -108,6 +92,7 @@ impl Token {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reaper_core::settings::TokenProblem;
 
     const GOOD: &str = "0123456789abcdefXYZ";
 
@@ -127,28 +112,35 @@ mod tests {
         }
     }
 
+    fn problem(result: Result<Token, TokenError>) -> TokenProblem {
+        match result {
+            Err(TokenError::Invalid(e)) => e.problem,
+            other => panic!("not refused for its value: {other:?}"),
+        }
+    }
+
     #[test]
     fn short_padded_or_unprintable_tokens_are_refused_with_the_reason() {
-        assert!(matches!(
-            Token::parse("short", "t"),
-            Err(TokenError::TooShort { len: 5, .. })
-        ));
-        assert!(matches!(
-            Token::parse(" 0123456789abcdefXYZ", "t"),
-            Err(TokenError::Whitespace { .. })
-        ));
-        assert!(matches!(
-            Token::parse("0123456789abcdefXYZ\n", "t"),
-            Err(TokenError::Whitespace { .. })
-        ));
-        assert!(matches!(
-            Token::parse("0123456789 abcdefXYZ", "t"),
-            Err(TokenError::Charset { .. })
-        ));
-        assert!(matches!(
-            Token::parse("0123456789abcdéfXYZ", "t"),
-            Err(TokenError::Charset { .. })
-        ));
+        assert_eq!(
+            problem(Token::parse("short", "t")),
+            TokenProblem::TooShort { chars: 5 }
+        );
+        assert_eq!(
+            problem(Token::parse(" 0123456789abcdefXYZ", "t")),
+            TokenProblem::Padded
+        );
+        assert_eq!(
+            problem(Token::parse("0123456789abcdefXYZ\n", "t")),
+            TokenProblem::Padded
+        );
+        assert_eq!(
+            problem(Token::parse("0123456789 abcdefXYZ", "t")),
+            TokenProblem::Space
+        );
+        assert_eq!(
+            problem(Token::parse("0123456789abcdéfXYZ", "t")),
+            TokenProblem::Charset
+        );
     }
 
     #[test]
@@ -159,10 +151,10 @@ mod tests {
         let token = Token::load(None, Some(&file)).unwrap();
         assert!(token.matches(GOOD.as_bytes()));
         std::fs::write(&file, format!("{GOOD}\n\n")).unwrap();
-        assert!(matches!(
-            Token::load(None, Some(&file)),
-            Err(TokenError::Whitespace { .. })
-        ));
+        assert_eq!(
+            problem(Token::load(None, Some(&file))),
+            TokenProblem::Padded
+        );
         assert!(matches!(Token::load(None, None), Err(TokenError::Missing)));
         assert!(matches!(
             Token::load(Some(GOOD.into()), Some(&file)),

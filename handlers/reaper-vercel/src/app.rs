@@ -136,13 +136,9 @@ pub use reaper_serverless::SystemClock;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartupError {
+    /// `CRON_SECRET` or `REAPER_STATUS_TOKEN` breaks the token rule (the error names which).
     #[error(transparent)]
     Secret(#[from] SecretError),
-    #[error(
-        "{STATUS_TOKEN_ENV} is unusable (it follows CRON_SECRET's rules, read that as \
-         {STATUS_TOKEN_ENV}): {0}"
-    )]
-    StatusToken(SecretError),
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
@@ -202,9 +198,10 @@ impl App {
         let secret = get(CRON_SECRET_ENV);
         let secret = CronSecret::from_env_value(secret.as_deref().map(std::ffi::OsStr::new))?;
         let status_token = get(STATUS_TOKEN_ENV);
-        let status_token =
-            CronSecret::from_env_value(status_token.as_deref().map(std::ffi::OsStr::new))
-                .map_err(StartupError::StatusToken)?;
+        let status_token = CronSecret::from_token_setting(
+            STATUS_TOKEN_ENV,
+            status_token.as_deref().map(std::ffi::OsStr::new),
+        )?;
         let config = ServerlessConfig::from_env(get)?;
         if config.uses_aws() {
             config.aws_credentials.require_explicit()?;
@@ -600,8 +597,11 @@ pub(crate) mod tests {
     const STATUS_TOKEN: &str = "a-read-only-status-token";
 
     fn with_status_token(mut app: App) -> App {
-        app.status_token =
-            CronSecret::from_env_value(Some(std::ffi::OsStr::new(STATUS_TOKEN))).unwrap();
+        app.status_token = CronSecret::from_token_setting(
+            STATUS_TOKEN_ENV,
+            Some(std::ffi::OsStr::new(STATUS_TOKEN)),
+        )
+        .unwrap();
         app
     }
 
@@ -826,6 +826,50 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn a_bad_status_token_is_refused_at_start_up_with_the_sentence_every_binary_gives() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        for bad in [
+            "short-token",
+            "0123456789abcdef-token\n",
+            "0123456789abcdef token",
+        ] {
+            let mut pairs = SETTINGS.to_vec();
+            pairs.extend([(CRON_SECRET_ENV, SECRET), (STATUS_TOKEN_ENV, bad)]);
+            let err = App::from_env(env(&pairs), clock.clone()).await.unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                reaper_core::settings::check_token(STATUS_TOKEN_ENV, bad)
+                    .unwrap_err()
+                    .to_string(),
+                "{bad:?}"
+            );
+        }
+        // The same bad sandboxd token is named the same way in the settings' list.
+        let mut pairs = SETTINGS.to_vec();
+        pairs.retain(|(k, _)| *k != "REAPER_SANDBOXD_TOKEN");
+        pairs.extend([
+            (CRON_SECRET_ENV, SECRET),
+            ("REAPER_SANDBOXD_TOKEN", "short-token"),
+        ]);
+        let err = App::from_env(env(&pairs), clock.clone()).await.unwrap_err();
+        let sentence = reaper_core::settings::check_token("REAPER_SANDBOXD_TOKEN", "short-token")
+            .unwrap_err()
+            .to_string();
+        assert!(err.to_string().contains(&sentence), "{err}");
+        // CRON_SECRET is Vercel's: a short one Vercel accepts starts, with that sentence kept
+        // for the warning.
+        let mut pairs = SETTINGS.to_vec();
+        pairs.push((CRON_SECRET_ENV, "short-token"));
+        let app = App::from_env(env(&pairs), clock).await.unwrap();
+        assert_eq!(
+            app.secret.weakness().unwrap().to_string(),
+            reaper_core::settings::check_token(CRON_SECRET_ENV, "short-token")
+                .unwrap_err()
+                .to_string()
+        );
+    }
+
+    #[tokio::test]
     async fn start_up_refuses_a_padded_secret_and_bad_settings_but_not_a_missing_secret() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
         let mut pairs = SETTINGS.to_vec();
@@ -834,7 +878,9 @@ pub(crate) mod tests {
 
         pairs.push((CRON_SECRET_ENV, "padded-secret-value\n"));
         let err = App::from_env(env(&pairs), clock.clone()).await.unwrap_err();
-        assert!(matches!(err, StartupError::Secret(SecretError::Whitespace)));
+        assert!(
+            matches!(&err, StartupError::Secret(e) if e.problem == reaper_core::settings::TokenProblem::Padded)
+        );
         assert!(!err.to_string().contains("padded-secret-value"));
 
         let err = App::from_env(env(&[(CRON_SECRET_ENV, SECRET)]), clock)

@@ -11,8 +11,9 @@ use subtle::ConstantTimeEq;
 
 /// The environment variable Vercel reads the cron secret from (and sends as the bearer token).
 pub const CRON_SECRET_ENV: &str = "CRON_SECRET";
-/// Vercel's advice for the secret's length; shorter ones are accepted with a warning.
-pub const RECOMMENDED_SECRET_BYTES: usize = 16;
+/// Vercel's advice for the secret's length, which is also every reaper token's floor; a shorter
+/// `CRON_SECRET` is accepted with a warning (Vercel documents no floor).
+pub const RECOMMENDED_SECRET_BYTES: usize = reaper_core::settings::TOKEN_MIN_CHARS;
 
 /// The secret as found at start-up.
 #[derive(Clone)]
@@ -21,7 +22,12 @@ pub enum CronSecret {
     Missing,
     /// Only the digest of the whole expected header value is kept: comparing digests in constant
     /// time hides both the secret's content and its length from response timing.
-    Set { expected: [u8; 32], len: usize },
+    Set {
+        expected: [u8; 32],
+        /// Where a `CRON_SECRET` Vercel accepts falls short of the reaper's token rule: the
+        /// start-up warning (the sentence every binary gives).
+        weak: Option<SecretError>,
+    },
 }
 
 impl std::fmt::Debug for CronSecret {
@@ -33,42 +39,57 @@ impl std::fmt::Debug for CronSecret {
     }
 }
 
-/// A secret the function refuses to start with: it could never match what Vercel sends.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SecretError {
-    #[error(
-        "{CRON_SECRET_ENV} has leading or trailing whitespace (often a newline pasted with it): \
-         remove it in the project's environment variables and redeploy; Vercel sends the value \
-         as is, so the padded secret would have to be matched with its padding"
-    )]
-    Whitespace,
-    #[error(
-        "{CRON_SECRET_ENV} has a character that is not printable ASCII: use printable ASCII \
-         only (e.g. `openssl rand -hex 32`), as it travels in an HTTP header"
-    )]
-    Charset,
-}
+/// A secret the function refuses to start with: the sentence every reaper binary gives for a
+/// token, naming the variable and never its value.
+pub type SecretError = reaper_core::settings::TokenError;
 
 impl CronSecret {
-    /// Checks the raw environment value (`None` when unset).
+    /// Checks `CRON_SECRET`'s raw environment value (`None` when unset). Vercel's value is the
+    /// user's to choose and Vercel sends it as is, so what Vercel accepts is kept working: a
+    /// value shorter than 16 characters or with a space inside is accepted with a warning
+    /// ([`CronSecret::weakness`]). Surrounding whitespace or a control or non-ASCII character
+    /// is refused: such a value could never be matched as written.
     pub fn from_env_value(raw: Option<&OsStr>) -> Result<CronSecret, SecretError> {
+        use reaper_core::settings::TokenProblem;
         let Some(raw) = raw else {
             return Ok(CronSecret::Missing);
         };
-        let raw = raw.to_str().ok_or(SecretError::Charset)?;
+        let raw = raw.to_str().ok_or_else(|| not_utf8(CRON_SECRET_ENV))?;
         if raw.is_empty() {
             return Ok(CronSecret::Missing);
         }
-        if raw.trim() != raw {
-            return Err(SecretError::Whitespace);
-        }
-        if !raw.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-            return Err(SecretError::Charset);
-        }
+        let weak = match reaper_core::settings::check_token(CRON_SECRET_ENV, raw) {
+            Ok(()) => None,
+            Err(e)
+                if matches!(
+                    e.problem,
+                    TokenProblem::TooShort { .. } | TokenProblem::Space
+                ) =>
+            {
+                Some(e)
+            }
+            Err(e) => return Err(e),
+        };
         Ok(CronSecret::Set {
             expected: digest(format!("Bearer {raw}").as_bytes()),
-            len: raw.len(),
+            weak,
+        })
+    }
+
+    /// A reaper token setting (`REAPER_STATUS_TOKEN`) held like the cron secret, by the rule
+    /// every reaper token follows (`reaper_core::settings::check_token`), with no leniency:
+    /// the reaper chose that rule, not Vercel. Unset or empty is [`CronSecret::Missing`].
+    pub fn from_token_setting(name: &str, raw: Option<&OsStr>) -> Result<CronSecret, SecretError> {
+        let raw = match raw {
+            None => None,
+            Some(raw) => Some(raw.to_str().ok_or_else(|| not_utf8(name))?.to_string()),
+        };
+        Ok(match reaper_core::settings::read_token(name, raw)? {
+            None => CronSecret::Missing,
+            Some(v) => CronSecret::Set {
+                expected: digest(format!("Bearer {v}").as_bytes()),
+                weak: None,
+            },
         })
     }
 
@@ -77,9 +98,28 @@ impl CronSecret {
         Self::from_env_value(std::env::var_os(CRON_SECRET_ENV).as_deref())
     }
 
-    /// Whether the secret is shorter than Vercel recommends (worth a warning at start-up).
+    /// How an accepted secret falls short of the reaper's token rule (worth a warning at
+    /// start-up), if it does.
+    pub fn weakness(&self) -> Option<&SecretError> {
+        match self {
+            CronSecret::Set { weak, .. } => weak.as_ref(),
+            CronSecret::Missing => None,
+        }
+    }
+
+    /// Whether the secret is shorter than Vercel recommends.
     pub fn is_short(&self) -> bool {
-        matches!(self, CronSecret::Set { len, .. } if *len < RECOMMENDED_SECRET_BYTES)
+        matches!(
+            self.weakness().map(|e| e.problem),
+            Some(reaper_core::settings::TokenProblem::TooShort { .. })
+        )
+    }
+}
+
+fn not_utf8(name: &str) -> SecretError {
+    SecretError {
+        setting: name.to_string(),
+        problem: reaper_core::settings::TokenProblem::Charset,
     }
 }
 
@@ -117,6 +157,7 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
 mod tests {
     use super::*;
     use http::{HeaderMap, HeaderValue};
+    use reaper_core::settings::TokenProblem;
 
     const SECRET: &str = "s3cr3t-0123456789abcdef";
 
@@ -221,7 +262,7 @@ mod tests {
             " ",
         ] {
             let err = CronSecret::from_env_value(Some(OsStr::new(raw))).unwrap_err();
-            assert_eq!(err, SecretError::Whitespace);
+            assert_eq!(err.problem, TokenProblem::Padded);
             let message = err.to_string();
             assert!(message.contains(CRON_SECRET_ENV) && message.contains("whitespace"));
             assert!(!message.contains("abcdefghijklmnop"));
@@ -236,11 +277,50 @@ mod tests {
             "abc\ndefghijklmnop",
         ] {
             assert_eq!(
-                CronSecret::from_env_value(Some(OsStr::new(raw))).unwrap_err(),
-                SecretError::Charset,
+                CronSecret::from_env_value(Some(OsStr::new(raw)))
+                    .unwrap_err()
+                    .problem,
+                TokenProblem::Charset,
                 "{raw:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_short_or_spaced_cron_secret_vercel_accepts_is_kept_with_the_shared_sentence_as_warning() {
+        for raw in ["short", "correct horse battery staple"] {
+            let s = secret(raw);
+            let warning = s.weakness().expect("a warning").to_string();
+            assert_eq!(
+                warning,
+                reaper_core::settings::check_token(CRON_SECRET_ENV, raw)
+                    .unwrap_err()
+                    .to_string()
+            );
+            let header = format!("Bearer {raw}");
+            assert_eq!(authorize(&headers(&[header.as_bytes()]), &s), Ok(()));
+        }
+        assert!(secret(SECRET).weakness().is_none());
+    }
+
+    #[test]
+    fn a_reaper_token_setting_gets_no_leniency() {
+        let name = "REAPER_STATUS_TOKEN";
+        for raw in [
+            "short",
+            "correct horse battery staple",
+            "0123456789abcdef\n",
+        ] {
+            let err = CronSecret::from_token_setting(name, Some(OsStr::new(raw))).unwrap_err();
+            assert_eq!(
+                err,
+                reaper_core::settings::check_token(name, raw).unwrap_err()
+            );
+        }
+        assert!(matches!(
+            CronSecret::from_token_setting(name, Some(OsStr::new(""))),
+            Ok(CronSecret::Missing)
+        ));
     }
 
     #[test]

@@ -14,6 +14,22 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// Whether `presented` is this secret, in time independent of where they differ or how
+    /// long either is: the SHA-256 digests are compared in constant time (`subtle`).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        digests_match(self.0.as_bytes(), presented)
+    }
+}
+
+/// Whether `a` and `b` are the same bytes, compared by SHA-256 digest in constant time, so
+/// neither the content nor the length of a secret shows in a response's timing.
+pub fn digests_match(a: &[u8], b: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    use subtle::ConstantTimeEq;
+    let a: [u8; 32] = Sha256::digest(a).into();
+    let b: [u8; 32] = Sha256::digest(b).into();
+    a.ct_eq(&b).into()
 }
 
 impl std::fmt::Debug for Secret {
@@ -32,5 +48,19 @@ mod tests {
         assert_eq!(format!("{s:?}"), "<redacted>");
         assert_eq!(format!("{:?}", Some(&s)), "Some(<redacted>)");
         assert_eq!(s.expose(), "hunter2-token");
+    }
+
+    #[test]
+    fn a_secret_matches_only_its_own_bytes() {
+        let s = Secret::new("0123456789abcdefXYZ");
+        assert!(s.matches(b"0123456789abcdefXYZ"));
+        for near in [
+            "0123456789abcdefXYz",
+            "0123456789abcdefXY",
+            "0123456789abcdefXYZ ",
+            "",
+        ] {
+            assert!(!s.matches(near.as_bytes()), "{near:?}");
+        }
     }
 }

@@ -73,6 +73,8 @@ pub enum Value {
         /// The largest accepted.
         max: u64,
     },
+    /// A bearer token: every one follows [`check_token`], described by [`TOKEN_ACCEPTED`].
+    Token,
     /// Anything else, described in words.
     Text(&'static str),
 }
@@ -85,6 +87,7 @@ impl Value {
                 format!("a duration, {}..{}", show_ms(min_ms), show_ms(max_ms))
             }
             Value::Count { min, max } => format!("a whole number, {min}..{max}"),
+            Value::Token => TOKEN_ACCEPTED.to_string(),
             Value::Text(text) => text.to_string(),
         }
     }
@@ -260,7 +263,7 @@ pub const SETTINGS: &[Setting] = &[
             Binary::Vercel,
             Binary::Worker,
         ],
-        value: Value::Text("printable ASCII without spaces (a secret)"),
+        value: Value::Token,
         default: "none (sandboxd: or `--token-file`)",
         what: "The bearer token between the reapers and `reaper-sandboxd`.",
     },
@@ -276,7 +279,7 @@ pub const SETTINGS: &[Setting] = &[
         name: "REAPER_STATUS_TOKEN",
         old_names: &[],
         read_by: &[Binary::Cli, Binary::Vercel, Binary::Worker],
-        value: Value::Text("a bearer token without spaces (a secret)"),
+        value: Value::Token,
         default: "none",
         what: "Admits a monitor to the read-only status routes (`watch --listen`, Vercel's \
                `?status`, the Worker's status route) and nothing else.",
@@ -565,11 +568,115 @@ pub const SETTINGS: &[Setting] = &[
         name: "REAPER_ADMIN_TOKEN",
         old_names: &[],
         read_by: &[Binary::Worker],
-        value: Value::Text("a bearer token (a secret)"),
+        value: Value::Token,
         default: "none (admin routes off)",
         what: "Admits an operator to the Worker's admin routes.",
     },
 ];
+
+/// The fewest characters a bearer token may have: shorter ones can be guessed.
+pub const TOKEN_MIN_CHARS: usize = 16;
+
+/// How to make a token every binary accepts; ends every [`TokenError`].
+pub const TOKEN_ADVICE: &str = "a token is 16 or more printable ASCII characters without \
+     spaces and nothing around it (no trailing newline); make one with `openssl rand -hex 32`";
+
+/// What every token setting accepts, as the settings table shows it.
+pub const TOKEN_ACCEPTED: &str = "a secret: 16 or more printable ASCII characters without \
+     spaces, nothing around it (`openssl rand -hex 32`)";
+
+/// What is wrong with a token's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenProblem {
+    /// Whitespace before or after it: the header would carry it and never match, or a
+    /// receiver would compare what the sender never sends.
+    Padded,
+    /// A space inside it.
+    Space,
+    /// A control or non-ASCII character: an HTTP header cannot carry it as is.
+    Charset,
+    /// Fewer than [`TOKEN_MIN_CHARS`] characters.
+    TooShort {
+        /// Its length.
+        chars: usize,
+    },
+}
+
+impl fmt::Display for TokenProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenProblem::Padded => {
+                f.write_str("has whitespace before or after it (a newline stored with it?)")
+            }
+            TokenProblem::Space => f.write_str("contains a space"),
+            TokenProblem::Charset => f.write_str("contains a control or non-ASCII character"),
+            TokenProblem::TooShort { chars } => write!(f, "is too short (length {chars})"),
+        }
+    }
+}
+
+/// A token refused by [`check_token`]: one sentence naming the setting, what is wrong, and how
+/// to make a good one, the same from every binary. It never repeats the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} {}", self.reason())]
+pub struct TokenError {
+    /// Where the value came from: the setting's name (or a file holding it).
+    pub setting: String,
+    /// What is wrong.
+    pub problem: TokenProblem,
+}
+
+impl TokenError {
+    /// The sentence after the setting's name, for a list that names the setting itself.
+    pub fn reason(&self) -> String {
+        format!("{}: {TOKEN_ADVICE}", self.problem)
+    }
+}
+
+/// The one rule for every bearer token the reaper accepts or sends (`REAPER_STATUS_TOKEN`,
+/// `REAPER_ADMIN_TOKEN`, `REAPER_SANDBOXD_TOKEN`, …): at least [`TOKEN_MIN_CHARS`] printable
+/// ASCII characters, no space, nothing around it. Nothing is trimmed: a padded value is refused
+/// rather than silently differing between the sender and the receiver. `setting` names the
+/// value in the error.
+///
+/// ```
+/// use reaper_core::settings::check_token;
+///
+/// assert!(check_token("REAPER_STATUS_TOKEN", "4f1c2a9be07d5e3c").is_ok());
+/// let e = check_token("REAPER_STATUS_TOKEN", "hunter2\n").unwrap_err();
+/// assert!(e.to_string().starts_with("REAPER_STATUS_TOKEN has whitespace before or after it"));
+/// ```
+pub fn check_token(setting: &str, value: &str) -> Result<(), TokenError> {
+    let problem = if value.trim() != value {
+        Some(TokenProblem::Padded)
+    } else if value.contains(' ') {
+        Some(TokenProblem::Space)
+    } else if !value.bytes().all(|b| b.is_ascii_graphic()) {
+        Some(TokenProblem::Charset)
+    } else if value.len() < TOKEN_MIN_CHARS {
+        Some(TokenProblem::TooShort { chars: value.len() })
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(TokenError {
+            setting: setting.to_string(),
+            problem,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A token setting as read from the environment: unset or empty is `None` (templates spell an
+/// unset optional value empty), anything else must pass [`check_token`].
+pub fn read_token(setting: &str, value: Option<String>) -> Result<Option<String>, TokenError> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => check_token(setting, &v).map(|()| Some(v)),
+    }
+}
 
 /// Looks a setting up in [`SETTINGS`] by its current name.
 pub fn setting(name: &str) -> Option<&'static Setting> {
@@ -773,7 +880,8 @@ pub const EXITS: &[Exit] = &[
         binary: Binary::Worker,
         code: "503",
         meaning: "`/status`: unhealthy or the settings are unusable; the admin routes (and \
-                  `/status` while neither token is set) when their token is not set",
+                  `/status` while neither token is set) when their token is not set or breaks \
+                  the token rule",
     },
 ];
 
@@ -904,9 +1012,65 @@ mod tests {
             match s.value {
                 Value::Duration { min_ms, max_ms } => assert!(min_ms <= max_ms, "{}", s.name),
                 Value::Count { min, max } => assert!(min <= max, "{}", s.name),
-                Value::Text(_) => {}
+                Value::Token | Value::Text(_) => {}
             }
         }
+    }
+
+    #[test]
+    fn every_token_setting_uses_the_shared_token_rule() {
+        let tokens: Vec<&str> = SETTINGS
+            .iter()
+            .filter(|s| s.value == Value::Token)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(
+            tokens,
+            [
+                "REAPER_SANDBOXD_TOKEN",
+                "REAPER_STATUS_TOKEN",
+                "REAPER_ADMIN_TOKEN"
+            ]
+        );
+        for s in SETTINGS {
+            // A name that says token or secret is a token, unless it only points at one.
+            let named_so = s.name.ends_with("_TOKEN") || s.name.ends_with("_SECRET");
+            assert_eq!(named_so, s.value == Value::Token, "{}", s.name);
+            if s.value == Value::Token {
+                assert_eq!(s.value.accepted(), TOKEN_ACCEPTED);
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_is_refused_for_padding_spaces_odd_characters_or_shortness_in_one_sentence() {
+        let refused = |v: &str| check_token("REAPER_X_TOKEN", v).unwrap_err();
+        assert_eq!(
+            refused("0123456789abcdef\n").to_string(),
+            "REAPER_X_TOKEN has whitespace before or after it (a newline stored with it?): a \
+             token is 16 or more printable ASCII characters without spaces and nothing around \
+             it (no trailing newline); make one with `openssl rand -hex 32`"
+        );
+        assert_eq!(refused(" 0123456789abcdef").problem, TokenProblem::Padded);
+        assert_eq!(refused("01234567 89abcdef").problem, TokenProblem::Space);
+        assert_eq!(refused("0123456789abcdéf").problem, TokenProblem::Charset);
+        assert_eq!(
+            refused("0123\u{7}456789abcdef").problem,
+            TokenProblem::Charset
+        );
+        assert_eq!(
+            refused("0123456789abcde").problem,
+            TokenProblem::TooShort { chars: 15 }
+        );
+        assert!(check_token("REAPER_X_TOKEN", "0123456789abcdef").is_ok());
+        assert!(check_token("REAPER_X_TOKEN", "A+/=~!_-.0123456789").is_ok());
+        assert!(
+            !refused("hunter2").to_string().contains("hunter2"),
+            "never the value"
+        );
+        assert_eq!(read_token("REAPER_X_TOKEN", Some(String::new())), Ok(None));
+        assert_eq!(read_token("REAPER_X_TOKEN", None), Ok(None));
+        assert!(read_token("REAPER_X_TOKEN", Some(" ".into())).is_err());
     }
 
     #[test]

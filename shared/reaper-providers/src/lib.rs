@@ -449,7 +449,11 @@ pub fn build_sandboxd(
         .ok_or_else(|| ProvidersError::Sandboxd(format!("{SANDBOXD_URL_VAR} is not set")))?;
     let token = get(SANDBOXD_TOKEN_VAR)
         .ok_or_else(|| ProvidersError::Sandboxd(format!("{SANDBOXD_TOKEN_VAR} is not set")))?;
-    let config = reaper_http_sandbox::HttpProviderConfig::new(url.trim(), token.trim());
+    // The rule the daemon itself applies: a padded or short token is named here, before any
+    // request, instead of trimmed into a value the operator never wrote.
+    reaper_core::settings::check_token(SANDBOXD_TOKEN_VAR, &token)
+        .map_err(|e| ProvidersError::Sandboxd(e.to_string()))?;
+    let config = reaper_http_sandbox::HttpProviderConfig::new(url.trim(), &token);
     let provider = reaper_http_sandbox::HttpSandboxProvider::with_transport(config, transport)
         .map_err(|e| ProvidersError::Sandboxd(e.to_string()))?;
     Ok(Arc::new(provider))

@@ -114,7 +114,7 @@ pub const SETTINGS: &[Setting] = &[
         required: false,
         secret: true,
         default: "",
-        accepted: "the daemon's bearer token: printable ASCII without spaces or a trailing newline",
+        accepted: reaper_core::settings::TOKEN_ACCEPTED,
     },
     Setting {
         name: SANDBOXD_TOKEN_SECRET_ARN,
@@ -596,7 +596,7 @@ fn check_url(v: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_token(v: &str) -> Result<(), String> {
+fn check_bare_secret(v: &str) -> Result<(), String> {
     if v.trim() != v {
         return Err(
             "has leading or trailing whitespace (a newline stored with the secret?)".into(),
@@ -754,7 +754,7 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
         if self.is_set(ROLE_ARN) {
             let role_arn = self.string(ROLE_ARN, check_role_arn);
             let session_name = self.string(ROLE_SESSION_NAME, check_session_name);
-            let env_token = self.string(VERCEL_OIDC_TOKEN, check_token);
+            let env_token = self.string(VERCEL_OIDC_TOKEN, check_bare_secret);
             return Some(AwsCredentialsConfig::WebIdentity {
                 role_arn: role_arn?,
                 session_name: session_name.unwrap_or_else(|| DEFAULT_SESSION_NAME.into()),
@@ -764,9 +764,9 @@ impl<G: Fn(&str) -> Option<String>> Reader<G> {
         if !self.is_set(ACCESS_KEY_ID) {
             return Some(AwsCredentialsConfig::DefaultChain);
         }
-        let access_key_id = self.string(ACCESS_KEY_ID, check_token);
-        let secret_access_key = self.string(SECRET_ACCESS_KEY, check_token);
-        let session_token = self.string(SESSION_TOKEN, check_token);
+        let access_key_id = self.string(ACCESS_KEY_ID, check_bare_secret);
+        let secret_access_key = self.string(SECRET_ACCESS_KEY, check_bare_secret);
+        let session_token = self.string(SESSION_TOKEN, check_bare_secret);
         if !self.is_set(SECRET_ACCESS_KEY) {
             self.fail(
                 SECRET_ACCESS_KEY,
@@ -816,7 +816,9 @@ impl ServerlessConfig {
         }
         let sandboxd = providers.contains(&reaper_providers::ProviderKind::Sandboxd);
         let sandboxd_url = r.string(SANDBOXD_URL, check_url);
-        let sandboxd_token = r.string(SANDBOXD_TOKEN, check_token);
+        let sandboxd_token = r.string(SANDBOXD_TOKEN, |v| {
+            reaper_core::settings::check_token(SANDBOXD_TOKEN, v).map_err(|e| e.reason())
+        });
         let token_secret_arn = r.string(SANDBOXD_TOKEN_SECRET_ARN, check_secret_arn);
         let secret_cache_ttl = r.duration(SECRET_CACHE_TTL);
         if sandboxd {
@@ -1066,6 +1068,7 @@ mod tests {
                     reaper_core::settings::show_ms(max_ms)
                 ),
                 Value::Count { min, max } => format!("from {min} to {max}"),
+                Value::Token => reaper_core::settings::TOKEN_ACCEPTED.to_string(),
                 Value::Text(_) => continue,
             };
             assert!(
@@ -1314,7 +1317,23 @@ mod tests {
             assert!(!shown.contains("s3cr3t"), "the secret leaked: {shown}");
         }
         let e = error_for(&with(&[(SANDBOXD_TOKEN, "s3cr3t\n")]));
-        assert!(e.to_string().contains("trailing whitespace"), "{e}");
+        assert!(e.to_string().contains("whitespace before or after"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_sandboxd_token_is_refused_with_the_sentence_every_binary_gives() {
+        for bad in [
+            "short-token",
+            "0123456789abcdef-token\n",
+            "0123456789abcdef token",
+        ] {
+            let e = error_for(&with(&[(SANDBOXD_TOKEN, bad)]));
+            let sentence = reaper_core::settings::check_token(SANDBOXD_TOKEN, bad)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(e.problems.len(), 1, "{e}");
+            assert!(e.problems[0].to_string().starts_with(&sentence), "{e}");
+        }
     }
 
     #[test]

@@ -149,20 +149,10 @@ impl SecretToken {
                 "the secret has no SecretString (a binary secret?); store the token as text".into(),
             ));
         };
-        if value.is_empty() || value.trim() != value {
-            return Err(fail(
-                "the value is empty or has leading or trailing whitespace (a newline stored \
-                 with the secret?)"
-                    .into(),
-            ));
-        }
-        if !value.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(fail(
-                "the value contains spaces, control or non-ASCII characters (is it JSON? store \
-                 the bare token)"
-                    .into(),
-            ));
-        }
+        // The rule every reaper token follows: a value the daemon would refuse at start is
+        // refused here too, with the same sentence.
+        reaper_core::settings::check_token("the secret's value", &value)
+            .map_err(|e| fail(e.to_string()))?;
         tracing::info!(secret = %self.source.arn, version = out.version_id.as_deref().unwrap_or(""), "read the sandboxd token from Secrets Manager");
         Ok(Secret::new(value))
     }

@@ -391,11 +391,16 @@ fn authorized_by(
         let _ = r.headers_mut().set("www-authenticate", "Bearer");
         r
     };
-    let expected: Vec<String> = secrets
-        .iter()
-        .filter_map(|name| env.secret(name).ok().map(|s| s.to_string()))
-        .filter(|s| !s.is_empty())
-        .collect();
+    let mut expected: Vec<reaper_core::secret::Secret> = Vec::new();
+    for name in secrets {
+        let value = env.secret(name).ok().map(|s| s.to_string());
+        match reaper_core::settings::read_token(name, value) {
+            Ok(Some(token)) => expected.push(reaper_core::secret::Secret::new(token)),
+            Ok(None) => {}
+            // A token the rule refuses admits nobody; the sentence says how to fix it.
+            Err(e) => return Err(refuse(503, &e.to_string())),
+        }
+    }
     if expected.is_empty() {
         return Err(refuse(
             503,
@@ -412,16 +417,11 @@ fn authorized_by(
         .flatten()
         .and_then(|h| h.strip_prefix("Bearer ").map(str::to_string))
         .unwrap_or_default();
-    // Constant time in the token's content (its length is not a secret worth hiding).
-    let same = |expected: &String| {
-        given.len() == expected.len()
-            && given
-                .bytes()
-                .zip(expected.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    };
-    if expected.iter().fold(false, |any, e| any | same(e)) {
+    // Constant time (digests compared with `subtle`), and every token is compared.
+    if expected
+        .iter()
+        .fold(false, |any, e| any | e.matches(given.as_bytes()))
+    {
         Ok(())
     } else {
         Err(refuse(401, "missing or wrong bearer token"))
