@@ -15,6 +15,7 @@ use crate::domain::{
 };
 use crate::error::StoreError;
 use crate::history::{HistoryEntry, MAX_HISTORY_READ};
+use crate::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use crate::ports::{
     Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
     MessageStore, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
@@ -53,6 +54,8 @@ struct State {
     /// Each run's history, oldest first (a memory store's histories are small; pruning walks
     /// them in memory, deleting at most its batch).
     history: HashMap<String, Vec<HistoryEntry>>,
+    /// Sweep records in write order (the count cap drops the front).
+    sweeps: std::collections::VecDeque<SweepRecord>,
 }
 
 /// Every store port over one mutex-guarded map. Cheap to clone (shared state).
@@ -204,6 +207,43 @@ impl RunStore for MemoryStore {
             }
         }
         Ok(old.len() as u64)
+    }
+
+    async fn record_sweep(
+        &self,
+        sweep: &SweepRecord,
+        entries: &[HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.record_history(entries).await?;
+        let mut s = self.lock();
+        s.sweeps.retain(|r| r.sweep_id != sweep.sweep_id);
+        s.sweeps.push_back(sweep.clone());
+        let mut old: Vec<(EpochMs, String)> = s
+            .sweeps
+            .iter()
+            .filter(|r| r.finished_at < prune_before)
+            .map(|r| (r.finished_at, r.sweep_id.clone()))
+            .collect();
+        old.sort();
+        old.truncate(SWEEP_PRUNE_BATCH);
+        s.sweeps
+            .retain(|r| !old.contains(&(r.finished_at, r.sweep_id.clone())));
+        while s.sweeps.len() as u64 > MAX_SWEEPS_KEPT {
+            s.sweeps.pop_front();
+        }
+        Ok(())
+    }
+
+    async fn recent_sweeps(&self, limit: usize) -> Result<Vec<SweepRecord>, StoreError> {
+        let s = self.lock();
+        let mut all: Vec<&SweepRecord> = s.sweeps.iter().collect();
+        all.sort_by(|a, b| (b.finished_at, &b.sweep_id).cmp(&(a.finished_at, &a.sweep_id)));
+        Ok(all
+            .into_iter()
+            .take(limit.min(MAX_SWEEPS_READ))
+            .cloned()
+            .collect())
     }
 
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {

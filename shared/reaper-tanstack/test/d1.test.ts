@@ -81,7 +81,7 @@ describe('contract on d1 (inside workerd)', () => {
 
 it('a D1 database at a schema version this package does not know is refused with nothing written (in workerd)', async () => {
   const r = (await call('POST', '/schema/newer')) as { refusal: string; unchanged: boolean }
-  assert.match(r.refusal, /reaper schema version 99, but this package writes version 6; nothing was written/)
+  assert.match(r.refusal, /reaper schema version 99, but this package writes version 7; nothing was written/)
   assert.equal(r.unchanged, true)
 })
 

@@ -39,7 +39,7 @@ it('a schema version newer than the package is refused and the file is left byte
   const before = readFileSync(path)
   assert.throws(() => ReaperSqlite.open(path), (e: unknown) => {
     assert.ok(e instanceof SchemaError)
-    assert.match(e.message, /schema version 99, but this package writes version 6; nothing was written/)
+    assert.match(e.message, /schema version 99, but this package writes version 7; nothing was written/)
     return true
   })
   assert.deepEqual(readFileSync(path), before)
