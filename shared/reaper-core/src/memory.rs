@@ -15,12 +15,12 @@ use crate::domain::{
 };
 use crate::error::StoreError;
 use crate::history::{HistoryEntry, MAX_HISTORY_READ};
-use crate::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use crate::ports::{
     Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
     MessageStore, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
     RunStoreCapabilities, SandboxInstanceStore,
 };
+use crate::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 
 #[derive(Debug, Default)]
 struct Log {

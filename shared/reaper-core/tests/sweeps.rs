@@ -32,14 +32,24 @@ async fn a_sweep_records_itself_with_its_outcome_counts_in_the_call_that_writes_
     assert_eq!(r.host, "test-host");
     assert_eq!(r.considered, 3);
     assert_eq!(r.outcomes, report.outcomes);
-    assert_eq!((r.outcomes.finalized, r.outcomes.expired, r.outcomes.producing), (1, 1, 1));
+    assert_eq!(
+        (
+            r.outcomes.finalized,
+            r.outcomes.expired,
+            r.outcomes.producing
+        ),
+        (1, 1, 1)
+    );
     assert_eq!(r.concurrency, report.concurrency.peak);
     assert_eq!(r.concurrency_cap, report.concurrency.cap);
     assert!(!r.failed && r.error.is_none() && !r.dry_run, "{r:?}");
     assert!(r.finished_at >= r.started_at);
     assert_eq!(r.duration_ms, r.finished_at - r.started_at);
     let history = h.memory.run_history("done", 1).await.unwrap();
-    assert_eq!(history[0].sweep_id, r.sweep_id, "the record and the entries share the sweep id");
+    assert_eq!(
+        history[0].sweep_id, r.sweep_id,
+        "the record and the entries share the sweep id"
+    );
     assert_eq!(
         h.store
             .ops()
@@ -136,5 +146,9 @@ async fn the_memory_store_keeps_at_most_max_sweeps_kept_records_dropping_the_old
     let all = store.recent_sweeps(usize::MAX).await.unwrap();
     assert_eq!(all.len() as u64, MAX_SWEEPS_KEPT);
     assert_eq!(all[0].sweep_id, format!("sweep-{:06}", MAX_SWEEPS_KEPT + 2));
-    assert_eq!(all.last().unwrap().sweep_id, "sweep-000003", "the three oldest went");
+    assert_eq!(
+        all.last().unwrap().sweep_id,
+        "sweep-000003",
+        "the three oldest went"
+    );
 }

@@ -3,8 +3,8 @@
 //! cap in one batch (one subrequest), a run's newest through the primary key, the bounded prune.
 
 use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
-use reaper_core::{EpochMs, StoreError};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
+use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
 use reaper_sql::sweeps as sweeps_sql;
 
@@ -65,7 +65,10 @@ impl D1Store {
         rows.iter()
             .map(|r| {
                 serde_json::from_str(&r.text("record", "recent sweeps")?).map_err(|e| {
-                    corrupt("recent sweeps", format!("record is not a sweep record: {e}"))
+                    corrupt(
+                        "recent sweeps",
+                        format!("record is not a sweep record: {e}"),
+                    )
                 })
             })
             .collect()

@@ -142,7 +142,10 @@ impl DynamoStore {
             .send()
             .await;
         self.track(ops::PRUNE_LIST, &res);
-        let mut old = res.map_err(|e| self.map_err("Query", e))?.items.unwrap_or_default();
+        let mut old = res
+            .map_err(|e| self.map_err("Query", e))?
+            .items
+            .unwrap_or_default();
 
         let cut = seq - MAX_SWEEPS_KEPT as i64;
         if cut > 0 {
@@ -161,7 +164,11 @@ impl DynamoStore {
                 .send()
                 .await;
             self.track(ops::CAP_LIST, &res);
-            old.extend(res.map_err(|e| self.map_err("Query", e))?.items.unwrap_or_default());
+            old.extend(
+                res.map_err(|e| self.map_err("Query", e))?
+                    .items
+                    .unwrap_or_default(),
+            );
         }
         let mut deletes: Vec<WriteRequest> = Vec::new();
         let mut seen: Vec<(Option<AttributeValue>, Option<AttributeValue>)> = Vec::new();

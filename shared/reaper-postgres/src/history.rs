@@ -39,8 +39,7 @@ const PRUNE_SWEEPS: &str = "DELETE FROM @.sweeps WHERE seq IN (SELECT seq FROM @
                             WHERE finished_at < $1 ORDER BY finished_at, sweep_id LIMIT $2)";
 
 /// The records written before the newest `$1`, through the primary key.
-const CAP_SWEEPS: &str =
-    "DELETE FROM @.sweeps WHERE seq <= (SELECT max(seq) FROM @.sweeps) - $1";
+const CAP_SWEEPS: &str = "DELETE FROM @.sweeps WHERE seq <= (SELECT max(seq) FROM @.sweeps) - $1";
 
 impl PostgresStore {
     pub(crate) async fn record_sweep_rows(
@@ -92,7 +91,10 @@ impl PostgresStore {
             .map(|row| {
                 let text: String = row.get(0);
                 serde_json::from_str(&text).map_err(|e| {
-                    corrupt("recent sweeps", format!("record is not a sweep record: {e}"))
+                    corrupt(
+                        "recent sweeps",
+                        format!("record is not a sweep record: {e}"),
+                    )
                 })
             })
             .collect()

@@ -15,7 +15,10 @@ async fn a_serverless_sweep_s_record_with_its_outcome_counts_is_readable_from_th
         ("REAPER_TABLE", table.as_str()),
         // Never reached: the run has no sandbox, so the sweep expires it without a provider.
         ("REAPER_SANDBOXD_URL", "http://127.0.0.1:9"),
-        ("REAPER_SANDBOXD_TOKEN", "a-token-long-enough-for-the-check-0123456789"),
+        (
+            "REAPER_SANDBOXD_TOKEN",
+            "a-token-long-enough-for-the-check-0123456789",
+        ),
         ("REAPER_DETACHED_TTL", "30m"),
     ];
     let config = ServerlessConfig::from_env(|name| {

@@ -2,8 +2,8 @@
 //! and the sweep records (version 7), written in the same transaction as the sweep's entries.
 
 use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
-use reaper_core::{EpochMs, StoreError};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
+use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
 use reaper_sql::sweeps as sweeps_sql;
 use rusqlite::params;

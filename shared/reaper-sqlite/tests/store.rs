@@ -448,5 +448,9 @@ async fn sqlite_keeps_at_most_max_sweeps_kept_sweep_records_deleting_the_oldest_
     let all = store.recent_sweeps(usize::MAX).await.unwrap();
     assert_eq!(all.len(), 1_000.min(MAX_SWEEPS_KEPT as usize));
     assert_eq!(all[0].sweep_id, format!("sweep-{:06}", MAX_SWEEPS_KEPT + 2));
-    assert_eq!(all.last().unwrap().sweep_id, "sweep-000003", "the three oldest went");
+    assert_eq!(
+        all.last().unwrap().sweep_id,
+        "sweep-000003",
+        "the three oldest went"
+    );
 }

@@ -433,15 +433,33 @@ async fn the_sweeps_page_lists_the_store_s_newest_sweeps_of_every_host_with_thei
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(counted.take() <= read::STORE_SWEEP_ROWS);
     let rows = body.matches("<td><code>").count();
-    assert_eq!(rows, read::STORE_SWEEP_ROWS, "one row per record shown: {body}");
-    assert!(body.contains("cron-host") && body.contains("lambda"), "{body}");
-    assert!(body.contains("expired <b>1</b>, producing <b>2</b>"), "{body}");
-    assert!(body.contains("the listing failed: disk I/O error"), "{body}");
+    assert_eq!(
+        rows,
+        read::STORE_SWEEP_ROWS,
+        "one row per record shown: {body}"
+    );
+    assert!(
+        body.contains("cron-host") && body.contains("lambda"),
+        "{body}"
+    );
+    assert!(
+        body.contains("expired <b>1</b>, producing <b>2</b>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("the listing failed: disk I/O error"),
+        "{body}"
+    );
     assert!(!body.contains("<script>x"), "hosts are escaped: {body}");
     // Newest first: the failed sweep, then sweep 199; sweep 150 is past the page's bound.
-    let first = body.find("vercel &lt;script&gt;").expect("the newest record");
+    let first = body
+        .find("vercel &lt;script&gt;")
+        .expect("the newest record");
     assert!(first < body.find("cron-host").unwrap(), "{body}");
-    assert!(!body.contains("this store keeps no sweep records"), "{body}");
+    assert!(
+        !body.contains("this store keeps no sweep records"),
+        "{body}"
+    );
 
     let (status, body) = get(&d, "/").await;
     assert_eq!(status, StatusCode::OK, "{body}");

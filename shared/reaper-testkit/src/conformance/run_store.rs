@@ -7,11 +7,11 @@
 
 use futures::future::join_all;
 use reaper_core::history::HistoryEntry;
-use reaper_core::reap::OutcomeCounts;
-use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::ports::{
     BoundedCount, EpochBump, Fenced, ReclaimableCursor, ReclaimableQuery, RunStore,
 };
+use reaper_core::reap::OutcomeCounts;
+use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{
     EpochMs, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, StoreError, TerminalStatus,
     TerminalWrite,
@@ -2136,7 +2136,11 @@ pub async fn a_sweep_record_round_trips_every_field_and_writes_its_history_with_
     let run = ctx.id("run");
     let record = sweep_record(&sweep, FUTURE + 7);
     store
-        .record_sweep(&record, &[history_entry(&run, &sweep, FUTURE + 7)], NO_PRUNE)
+        .record_sweep(
+            &record,
+            &[history_entry(&run, &sweep, FUTURE + 7)],
+            NO_PRUNE,
+        )
         .await?;
     ensure_eq!(
         own_sweeps(store, ctx, MAX_SWEEPS_READ).await?,
@@ -2144,7 +2148,11 @@ pub async fn a_sweep_record_round_trips_every_field_and_writes_its_history_with_
         "the record as written"
     );
     let history = store.run_history(&run, 10).await?;
-    ensure_eq!(history.len(), 1, "the history entry written with the record");
+    ensure_eq!(
+        history.len(),
+        1,
+        "the history entry written with the record"
+    );
     ensure_eq!(history[0].sweep_id, sweep, "the entry's sweep");
     // A sweep that touched no run writes its record alone.
     let idle = sweep_record(&ctx.id("sweep-idle"), FUTURE + 8);
@@ -2221,7 +2229,11 @@ pub async fn sweep_records_past_the_retention_are_pruned_oldest_first_by_a_later
     let old = -5_000_000_000_000_000;
     for i in 0..3 {
         store
-            .record_sweep(&sweep_record(&ctx.id(&format!("old-{i}")), old + i), &[], NO_PRUNE)
+            .record_sweep(
+                &sweep_record(&ctx.id(&format!("old-{i}")), old + i),
+                &[],
+                NO_PRUNE,
+            )
             .await?;
     }
     let fresh = sweep_record(&ctx.id("fresh"), FUTURE + 2_000_000);
