@@ -27,7 +27,7 @@ const PRUNE: &str = "DELETE FROM @.run_history WHERE (run_id, at, sweep_id) IN \
 
 /// A sweep's record, replacing one with the same sweep id.
 const RECORD_SWEEP: &str = "INSERT INTO @.sweeps (sweep_id, finished_at, record) \
-                            VALUES ($1, $2, $3::json) ON CONFLICT (sweep_id) DO UPDATE SET \
+                            VALUES ($1, $2, $3::text::json) ON CONFLICT (sweep_id) DO UPDATE SET \
                             finished_at = excluded.finished_at, record = excluded.record";
 
 /// The newest records, through the by-finish index read backwards.
