@@ -758,6 +758,20 @@ impl RunStore for WatchedRuns {
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
         self.inner.prune_history(before, max_entries).await
     }
+    async fn record_sweep(
+        &self,
+        sweep: &reaper_core::sweeps::SweepRecord,
+        entries: &[reaper_core::history::HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.inner.record_sweep(sweep, entries, prune_before).await
+    }
+    async fn recent_sweeps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
+        self.inner.recent_sweeps(limit).await
+    }
     fn capabilities(&self) -> RunStoreCapabilities {
         self.inner.capabilities()
     }

@@ -208,6 +208,20 @@ async fn the_dashboard_in_chromium_shows_the_seeded_runs_and_leaks_and_every_lin
     let Some(bin) = chromium() else { return };
     let browser = Browser::new(bin);
     let site = Site::new();
+    // Another process sweeps first (a cron `reaper sweep`): its record is in the store, and
+    // `watch` never saw it.
+    site.detached_run("run-cron-expired", None, false, 120 * MINUTE)
+        .await;
+    let (code, stdout, stderr) = common::run(site.reaper("sweep").args([
+        "--json",
+        "--detached-ttl",
+        "30m",
+        "--quiet-window",
+        "0ms",
+    ]));
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let cron: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(cron["outcomes"]["expired"], 1, "{cron:#}");
     site.detached_run("run-done", Some(HELLO), true, MINUTE)
         .await;
     let (mut watch, addr) = start_watch(&site, None);
@@ -278,6 +292,19 @@ async fn the_dashboard_in_chromium_shows_the_seeded_runs_and_leaks_and_every_lin
     }
     let sweeps = &doms["/sweeps"];
     assert!(sweeps.contains("finalized <b>1</b>"), "{sweeps}");
+    // The store's records: watch's own sweep and the cron sweep before it, newest first.
+    let stored = sweeps
+        .split("Recent sweeps of every host")
+        .nth(1)
+        .and_then(|s| s.split("Last sweep").next())
+        .unwrap_or_else(|| panic!("no store section on /sweeps:\n{sweeps}"));
+    let finalized = stored.find("finalized <b>1</b>");
+    let expired = stored.find("expired <b>1</b>");
+    assert!(
+        finalized.is_some() && expired.is_some() && finalized < expired,
+        "the store's records show watch's sweep, then the other process's:\n{stored}"
+    );
+    assert!(overview.contains("expired <b>1</b>"), "{overview}");
     let leaky = &doms["/runs/run-leaky"];
     assert!(
         leaky.contains("leaked: its sandbox may still be running"),

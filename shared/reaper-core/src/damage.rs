@@ -175,6 +175,20 @@ impl<T: RunStore + ?Sized> RunStore for Guarded<T> {
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
         write!(self, self.inner.prune_history(before, max_entries))
     }
+    async fn record_sweep(
+        &self,
+        sweep: &crate::sweeps::SweepRecord,
+        entries: &[crate::history::HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        write!(self, self.inner.record_sweep(sweep, entries, prune_before))
+    }
+    async fn recent_sweeps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::sweeps::SweepRecord>, StoreError> {
+        read!(self, self.inner.recent_sweeps(limit))
+    }
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         write!(self, self.inner.bump_epoch(run_id))
     }

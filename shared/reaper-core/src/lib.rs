@@ -31,6 +31,7 @@ pub mod reclaim;
 pub mod replay;
 pub mod secret;
 pub mod settings;
+pub mod sweeps;
 pub mod time;
 
 pub use domain::*;

@@ -20,6 +20,7 @@ use crate::ports::{
     MessageStore, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
     RunStoreCapabilities, SandboxInstanceStore,
 };
+use crate::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 
 #[derive(Debug, Default)]
 struct Log {
@@ -55,6 +56,8 @@ struct State {
     history: HashMap<String, Vec<HistoryEntry>>,
     /// No history entry is older than this: a prune with nothing past its cutoff walks nothing.
     history_oldest: Option<EpochMs>,
+    /// Sweep records in write order (the count cap drops the front).
+    sweeps: std::collections::VecDeque<SweepRecord>,
 }
 
 /// Every store port over one mutex-guarded map. Cheap to clone (shared state).
@@ -224,6 +227,47 @@ impl RunStore for MemoryStore {
             .map(|e| e.at)
             .min();
         Ok(old.len() as u64)
+    }
+
+    async fn record_sweep(
+        &self,
+        sweep: &SweepRecord,
+        entries: &[HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.record_history(entries).await?;
+        let mut s = self.lock();
+        s.sweeps.retain(|r| r.sweep_id != sweep.sweep_id);
+        s.sweeps.push_back(sweep.clone());
+        let mut old: Vec<(EpochMs, String)> = s
+            .sweeps
+            .iter()
+            .filter(|r| r.finished_at < prune_before)
+            .map(|r| (r.finished_at, r.sweep_id.clone()))
+            .collect();
+        old.sort();
+        old.truncate(SWEEP_PRUNE_BATCH);
+        if !old.is_empty() {
+            s.sweeps.retain(|r| {
+                !old.iter()
+                    .any(|(at, id)| *at == r.finished_at && *id == r.sweep_id)
+            });
+        }
+        while s.sweeps.len() as u64 > MAX_SWEEPS_KEPT {
+            s.sweeps.pop_front();
+        }
+        Ok(())
+    }
+
+    async fn recent_sweeps(&self, limit: usize) -> Result<Vec<SweepRecord>, StoreError> {
+        let s = self.lock();
+        let mut all: Vec<&SweepRecord> = s.sweeps.iter().collect();
+        all.sort_by(|a, b| (b.finished_at, &b.sweep_id).cmp(&(a.finished_at, &a.sweep_id)));
+        Ok(all
+            .into_iter()
+            .take(limit.min(MAX_SWEEPS_READ))
+            .cloned()
+            .collect())
     }
 
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {

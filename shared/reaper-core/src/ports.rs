@@ -371,6 +371,33 @@ pub trait RunStore: MaybeSend + MaybeSync {
         crate::detached::detached_view_by_listing(self, instances, query).await
     }
 
+    /// Writes one sweep's record ([`crate::sweeps`]) and its runs' history `entries` (as
+    /// [`RunStore::record_history`] would) in one call: one transaction, batch or request
+    /// where the backend allows, so a sweep pays one round trip for both. In the same call it
+    /// deletes at most [`crate::sweeps::SWEEP_PRUNE_BATCH`] records that finished before
+    /// `prune_before` (the history's retention) and the oldest records past
+    /// [`crate::sweeps::MAX_SWEEPS_KEPT`]. A record with the same `sweep_id` is replaced.
+    /// Optional (`Unsupported` by default: the sweep then writes the history alone); the sweep
+    /// never fails for it.
+    async fn record_sweep(
+        &self,
+        _sweep: &crate::sweeps::SweepRecord,
+        _entries: &[crate::history::HistoryEntry],
+        _prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("record_sweep"))
+    }
+
+    /// Up to `limit` (capped at [`crate::sweeps::MAX_SWEEPS_READ`]) sweep records of every
+    /// host, newest first (by `finished_at`, then `sweep_id`). Optional, like
+    /// [`RunStore::record_sweep`].
+    async fn recent_sweeps(
+        &self,
+        _limit: usize,
+    ) -> Result<Vec<crate::sweeps::SweepRecord>, StoreError> {
+        Err(StoreError::Unsupported("recent_sweeps"))
+    }
+
     /// The claim's epoch bump, atomically: refuse an unknown or terminal run without writing,
     /// otherwise write `driverEpoch = (old ?? 0) + 1` and return it.
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError>;

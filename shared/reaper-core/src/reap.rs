@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures::future::{select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::claim::{
     await_log_quiescence, run_driver_lock_key, Claim, ClaimError, Writer, DEFAULT_FENCE_QUIET_MS,
@@ -120,9 +120,10 @@ impl std::fmt::Display for ReapOutcome {
     }
 }
 
-/// Counts per outcome. Always has all eight keys, starting at zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// Counts per outcome. Always has all eight keys, starting at zero (a stored record missing
+/// one, written by another version, reads it as zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", default)]
 pub struct OutcomeCounts {
     /// Runs finalized.
     pub finalized: usize,
@@ -551,6 +552,9 @@ pub struct HistoryReport {
     pub recorded: usize,
     /// Entries past the retention deleted by this sweep.
     pub pruned: u64,
+    /// Whether the sweep's own record ([`crate::sweeps::SweepRecord`]) was written with them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sweep_recorded: bool,
     /// Why writing or pruning the history failed (the store's error).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -1210,7 +1214,8 @@ async fn reap_with(
     let guarded = deps.guarded();
     let deps = &guarded;
     let mut report = ReapReport::default();
-    let now = options.now.unwrap_or_else(|| deps.clock.now_ms());
+    let started_at = deps.clock.now_ms();
+    let now = options.now.unwrap_or(started_at);
     // Unique per sweep: the lease's grant token changes on every grant.
     let sweep_id = match &sweep_lease {
         Some((lease, _)) => format!("{now}-{}", lease.token),
@@ -1221,7 +1226,6 @@ async fn reap_with(
     let mut retried = Vec::new();
     retry_reclaims(deps, options, stop, &mut report.reclaims, &mut retried).await;
     reap_listed(deps, options, now, &mut sweep_lease, stop, &mut report).await;
-    record_history(deps, options, &sweep_id, &retried, &mut report).await;
     match deps.ledger.ledger_counts().await {
         Ok(counts) => report.reclaims.ledger = Some(counts),
         Err(error) => {
@@ -1261,6 +1265,8 @@ async fn reap_with(
     if let Some(damage) = &report.damaged {
         tracing::error!(target: "reaper", %damage, "the sweep stopped at damage in the database: no run was recorded terminal and no sandbox destroyed after it; the runs it did not reach are deferred");
     }
+    // Last, so the sweep's record carries its whole outcome (a failed listing, damage).
+    record_history(deps, options, &sweep_id, started_at, &retried, &mut report).await;
     report
 }
 
@@ -1275,6 +1281,7 @@ async fn record_history(
     deps: &ReapDeps,
     options: &ReapOptions,
     sweep_id: &str,
+    started_at: EpochMs,
     retried: &[(String, bool)],
     report: &mut ReapReport,
 ) {
@@ -1360,18 +1367,54 @@ async fn record_history(
             }
         }
     }
+    let before = at.saturating_sub(options.history_retention_ms.min(i64::MAX as u64) as i64);
+    let failure = report
+        .listing_error
+        .as_ref()
+        .map(|e| format!("the listing failed: {e}"))
+        .or_else(|| {
+            report
+                .damaged
+                .as_ref()
+                .map(|d| format!("the sweep stopped at damage in the database: {d}"))
+        });
+    let record = crate::sweeps::SweepRecord {
+        sweep_id: sweep_id.to_string(),
+        host: options.owner.clone(),
+        started_at,
+        finished_at: at,
+        duration_ms: at.saturating_sub(started_at),
+        considered: report.considered,
+        outcomes: report.outcomes,
+        reclaims_retried: report.reclaims.retried,
+        reclaims_settled: report.reclaims.settled,
+        concurrency: report.concurrency.peak,
+        concurrency_cap: report.concurrency.cap,
+        dry_run: options.dry_run,
+        failed: failure.is_some(),
+        error: failure,
+    };
     let history = &mut report.history;
-    if !entries.is_empty() {
-        match deps.runs.record_history(&entries).await {
-            Ok(()) => history.recorded = entries.len(),
-            Err(StoreError::Unsupported(_)) => {}
-            Err(error) => {
-                tracing::warn!(target: "reaper", %error, entries = entries.len(), "writing the runs' history failed; the sweep's outcomes stand");
-                history.error = Some(format!("writing the runs' history failed: {error}"));
-            }
+    // One call for the record and the entries (one round trip, one D1 subrequest); a store
+    // that keeps no sweep records gets the entries alone.
+    let written = match deps.runs.record_sweep(&record, &entries, before).await {
+        Err(StoreError::Unsupported(_)) if entries.is_empty() => Ok(false),
+        Err(StoreError::Unsupported(_)) => deps.runs.record_history(&entries).await.map(|()| false),
+        other => other.map(|()| true),
+    };
+    match written {
+        Ok(sweep_recorded) => {
+            history.recorded = entries.len();
+            history.sweep_recorded = sweep_recorded;
+        }
+        Err(StoreError::Unsupported(_)) => {}
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, entries = entries.len(), "writing the runs' history and the sweep's record failed; the sweep's outcomes stand");
+            history.error = Some(format!(
+                "writing the runs' history failed (the sweep's record with it): {error}"
+            ));
         }
     }
-    let before = at.saturating_sub(options.history_retention_ms.min(i64::MAX as u64) as i64);
     match deps
         .runs
         .prune_history(before, options.history_prune_batch)

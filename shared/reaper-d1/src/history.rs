@@ -1,9 +1,12 @@
-//! The run history (schema version 5) on D1, in the statements `reaper-sqlite` runs: the
-//! sweep's entries in one batch, a run's newest through the primary key, the bounded prune.
+//! The run history (schema version 6) and the sweep records (version 7) on D1, in the
+//! statements `reaper-sqlite` runs: the sweep's entries, its record and the records' prune and
+//! cap in one batch (one subrequest), a run's newest through the primary key, the bounded prune.
 
 use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
+use reaper_sql::sweeps as sweeps_sql;
 
 use crate::client::Statement;
 use crate::row::{corrupt, RowExt};
@@ -17,25 +20,58 @@ impl D1Store {
         if entries.is_empty() {
             return Ok(());
         }
-        let statements = entries
-            .iter()
-            .map(|e| {
-                let json = serde_json::to_string(e).map_err(|err| {
-                    StoreError::Backend(format!("encoding a history entry: {err}"))
-                })?;
-                Ok(Statement::new(
-                    sql::RECORD,
-                    vec![
-                        e.run_id.as_str().into(),
-                        e.sweep_id.as_str().into(),
-                        e.at.into(),
-                        json.into(),
-                    ],
-                ))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let statements = history_statements(entries)?;
         // One batch: D1 runs it as one transaction, one round trip for the sweep.
         self.batch(statements).await.map(drop)
+    }
+
+    pub(crate) async fn record_sweep_rows(
+        &self,
+        sweep: &SweepRecord,
+        entries: &[HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(sweep)
+            .map_err(|err| StoreError::Backend(format!("encoding a sweep record: {err}")))?;
+        let mut statements = history_statements(entries)?;
+        statements.push(Statement::new(
+            sweeps_sql::RECORD,
+            vec![
+                sweep.sweep_id.as_str().into(),
+                sweep.finished_at.into(),
+                json.into(),
+            ],
+        ));
+        statements.push(Statement::new(
+            sweeps_sql::PRUNE,
+            vec![prune_before.into(), (SWEEP_PRUNE_BATCH as i64).into()],
+        ));
+        statements.push(Statement::new(
+            sweeps_sql::CAP,
+            vec![(MAX_SWEEPS_KEPT as i64).into()],
+        ));
+        // The entries and the record in one batch: one transaction, one subrequest.
+        self.batch(statements).await.map(drop)
+    }
+
+    pub(crate) async fn recent_sweep_rows(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<SweepRecord>, StoreError> {
+        let limit = limit.min(MAX_SWEEPS_READ) as i64;
+        let rows = self
+            .one(Statement::new(sweeps_sql::READ, vec![limit.into()]))
+            .await?;
+        rows.iter()
+            .map(|r| {
+                serde_json::from_str(&r.text("record", "recent sweeps")?).map_err(|e| {
+                    corrupt(
+                        "recent sweeps",
+                        format!("record is not a sweep record: {e}"),
+                    )
+                })
+            })
+            .collect()
     }
 
     pub(crate) async fn run_history_rows(
@@ -71,4 +107,24 @@ impl D1Store {
             .await?;
         Ok(rows.len() as u64)
     }
+}
+
+/// One upsert per history entry.
+fn history_statements(entries: &[HistoryEntry]) -> Result<Vec<Statement>, StoreError> {
+    entries
+        .iter()
+        .map(|e| {
+            let json = serde_json::to_string(e)
+                .map_err(|err| StoreError::Backend(format!("encoding a history entry: {err}")))?;
+            Ok(Statement::new(
+                sql::RECORD,
+                vec![
+                    e.run_id.as_str().into(),
+                    e.sweep_id.as_str().into(),
+                    e.at.into(),
+                    json.into(),
+                ],
+            ))
+        })
+        .collect()
 }

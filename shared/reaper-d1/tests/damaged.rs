@@ -122,7 +122,7 @@ async fn a_version_two_database_without_lease_notes_is_not_damaged_and_migrates(
     use reaper_core::{LeaseGrant, LeaseStore};
 
     let client = edited(&format!(
-        "DROP TABLE reaper_lease_notes; DROP TABLE reaper_run_history; {V3_LISTING_INDEX} \
+        "DROP TABLE reaper_lease_notes; DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; {V3_LISTING_INDEX} \
          {V4_INDEXES} \
          DELETE FROM reaper_schema WHERE version >= 3"
     ))
@@ -169,7 +169,7 @@ async fn index_columns(client: &SqliteClient, index: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_runs() {
     let client = edited(&format!(
-        "DROP TABLE reaper_run_history; {V3_LISTING_INDEX} {V4_INDEXES} \
+        "DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; {V3_LISTING_INDEX} {V4_INDEXES} \
          DELETE FROM reaper_schema WHERE version >= 4"
     ))
     .await;
@@ -193,7 +193,7 @@ async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_ru
 async fn a_version_five_database_gains_the_run_history_and_keeps_its_runs() {
     use reaper_core::RunStore;
     let client =
-        edited("DROP TABLE reaper_run_history; DELETE FROM reaper_schema WHERE version >= 6").await;
+        edited("DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; DELETE FROM reaper_schema WHERE version >= 6").await;
     let store = D1Store::open(client.clone()).await.unwrap();
     assert_eq!(
         reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
@@ -207,7 +207,7 @@ async fn a_version_five_database_gains_the_run_history_and_keeps_its_runs() {
 async fn a_version_one_database_without_the_ledger_is_not_damaged_and_migrates() {
     let client = edited(&format!(
         "DROP TABLE reaper_reclaim_intents; DROP TABLE reaper_lease_notes; \
-             DROP TABLE reaper_run_history; {V4_INDEXES} \
+             DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; {V4_INDEXES} \
              DELETE FROM reaper_schema WHERE version >= 2"
     ))
     .await;

@@ -60,7 +60,11 @@ fn history_item(e: &HistoryEntry) -> Result<Item, StoreError> {
 
 impl DynamoStore {
     /// Sends write requests in batches of 25, re-sending what DynamoDB left unprocessed.
-    async fn batch_write(&self, op: &str, requests: Vec<WriteRequest>) -> Result<(), StoreError> {
+    pub(crate) async fn batch_write(
+        &self,
+        op: &str,
+        requests: Vec<WriteRequest>,
+    ) -> Result<(), StoreError> {
         for chunk in requests.chunks(BATCH) {
             let mut pending = chunk.to_vec();
             for _ in 0..UNPROCESSED_ROUNDS {
@@ -83,8 +87,8 @@ impl DynamoStore {
             }
             if !pending.is_empty() {
                 return Err(StoreError::Unavailable(format!(
-                    "{} history writes stayed unprocessed after {UNPROCESSED_ROUNDS} rounds \
-                     (throttled)",
+                    "{} history or sweep-record writes stayed unprocessed after \
+                     {UNPROCESSED_ROUNDS} rounds (throttled)",
                     pending.len()
                 )));
             }
@@ -96,25 +100,8 @@ impl DynamoStore {
         &self,
         entries: &[HistoryEntry],
     ) -> Result<(), StoreError> {
-        // One request per key in a batch: DynamoDB refuses a batch naming a key twice.
-        let mut items: Vec<(String, String, Item)> = Vec::with_capacity(entries.len());
-        for e in entries {
-            let item = history_item(e)?;
-            let key = (history_pk(&e.run_id), history_sk(e.at, &e.sweep_id));
-            items.retain(|(pk, sk, _)| (pk, sk) != (&key.0, &key.1));
-            items.push((key.0, key.1, item));
-        }
-        let requests = items
-            .into_iter()
-            .map(|(_, _, item)| {
-                PutRequest::builder()
-                    .set_item(Some(item))
-                    .build()
-                    .map(|put| WriteRequest::builder().put_request(put).build())
-                    .map_err(|e| StoreError::Backend(format!("building a history write: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        self.batch_write(ops::RECORD, requests).await
+        self.batch_write(ops::RECORD, history_requests(entries)?)
+            .await
     }
 
     pub(crate) async fn run_history_items(
@@ -210,4 +197,25 @@ impl DynamoStore {
         self.batch_write(ops::PRUNE_DELETE, requests).await?;
         Ok(count)
     }
+}
+
+/// One put per history entry, one per key (DynamoDB refuses a batch naming a key twice).
+pub(crate) fn history_requests(entries: &[HistoryEntry]) -> Result<Vec<WriteRequest>, StoreError> {
+    let mut items: Vec<(String, String, Item)> = Vec::with_capacity(entries.len());
+    for e in entries {
+        let item = history_item(e)?;
+        let key = (history_pk(&e.run_id), history_sk(e.at, &e.sweep_id));
+        items.retain(|(pk, sk, _)| (pk, sk) != (&key.0, &key.1));
+        items.push((key.0, key.1, item));
+    }
+    items
+        .into_iter()
+        .map(|(_, _, item)| {
+            PutRequest::builder()
+                .set_item(Some(item))
+                .build()
+                .map(|put| WriteRequest::builder().put_request(put).build())
+                .map_err(|e| StoreError::Backend(format!("building a history write: {e}")))
+        })
+        .collect()
 }

@@ -103,6 +103,7 @@ mod records;
 mod runs;
 mod stats;
 mod store;
+mod sweeps;
 
 pub use log::{MAX_CHUNK_BYTES, MAX_TRANSACTION_ITEMS};
 pub use runs::{ReclaimableListing, MAX_COUNT_PAGES};

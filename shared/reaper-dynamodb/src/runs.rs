@@ -808,6 +808,22 @@ impl RunStore for DynamoStore {
         self.prune_history_items(before, max_entries).await
     }
 
+    async fn record_sweep(
+        &self,
+        sweep: &reaper_core::sweeps::SweepRecord,
+        entries: &[reaper_core::history::HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.record_sweep_items(sweep, entries, prune_before).await
+    }
+
+    async fn recent_sweeps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
+        self.recent_sweep_items(limit).await
+    }
+
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_reclaimable: true,

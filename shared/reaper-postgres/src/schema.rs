@@ -6,7 +6,7 @@
 //! (a test per schema, or staging beside production) and the application's own tables.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The table that marks a schema as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "schema_migrations";
@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "run history",
         statements: V2,
     },
+    Migration {
+        version: 3,
+        description: "sweep records",
+        statements: V3,
+    },
 ];
 
 /// The migrations a schema at version `from` still needs, in order.
@@ -43,7 +48,7 @@ pub fn pending(from: u32) -> impl Iterator<Item = &'static Migration> {
 /// Every table with the columns the reaper reads and writes. A table that lacks one of them was
 /// damaged or hand-edited: the store refuses the schema at open, naming the table and columns.
 /// Extra columns an application adds are tolerated.
-pub const SHAPE: [(&str, &[&str]); 10] = [
+pub const SHAPE: [(&str, &[&str]); 11] = [
     (SCHEMA_TABLE, &["version", "description", "applied_at"]),
     (
         "runs",
@@ -97,6 +102,7 @@ pub const SHAPE: [(&str, &[&str]); 10] = [
         ],
     ),
     ("run_history", &["run_id", "at", "sweep_id", "entry"]),
+    ("sweeps", &["seq", "sweep_id", "finished_at", "record"]),
 ];
 
 /// The tables (with their columns) a schema at `version` has: those its migrations created.
@@ -207,6 +213,19 @@ const V2: &[&str] = &[
     PRIMARY KEY (run_id, at, sweep_id)
 )",
     "CREATE INDEX run_history_by_age ON @.run_history (at, run_id, sweep_id)",
+];
+
+/// Version 3: one record per sweep of every host (the dashboard's recent sweeps). `seq` is the
+/// write order for the count cap; the index serves the newest-first read and the retention's
+/// prune, oldest first.
+const V3: &[&str] = &[
+    "CREATE TABLE @.sweeps (
+    seq         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    sweep_id    TEXT COLLATE \"C\" NOT NULL UNIQUE,
+    finished_at BIGINT NOT NULL,
+    record      JSON NOT NULL
+)",
+    "CREATE INDEX sweeps_by_finish ON @.sweeps (finished_at, sweep_id)",
 ];
 
 /// What a schema holds, decided with reads only.

@@ -24,6 +24,7 @@ pub mod reclaim_intents;
 pub mod runs;
 pub mod sandbox_instances;
 pub mod schema;
+pub mod sweeps;
 pub mod transcripts;
 
 pub use logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};

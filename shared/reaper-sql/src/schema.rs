@@ -6,13 +6,13 @@
 use crate::runs::unlistable_where;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The table that marks a database as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "reaper_schema";
 
 /// Every table of the schema, `SCHEMA_TABLE` first.
-pub const TABLES: [&str; 10] = [
+pub const TABLES: [&str; 11] = [
     SCHEMA_TABLE,
     crate::runs::TABLE,
     crate::leases::TABLE,
@@ -23,13 +23,14 @@ pub const TABLES: [&str; 10] = [
     crate::reclaim_intents::TABLE,
     crate::leases::NOTES_TABLE,
     crate::history::TABLE,
+    crate::sweeps::TABLE,
 ];
 
 /// Every table with the columns the reaper reads and writes, in [`TABLES`] order. A table that
 /// lacks one of them was damaged or hand-edited: the store refuses it when it opens the file,
 /// naming the table and columns, instead of failing every later query with "no such column".
 /// Extra columns an application adds are tolerated.
-pub const SHAPE: [(&str, &[&str]); 10] = [
+pub const SHAPE: [(&str, &[&str]); 11] = [
     (SCHEMA_TABLE, &["version", "description"]),
     (
         crate::runs::TABLE,
@@ -96,6 +97,10 @@ pub const SHAPE: [(&str, &[&str]); 10] = [
     (
         crate::history::TABLE,
         &["run_id", "sweep_id", "at", "entry"],
+    ),
+    (
+        crate::sweeps::TABLE,
+        &["seq", "sweep_id", "finished_at", "record"],
     ),
 ];
 
@@ -187,6 +192,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 6,
         description: "run history",
         statements: V6,
+    },
+    Migration {
+        version: 7,
+        description: "sweep records",
+        statements: V7,
     },
 ];
 
@@ -379,6 +389,19 @@ const V6: &[&str] = &[
     PRIMARY KEY (run_id, at, sweep_id)
 )",
     "CREATE INDEX reaper_run_history_by_age ON reaper_run_history (at, run_id, sweep_id)",
+];
+
+/// Version 7: one record per sweep of every host (the dashboard's recent sweeps). `seq` is the
+/// rowid (write order) for the count cap; the index serves the newest-first read and the
+/// retention's prune, oldest first.
+const V7: &[&str] = &[
+    "CREATE TABLE reaper_sweeps (
+    seq         INTEGER PRIMARY KEY,
+    sweep_id    TEXT NOT NULL UNIQUE,
+    finished_at INTEGER NOT NULL,
+    record      TEXT NOT NULL CHECK (json_valid(record))
+)",
+    "CREATE INDEX reaper_sweeps_by_finish ON reaper_sweeps (finished_at, sweep_id)",
 ];
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
-//! The run history (schema version 5) on SQLite: one row per run and sweep, the entry as JSON.
+//! The run history (schema version 6) on SQLite: one row per run and sweep, the entry as JSON;
+//! and the sweep records (version 7), written in the same transaction as the sweep's entries.
 
 use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
+use reaper_sql::sweeps as sweeps_sql;
 use rusqlite::params;
 
 use crate::error::{corrupt, store_err};
@@ -13,6 +16,33 @@ impl SqliteStore {
         &self,
         entries: &[HistoryEntry],
     ) -> Result<(), StoreError> {
+        self.record_rows(None, entries, 0).await
+    }
+
+    pub(crate) async fn record_sweep_rows(
+        &self,
+        sweep: &SweepRecord,
+        entries: &[HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.record_rows(Some(sweep), entries, prune_before).await
+    }
+
+    /// The sweep's entries, its record when given, and the records' prune and cap: one
+    /// transaction, one fsync.
+    async fn record_rows(
+        &self,
+        sweep: Option<&SweepRecord>,
+        entries: &[HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        let record = sweep
+            .map(|r| {
+                serde_json::to_string(r)
+                    .map(|json| (r.sweep_id.clone(), r.finished_at, json))
+                    .map_err(|e| StoreError::Backend(format!("encoding a sweep record: {e}")))
+            })
+            .transpose()?;
         let rows = entries
             .iter()
             .map(|e| {
@@ -27,6 +57,19 @@ impl SqliteStore {
                 let mut s = tx.prepare_cached(sql::RECORD).map_err(store_err)?;
                 for (run_id, sweep_id, at, json) in &rows {
                     s.execute(params![run_id, sweep_id, at, json])
+                        .map_err(store_err)?;
+                }
+                if let Some((sweep_id, finished_at, json)) = &record {
+                    tx.prepare_cached(sweeps_sql::RECORD)
+                        .and_then(|mut s| s.execute(params![sweep_id, finished_at, json]))
+                        .map_err(store_err)?;
+                    tx.prepare_cached(sweeps_sql::PRUNE)
+                        .and_then(|mut s| {
+                            s.execute(params![prune_before, SWEEP_PRUNE_BATCH as i64])
+                        })
+                        .map_err(store_err)?;
+                    tx.prepare_cached(sweeps_sql::CAP)
+                        .and_then(|mut s| s.execute(params![MAX_SWEEPS_KEPT as i64]))
                         .map_err(store_err)?;
                 }
                 Ok(())
@@ -76,6 +119,36 @@ impl SqliteStore {
                 .and_then(|mut s| s.execute(params![before, max]))
                 .map(|n| n as u64)
                 .map_err(store_err)
+        })
+        .await
+    }
+}
+
+impl SqliteStore {
+    pub(crate) async fn recent_sweep_rows(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<SweepRecord>, StoreError> {
+        let limit = limit.min(MAX_SWEEPS_READ) as i64;
+        self.call(move |c| {
+            let texts: Vec<String> = c
+                .prepare_cached(sweeps_sql::READ)
+                .and_then(|mut s| {
+                    s.query_map(params![limit], |r| r.get(0))?
+                        .collect::<Result<_, _>>()
+                })
+                .map_err(store_err)?;
+            texts
+                .iter()
+                .map(|t| {
+                    serde_json::from_str(t).map_err(|e| {
+                        corrupt(
+                            "recent sweeps".to_string(),
+                            format!("record is not a sweep record: {e}"),
+                        )
+                    })
+                })
+                .collect()
         })
         .await
     }

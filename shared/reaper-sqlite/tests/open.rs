@@ -420,10 +420,11 @@ async fn a_version_one_database_is_migrated_to_the_reclaim_ledger_in_place_keepi
             (3, "lease notes".into()),
             (4, "listing keyset index".into()),
             (5, "unlistable rows index".into()),
-            (6, "run history".into())
+            (6, "run history".into()),
+            (7, "sweep records".into())
         ]
     );
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
 }
 
 /// A file exactly as version 2 left it, holding one run and the sweep lease of a sweep that is
@@ -488,7 +489,7 @@ async fn a_version_two_database_is_migrated_to_lease_notes_in_place_keeping_its_
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
 }
 
 /// A file exactly as version 3 left it: the listing's index on `detached_since` alone.

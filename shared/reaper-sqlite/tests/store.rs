@@ -420,3 +420,37 @@ async fn a_fenced_terminal_write_keeps_a_stored_error_when_it_carries_none() {
     assert_eq!(run.error.unwrap().message, "earlier");
     assert_eq!(run.finished_at, Some(9));
 }
+
+#[tokio::test]
+async fn sqlite_keeps_at_most_max_sweeps_kept_sweep_records_deleting_the_oldest_writes() {
+    use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT};
+    let dir = tempfile::tempdir().unwrap();
+    let store = reaper_sqlite::SqliteStore::open(dir.path().join("cap.db")).unwrap();
+    for i in 0..MAX_SWEEPS_KEPT + 3 {
+        let record = SweepRecord {
+            sweep_id: format!("sweep-{i:06}"),
+            host: "h".into(),
+            started_at: i as i64,
+            finished_at: i as i64,
+            duration_ms: 0,
+            considered: 0,
+            outcomes: Default::default(),
+            reclaims_retried: 0,
+            reclaims_settled: 0,
+            concurrency: 0,
+            concurrency_cap: 0,
+            dry_run: false,
+            failed: false,
+            error: None,
+        };
+        store.record_sweep(&record, &[], i64::MIN).await.unwrap();
+    }
+    let all = store.recent_sweeps(usize::MAX).await.unwrap();
+    assert_eq!(all.len(), 1_000.min(MAX_SWEEPS_KEPT as usize));
+    assert_eq!(all[0].sweep_id, format!("sweep-{:06}", MAX_SWEEPS_KEPT + 2));
+    assert_eq!(
+        all.last().unwrap().sweep_id,
+        "sweep-000003",
+        "the three oldest went"
+    );
+}

@@ -26,7 +26,7 @@ import {
 import { LeaseLockStore, type LeaseLockOptions } from './locks.js'
 
 /** The PostgreSQL schema version (`schema_migrations`) this package reads and writes. */
-export const POSTGRES_SCHEMA_VERSION = 2
+export const POSTGRES_SCHEMA_VERSION = 3
 
 /** The schema the Rust store keeps its tables in unless told otherwise. */
 export const DEFAULT_POSTGRES_SCHEMA = 'reaper'

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 import { Miniflare } from 'miniflare'
 import { interopBin } from './backends.js'
+import { MIGRATIONS } from '../src/schema.generated.js'
 import { corpus, stripAbsent, type Entry } from './corpus-cases.js'
 
 const BASE = 'http://reaper-tanstack.test'
@@ -81,13 +82,13 @@ describe('contract on d1 (inside workerd)', () => {
 
 it('a D1 database at a schema version this package does not know is refused with nothing written (in workerd)', async () => {
   const r = (await call('POST', '/schema/newer')) as { refusal: string; unchanged: boolean }
-  assert.match(r.refusal, /reaper schema version 99, but this package writes version 6; nothing was written/)
+  assert.match(r.refusal, /reaper schema version 99, but this package writes version 7; nothing was written/)
   assert.equal(r.unchanged, true)
 })
 
 it('a D1 database at schema version 4 upgrades to the unlistable-rows index with every run kept (in workerd)', async () => {
   const r = (await call('POST', '/schema/upgrade')) as { versions: Array<number>; runs: Array<string>; indexes: Array<string> }
-  assert.deepEqual(r.versions, [1, 2, 3, 4, 5, 6])
+  assert.deepEqual(r.versions, MIGRATIONS.map((m) => m.version))
   assert.deepEqual(r.runs, ['run-done', 'run-far', 'run-ok'])
   assert.deepEqual(r.indexes, ['runs_by_thread', 'runs_finished', 'runs_reclaimable', 'runs_unlistable'])
 })

@@ -67,7 +67,7 @@ it('a PostgreSQL schema version newer than the package is refused and nothing is
   const before = await dump(url)
   await assert.rejects(ReaperPostgres.open({ connectionString: url }), (e: unknown) => {
     assert.ok(e instanceof SchemaError)
-    assert.match(e.message, /reaper schema version 99, but this package writes version 2; nothing was written/)
+    assert.match(e.message, /reaper schema version 99, but this package writes version 3; nothing was written/)
     return true
   })
   assert.deepEqual(await dump(url), before)

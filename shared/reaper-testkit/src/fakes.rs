@@ -416,6 +416,24 @@ impl RunStore for SpyStore {
         self.enter(Op::PruneHistory)?;
         self.inner.prune_history(before, max_entries).await
     }
+    // The sweep's record rides with its history: one fault fails both, as one call would.
+    async fn record_sweep(
+        &self,
+        sweep: &reaper_core::sweeps::SweepRecord,
+        entries: &[reaper_core::history::HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.enter(Op::RecordHistory(
+            entries.iter().map(|e| e.run_id.clone()).collect(),
+        ))?;
+        self.inner.record_sweep(sweep, entries, prune_before).await
+    }
+    async fn recent_sweeps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
+        self.inner.recent_sweeps(limit).await
+    }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         reaper_core::ports::RunStoreCapabilities {
             list_reclaimable: !self.no_listing,
@@ -974,6 +992,22 @@ impl<S: RunStore> RunStore for CountingRuns<S> {
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
         self.count();
         self.inner.prune_history(before, max_entries).await
+    }
+    async fn record_sweep(
+        &self,
+        sweep: &reaper_core::sweeps::SweepRecord,
+        entries: &[reaper_core::history::HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.count();
+        self.inner.record_sweep(sweep, entries, prune_before).await
+    }
+    async fn recent_sweeps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
+        self.count();
+        self.inner.recent_sweeps(limit).await
     }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         self.inner.capabilities()

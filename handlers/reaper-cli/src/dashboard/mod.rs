@@ -5,7 +5,7 @@
 //! Invariants:
 //! - Every page reads a bounded number of rows, whatever the backlog: the detached runs one
 //!   keyset page at a time ([`PAGE_ROWS`] + 1 rows), the ledger [`LEDGER_ROWS`] + 1 entries,
-//!   a run page one record. Nothing here lists a table whole.
+//!   a run page one record, the sweeps page [`read::STORE_SWEEP_ROWS`] sweep records. Nothing here lists a table whole.
 //! - Nothing here writes: every route is GET (HEAD), so the read-only status token is enough.
 //! - Every value that came from the database or the request is HTML-escaped by `maud`; no
 //!   setting (the token, provider credentials, the database URL) is ever rendered.
@@ -54,8 +54,9 @@ pub struct SweepLine {
     pub trouble: Option<String>,
 }
 
-/// The last [`RECENT_SWEEPS`] sweeps of this `watch` process (the store keeps only the last
-/// one's mark, which the page shows too).
+/// The last [`RECENT_SWEEPS`] sweeps of this `watch` process, those that wrote no record
+/// included (paused, another sweep holding the lease); the store's sweep records, of every
+/// host, are on the page above them.
 #[derive(Debug, Default)]
 pub struct RecentSweeps {
     ring: Mutex<VecDeque<SweepLine>>,
@@ -163,7 +164,8 @@ async fn overview(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
     }
     let now = d.now();
     let status = crate::health::verdict(&d.ports, d.limits, now).await;
-    html(StatusCode::OK, pages::overview(&status, now))
+    let sweeps = read::store_sweeps(&d.ports, read::OVERVIEW_SWEEP_ROWS).await;
+    html(StatusCode::OK, pages::overview(&status, &sweeps, now))
 }
 
 /// `?after=<detachedSince>.<runId>`: the keyset position the previous page ended at.
@@ -246,9 +248,10 @@ async fn sweeps(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
     }
     let now = d.now();
     let last = reaper_core::health::read_last_sweep(&*d.ports.leases).await;
+    let stored = read::store_sweeps(&d.ports, read::STORE_SWEEP_ROWS).await;
     html(
         StatusCode::OK,
-        pages::sweeps(last, &d.recent.lines(), d.limits, now),
+        pages::sweeps(last, &stored, &d.recent.lines(), d.limits, now),
     )
 }
 

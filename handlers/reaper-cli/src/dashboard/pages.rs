@@ -5,6 +5,7 @@ use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reaper_core::health::{LastSweep, ServiceStatus, StatusLimits};
 use reaper_core::reason::ReasonCode;
+use reaper_core::sweeps::SweepRecord;
 use reaper_core::{EpochMs, RunRecord, RunStatus, StoreError};
 
 use super::read::{format_cursor, DetachedPage, LedgerPage, RunPage};
@@ -120,7 +121,11 @@ pub fn detached_reason(record: &RunRecord, ttl_ms: u64, now: EpochMs) -> (&'stat
     }
 }
 
-pub fn overview(status: &ServiceStatus, now: EpochMs) -> Markup {
+pub fn overview(
+    status: &ServiceStatus,
+    sweeps: &Result<Vec<SweepRecord>, String>,
+    now: EpochMs,
+) -> Markup {
     layout(
         "Overview",
         html! {
@@ -167,6 +172,9 @@ pub fn overview(status: &ServiceStatus, now: EpochMs) -> Markup {
                     br; a href="/ledger" { "Reclaim ledger" }
                 }
             }
+            h2 { "Recent sweeps" }
+            (sweep_records(sweeps, now))
+            p { a href="/sweeps" { "All recent sweeps" } }
             p.muted { "As of " (timestamp(now)) ". Read-only: nothing on these pages changes a run." }
         },
     )
@@ -286,6 +294,7 @@ fn outcomes_of(last: &LastSweep) -> Vec<(String, u64)> {
 
 pub fn sweeps(
     last: Result<Option<LastSweep>, StoreError>,
+    stored: &Result<Vec<SweepRecord>, String>,
     recent: &[SweepLine],
     limits: StatusLimits,
     now: EpochMs,
@@ -294,6 +303,8 @@ pub fn sweeps(
         "Sweeps",
         html! {
             h1 { "Sweeps" }
+            h2 { "Recent sweeps of every host (kept in the store, newest first)" }
+            (sweep_records(stored, now))
             h2 { "Last sweep (recorded in the store by whichever process swept)" }
             @match &last {
                 Ok(Some(l)) => {
@@ -341,6 +352,46 @@ pub fn sweeps(
             }
         },
     )
+}
+
+/// The store's sweep records as a table, newest first.
+fn sweep_records(stored: &Result<Vec<SweepRecord>, String>, now: EpochMs) -> Markup {
+    html! {
+        @match stored {
+            Err(why) => { p.muted { (why) "." } }
+            Ok(records) if records.is_empty() => { p { "No sweep has recorded itself in the store yet." } }
+            Ok(records) => {
+                table.sweeps {
+                    thead { tr { th { "Finished" } th { "By" } th { "Took" } th { "Result" } th { "Considered" } th { "Outcomes" } th { "In flight" } } }
+                    tbody {
+                        @for r in records {
+                            tr {
+                                td { (timestamp(r.finished_at)) br; span.muted { (age(now, r.finished_at)) " ago" } }
+                                td { code { (r.host) } }
+                                td { (human_ms(r.duration_ms)) }
+                                td {
+                                    @if r.failed { span.bad { "failed" } } @else { span.ok { "swept" } }
+                                    @if let Some(e) = &r.error { br; span.bad { (e) } }
+                                }
+                                td { (r.considered) }
+                                td { (outcome_list(&record_outcomes(r))) }
+                                td { (r.concurrency) " of " (r.concurrency_cap) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The non-zero outcome counts of a record, in the report's order.
+fn record_outcomes(r: &SweepRecord) -> Vec<(String, u64)> {
+    reaper_core::reap::ReapOutcome::ALL
+        .iter()
+        .map(|o| (o.as_str().to_string(), r.outcomes.get(*o) as u64))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 fn outcome_list(outcomes: &[(String, u64)]) -> Markup {

@@ -143,3 +143,20 @@ pub async fn run_page(ports: &Ports, run_id: &str) -> Result<Option<RunPage>, St
         history,
     }))
 }
+
+/// Sweeps of every host the sweeps page lists, newest first (one bounded read).
+pub const STORE_SWEEP_ROWS: usize = 50;
+/// Sweeps the overview lists.
+pub const OVERVIEW_SWEEP_ROWS: usize = 5;
+
+/// The store's newest `rows` sweep records, or why it cannot say (a store that keeps none
+/// answers Unsupported): a page shows the rest either way.
+pub async fn store_sweeps(
+    ports: &Ports,
+    rows: usize,
+) -> Result<Vec<reaper_core::sweeps::SweepRecord>, String> {
+    ports.runs.recent_sweeps(rows).await.map_err(|e| match e {
+        StoreError::Unsupported(_) => "this store keeps no sweep records".to_string(),
+        other => format!("the sweep records could not be read: {other}"),
+    })
+}

@@ -109,6 +109,22 @@ impl RunStore for Counted {
         self.add(entries.len());
         Ok(entries)
     }
+    async fn record_sweep(
+        &self,
+        sweep: &reaper_core::sweeps::SweepRecord,
+        entries: &[reaper_core::history::HistoryEntry],
+        prune_before: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.inner.record_sweep(sweep, entries, prune_before).await
+    }
+    async fn recent_sweeps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
+        let records = self.inner.recent_sweeps(limit).await?;
+        self.add(records.len());
+        Ok(records)
+    }
 }
 
 #[async_trait::async_trait]
@@ -194,6 +210,11 @@ async fn seeded(runs: usize, leaks: usize) -> (Arc<Counted>, Dashboard) {
         intent.last_error = Some("the provider answered 502".into());
         inner.record_intent(&intent).await.unwrap();
     }
+    // As many sweep records as runs, from two hosts: more than any page shows.
+    for i in 0..runs {
+        let record = sweep_record(i, if i % 2 == 0 { "cron-host" } else { "lambda" });
+        inner.record_sweep(&record, &[], 0).await.unwrap();
+    }
     let counted = Arc::new(Counted {
         inner: inner.clone(),
         rows: AtomicUsize::new(0),
@@ -216,6 +237,31 @@ async fn seeded(runs: usize, leaks: usize) -> (Arc<Counted>, Dashboard) {
     (counted, dashboard)
 }
 
+/// The `i`th sweep record (a minute apart, the newest last), one run expired in each.
+fn sweep_record(i: usize, host: &str) -> reaper_core::sweeps::SweepRecord {
+    let finished_at = NOW - 10_000 * MINUTE + i as i64 * MINUTE;
+    reaper_core::sweeps::SweepRecord {
+        sweep_id: format!("sweep-{i:06}"),
+        host: host.into(),
+        started_at: finished_at - 1_500,
+        finished_at,
+        duration_ms: 1_500,
+        considered: 3,
+        outcomes: reaper_core::reap::OutcomeCounts {
+            expired: 1,
+            producing: 2,
+            ..Default::default()
+        },
+        reclaims_retried: 0,
+        reclaims_settled: 0,
+        concurrency: 2,
+        concurrency_cap: 32,
+        dry_run: false,
+        failed: false,
+        error: None,
+    }
+}
+
 async fn get(d: &Dashboard, path: &str) -> (StatusCode, String) {
     let response = d
         .clone()
@@ -236,11 +282,11 @@ async fn every_dashboard_page_reads_a_bounded_number_of_rows_over_a_large_backlo
     let bound_detached = PAGE_ROWS + 1 + PAGE_ROWS;
     let bound_health = reaper_core::health::STATUS_LISTING_LIMIT;
     for (path, bound) in [
-        ("/", bound_health),
+        ("/", bound_health + read::OVERVIEW_SWEEP_ROWS),
         ("/runs", bound_detached),
         ("/runs?after=1799994600500.run-000500", bound_detached),
         ("/ledger", LEDGER_ROWS + 1),
-        ("/sweeps", 0),
+        ("/sweeps", read::STORE_SWEEP_ROWS),
         ("/runs/run-001999", 3 + read::RUN_HISTORY_ROWS),
     ] {
         counted.take();
@@ -372,4 +418,55 @@ async fn a_run_page_shows_the_newest_history_entries_escaped_and_no_more_than_it
     assert!(!body.contains("<script>alert"), "reasons are escaped");
     assert!(body.contains("&lt;script&gt;"), "{body}");
     assert!(!body.contains("keeps no per-run history"), "{body}");
+}
+
+#[tokio::test]
+async fn the_sweeps_page_lists_the_store_s_newest_sweeps_of_every_host_with_their_outcome_counts() {
+    let (counted, d) = seeded(200, 0).await;
+    let mut failed = sweep_record(500, "vercel <script>x</script>");
+    failed.failed = true;
+    failed.error = Some("the listing failed: disk I/O error".into());
+    failed.outcomes = Default::default();
+    counted.inner.record_sweep(&failed, &[], 0).await.unwrap();
+    counted.take();
+    let (status, body) = get(&d, "/sweeps").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(counted.take() <= read::STORE_SWEEP_ROWS);
+    let rows = body.matches("<td><code>").count();
+    assert_eq!(
+        rows,
+        read::STORE_SWEEP_ROWS,
+        "one row per record shown: {body}"
+    );
+    assert!(
+        body.contains("cron-host") && body.contains("lambda"),
+        "{body}"
+    );
+    assert!(
+        body.contains("expired <b>1</b>, producing <b>2</b>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("the listing failed: disk I/O error"),
+        "{body}"
+    );
+    assert!(!body.contains("<script>x"), "hosts are escaped: {body}");
+    // Newest first: the failed sweep, then sweep 199; sweep 150 is past the page's bound.
+    let first = body
+        .find("vercel &lt;script&gt;")
+        .expect("the newest record");
+    assert!(first < body.find("cron-host").unwrap(), "{body}");
+    assert!(
+        !body.contains("this store keeps no sweep records"),
+        "{body}"
+    );
+
+    let (status, body) = get(&d, "/").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body.matches("<td><code>").count(),
+        read::OVERVIEW_SWEEP_ROWS,
+        "the overview shows the last few: {body}"
+    );
+    assert!(body.contains("href=\"/sweeps\""), "{body}");
 }

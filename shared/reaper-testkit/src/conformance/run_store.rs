@@ -10,6 +10,8 @@ use reaper_core::history::HistoryEntry;
 use reaper_core::ports::{
     BoundedCount, EpochBump, Fenced, ReclaimableCursor, ReclaimableQuery, RunStore,
 };
+use reaper_core::reap::OutcomeCounts;
+use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{
     EpochMs, NewRun, Patch, RunError, RunPatch, RunRecord, RunStatus, StoreError, TerminalStatus,
     TerminalWrite,
@@ -80,6 +82,9 @@ macro_rules! __reaper_run_store_cases {
             recording_an_entry_again_replaces_it_when_supported,
             run_history_of_one_run_never_shows_a_run_whose_id_extends_it_when_supported,
             prune_history_deletes_entries_before_the_cutoff_oldest_first_in_bounded_batches_when_supported,
+            a_sweep_record_round_trips_every_field_and_writes_its_history_with_it_when_supported,
+            recent_sweeps_are_newest_first_up_to_their_limit_and_a_rewrite_replaces_when_supported,
+            sweep_records_past_the_retention_are_pruned_oldest_first_by_a_later_write_when_supported,
         ] }
     };
 }
@@ -2053,5 +2058,196 @@ pub async fn prune_history_deletes_entries_before_the_cutoff_oldest_first_in_bou
         1,
         "a recent entry of another run stays"
     );
+    Ok(Verdict::Passed)
+}
+
+/// A sweep record as a sweep writes it; `finished_at` decides its place.
+fn sweep_record(sweep_id: &str, finished_at: EpochMs) -> SweepRecord {
+    SweepRecord {
+        sweep_id: sweep_id.to_string(),
+        host: "host-b pid 7 \"cron\" ✓".into(),
+        started_at: finished_at - 1_234,
+        finished_at,
+        duration_ms: 1_234,
+        considered: 9,
+        outcomes: OutcomeCounts {
+            finalized: 1,
+            expired: 2,
+            producing: 3,
+            unknown: 1,
+            budget_exceeded: 0,
+            not_claimed: 1,
+            reclaim_failed: 0,
+            failed: 1,
+        },
+        reclaims_retried: 2,
+        reclaims_settled: 1,
+        concurrency: 8,
+        concurrency_cap: 32,
+        dry_run: false,
+        failed: true,
+        error: Some("the listing failed: disk I/O error <b>".into()),
+    }
+}
+
+/// Records of this case only (stores may share a table between cases and runs).
+async fn own_sweeps<S: RunStore + ?Sized>(
+    store: &S,
+    ctx: &CaseContext,
+    limit: usize,
+) -> Result<Vec<SweepRecord>, Failure> {
+    let prefix = ctx.id("");
+    Ok(store
+        .recent_sweeps(limit)
+        .await?
+        .into_iter()
+        .filter(|r| r.sweep_id.starts_with(&prefix))
+        .collect())
+}
+
+/// `None` when the store keeps sweep records; a skip when it answers `Unsupported`.
+async fn sweeps_gate<S: RunStore + ?Sized>(store: &S) -> Result<Option<Verdict>, Failure> {
+    match store.recent_sweeps(1).await {
+        Err(StoreError::Unsupported(_)) => Ok(Some(Verdict::Skipped(
+            "sweep records are not supported by this store".into(),
+        ))),
+        other => other.map(|_| None).map_err(Failure::from),
+    }
+}
+
+/// A cutoff that prunes nothing (other cases' records may share the table).
+const NO_PRUNE: EpochMs = EpochMs::MIN;
+
+/// Far past any clock a real sweep reads, so this case's records are the store's newest.
+const FUTURE: EpochMs = 4_000_000_000_000_000;
+
+/// The record reads back field for field, and the history entries written in the same call
+/// are in their runs' histories.
+pub async fn a_sweep_record_round_trips_every_field_and_writes_its_history_with_it_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = sweeps_gate(store).await? {
+        return Ok(skip);
+    }
+    let sweep = ctx.id("sweep");
+    let run = ctx.id("run");
+    let record = sweep_record(&sweep, FUTURE + 7);
+    store
+        .record_sweep(
+            &record,
+            &[history_entry(&run, &sweep, FUTURE + 7)],
+            NO_PRUNE,
+        )
+        .await?;
+    ensure_eq!(
+        own_sweeps(store, ctx, MAX_SWEEPS_READ).await?,
+        vec![record],
+        "the record as written"
+    );
+    let history = store.run_history(&run, 10).await?;
+    ensure_eq!(
+        history.len(),
+        1,
+        "the history entry written with the record"
+    );
+    ensure_eq!(history[0].sweep_id, sweep, "the entry's sweep");
+    // A sweep that touched no run writes its record alone.
+    let idle = sweep_record(&ctx.id("sweep-idle"), FUTURE + 8);
+    store.record_sweep(&idle, &[], NO_PRUNE).await?;
+    ensure_eq!(
+        own_sweeps(store, ctx, MAX_SWEEPS_READ).await?.len(),
+        2,
+        "an idle sweep's record too"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// Newest first by `finished_at`, ties by sweep id descending; at most `limit`; writing a
+/// record again (same sweep id) replaces it.
+pub async fn recent_sweeps_are_newest_first_up_to_their_limit_and_a_rewrite_replaces_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = sweeps_gate(store).await? {
+        return Ok(skip);
+    }
+    let base = FUTURE + 1_000_000;
+    for (name, at) in [("b", 2), ("d", 4), ("a", 1), ("c2", 3), ("c1", 3)] {
+        store
+            .record_sweep(&sweep_record(&ctx.id(name), base + at), &[], NO_PRUNE)
+            .await?;
+    }
+    let ids = |v: Vec<SweepRecord>| v.into_iter().map(|r| r.sweep_id).collect::<Vec<_>>();
+    let want: Vec<String> = ["d", "c2", "c1", "b", "a"]
+        .iter()
+        .map(|n| ctx.id(n))
+        .collect();
+    ensure_eq!(
+        ids(own_sweeps(store, ctx, MAX_SWEEPS_READ).await?),
+        want,
+        "newest first, ties by sweep id, descending"
+    );
+    ensure_eq!(
+        store.recent_sweeps(0).await?.len(),
+        0,
+        "a limit of zero reads nothing"
+    );
+    ensure!(
+        store.recent_sweeps(2).await?.len() <= 2,
+        "at most `limit` records"
+    );
+    let mut again = sweep_record(&ctx.id("b"), base + 2);
+    again.failed = false;
+    again.error = None;
+    store.record_sweep(&again, &[], NO_PRUNE).await?;
+    let all = own_sweeps(store, ctx, MAX_SWEEPS_READ).await?;
+    ensure_eq!(all.len(), 5, "a rewrite adds no record");
+    ensure!(
+        all.iter().any(|r| r == &again),
+        "the rewritten record replaces the first: {all:?}"
+    );
+    Ok(Verdict::Passed)
+}
+
+/// A write deletes records that finished before its cutoff, oldest first, at most
+/// [`SWEEP_PRUNE_BATCH`] of them, and keeps the rest.
+pub async fn sweep_records_past_the_retention_are_pruned_oldest_first_by_a_later_write_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = sweeps_gate(store).await? {
+        return Ok(skip);
+    }
+    // Below any real clock and any other case's records, so this cutoff prunes only its own.
+    let old = -5_000_000_000_000_000;
+    for i in 0..3 {
+        store
+            .record_sweep(
+                &sweep_record(&ctx.id(&format!("old-{i}")), old + i),
+                &[],
+                NO_PRUNE,
+            )
+            .await?;
+    }
+    let fresh = sweep_record(&ctx.id("fresh"), FUTURE + 2_000_000);
+    store.record_sweep(&fresh, &[], old + 2).await?;
+    let left: Vec<String> = own_sweeps(store, ctx, MAX_SWEEPS_READ)
+        .await?
+        .into_iter()
+        .map(|r| r.sweep_id)
+        .collect();
+    ensure_eq!(
+        left,
+        vec![ctx.id("fresh"), ctx.id("old-2")],
+        "the records before the cutoff are gone; the one at it stays"
+    );
+    ensure!(SWEEP_PRUNE_BATCH >= 2, "the batch holds at least two");
     Ok(Verdict::Passed)
 }

@@ -731,6 +731,20 @@ impl RunStore for WithoutListByThread {
     ) -> Result<u64, StoreError> {
         self.0.prune_history(before, max_entries).await
     }
+    async fn record_sweep(
+        &self,
+        sweep: &reaper_core::sweeps::SweepRecord,
+        entries: &[reaper_core::history::HistoryEntry],
+        prune_before: reaper_core::EpochMs,
+    ) -> Result<(), StoreError> {
+        self.0.record_sweep(sweep, entries, prune_before).await
+    }
+    async fn recent_sweeps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
+        self.0.recent_sweeps(limit).await
+    }
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_by_thread: false,
