@@ -97,17 +97,25 @@ async fn a_sweep_leaving_producing_runs_alone_writes_no_history_for_them_but_an_
         .collect();
     assert_eq!(written.len(), 1, "one batch: {written:?}");
 
-    // Only producing runs: no history write at all, only the bounded prune.
+    // Only producing runs: the sweep's own record is written (it counts them), carrying no
+    // history entry.
     let h = Harness::new();
     h.seed("busy", Some(FRESH), None);
     let report = h.sweep().await;
     assert_eq!(report.outcomes.producing, 1);
     assert_eq!(report.history.recorded, 0);
-    assert!(!h
+    assert!(report.history.sweep_recorded, "{:?}", report.history);
+    let written: Vec<_> = h
         .store
         .ops()
-        .iter()
-        .any(|o| matches!(o, Op::RecordHistory(_))));
+        .into_iter()
+        .filter_map(|o| match o {
+            Op::RecordHistory(runs) => Some(runs),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written, vec![Vec::<String>::new()], "{written:?}");
+    assert!(history(&h, "busy").await.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
