@@ -327,8 +327,14 @@ pub struct DetachedRun {
 impl SqliteStore {
     /// Every run, in insertion order.
     pub async fn all_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        self.call(|c| query_runs(c, &format!("SELECT {COLUMNS} FROM runs ORDER BY rowid"), []))
-            .await
+        self.call(|c| {
+            query_runs(
+                c,
+                &format!("SELECT {COLUMNS} FROM reaper_runs ORDER BY rowid"),
+                [],
+            )
+        })
+        .await
     }
 
     /// Every `running` run with a `detached_since`, longest detached first, row by row: a row
@@ -337,7 +343,7 @@ impl SqliteStore {
     /// every other row is still listed. Only a failure of the query itself fails it.
     pub async fn list_detached(&self, now: EpochMs) -> Result<DetachedListing, StoreError> {
         let sql = format!(
-            "SELECT {COLUMNS}, rowid AS rowid FROM runs WHERE status = 'running' \
+            "SELECT {COLUMNS}, rowid AS rowid FROM reaper_runs WHERE status = 'running' \
              AND detached_since IS NOT NULL ORDER BY detached_since, rowid"
         );
         self.call(move |c| {
@@ -373,7 +379,9 @@ impl SqliteStore {
     pub async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
         self.call(|c| {
             let mut stmt = c
-                .prepare_cached("SELECT status, COUNT(*), MIN(run_id) FROM runs GROUP BY status")
+                .prepare_cached(
+                    "SELECT status, COUNT(*), MIN(run_id) FROM reaper_runs GROUP BY status",
+                )
                 .map_err(store_err)?;
             let mut rows = stmt.query([]).map_err(store_err)?;
             let mut counts = StatusCounts::default();
@@ -727,7 +735,7 @@ mod tests {
         let store = SqliteStore::open_in_memory().unwrap();
         let plan = plan(&store, sql::LIST_RECLAIMABLE);
         assert!(
-            plan.contains("USING INDEX runs_reclaimable"),
+            plan.contains("USING INDEX reaper_runs_reclaimable"),
             "query plan does not use the partial index: {plan}"
         );
     }
@@ -758,7 +766,7 @@ mod tests {
             // The seek starts at the keyset (no scan from the range's floor) and the index
             // gives the order (no sort of a same-millisecond group).
             assert!(
-                plan.contains("USING INDEX runs_reclaimable ((detached_since,run_id)>"),
+                plan.contains("USING INDEX reaper_runs_reclaimable ((detached_since,run_id)>"),
                 "the page does not seek the index to its keyset: {plan}"
             );
             assert!(!plan.contains("TEMP B-TREE"), "the page sorts: {plan}");
