@@ -339,7 +339,7 @@ async fn a_damaged_log_entries_table_stops_the_sweep_before_any_terminal_write_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_sandbox_instances_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
-    damage_stops_the_sweep_before_any_terminal_write_or_destroy("sandbox_instances").await;
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("reaper_sandbox_instances").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
