@@ -220,7 +220,7 @@ test(
   },
 );
 
-// The partial index `runs_reclaimable` covers the listing's whole keyset (detached_since, run_id)
+// The partial index `reaper_runs_reclaimable` covers the listing's whole keyset (detached_since, run_id)
 // since schema version 4, so after a bulk detach a page seeks to its cursor inside the group of
 // runs sharing one millisecond instead of sorting the whole group.
 test(

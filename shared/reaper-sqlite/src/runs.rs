@@ -953,13 +953,13 @@ mod detached_view_cost {
                 let provider = if i % 10 == 0 { "docker" } else { "local" };
                 let key = format!("{provider}:{i}");
                 tx.execute(
-                    "INSERT INTO runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
+                    "INSERT INTO reaper_runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
                      VALUES (?1, 't', 1, ?2, ?3)",
                     params![id, BASE + i as i64, key],
                 )
                 .unwrap();
                 tx.execute(
-                    "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, \
+                    "INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, \
                      thread_id, updated_at) VALUES (?1, ?2, 'sbx', 't', 1)",
                     params![key, provider],
                 )
@@ -982,7 +982,7 @@ mod detached_view_cost {
             }
             for i in 0..detached {
                 tx.execute(
-                    "INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) \
+                    "INSERT INTO reaper_runs (run_id, thread_id, status, started_at, finished_at) \
                      VALUES (?1, 't', 'completed', 1, 2)",
                     params![format!("fin-{i:07}")],
                 )
@@ -1093,7 +1093,10 @@ mod detached_view_cost {
             .collect::<rusqlite::Result<Vec<_>>>()
             .unwrap()
             .join("; ");
-        assert!(plan.contains("USING INDEX runs_reclaimable"), "{plan}");
+        assert!(
+            plan.contains("USING INDEX reaper_runs_reclaimable"),
+            "{plan}"
+        );
         assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
     }
 }
