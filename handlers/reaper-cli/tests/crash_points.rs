@@ -119,7 +119,7 @@ async fn postgres_template(site: &Site, server: &str) -> PgTemplate {
     }
     let keys: Vec<String> = Connection::open(&site.db)
         .unwrap()
-        .prepare("SELECT key FROM sandbox_instances")
+        .prepare("SELECT key FROM reaper_sandbox_instances")
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()
@@ -368,7 +368,7 @@ impl Scene {
             SceneDb::File(path) => {
                 Connection::open(path)
                     .unwrap()
-                    .execute("UPDATE leases SET expires_at = 0", [])
+                    .execute("UPDATE reaper_leases SET expires_at = 0", [])
                     .unwrap();
             }
             SceneDb::Postgres { url, .. } => {
@@ -420,7 +420,7 @@ impl Scene {
         let duplicates: Vec<String> = conn
             .prepare(
                 "SELECT run_id || ' journalEnd ' || json_extract(chunk, '$.journalEnd') || ' x' \
-                 || COUNT(*) FROM log_entries \
+                 || COUNT(*) FROM reaper_log_entries \
                  WHERE json_extract(chunk, '$.journalEnd') IS NOT NULL \
                  GROUP BY run_id, json_extract(chunk, '$.journalEnd') HAVING COUNT(*) > 1",
             )
@@ -430,8 +430,8 @@ impl Scene {
             .collect::<Result<_, _>>()
             .unwrap();
         State {
-            statuses: pairs("SELECT run_id, status FROM runs"),
-            transcripts: pairs("SELECT run_id, body FROM transcripts"),
+            statuses: pairs("SELECT run_id, status FROM reaper_runs"),
+            transcripts: pairs("SELECT run_id, body FROM reaper_transcripts"),
             ledger: pairs("SELECT run_id, run_id FROM reaper_reclaim_intents")
                 .into_keys()
                 .collect(),

@@ -398,13 +398,13 @@ async fn status_and_dashboard_pages_at_100k_runs_print_their_timings() {
         {
             let mut run = tx
                 .prepare(
-                    "INSERT INTO runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
+                    "INSERT INTO reaper_runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
                 .unwrap();
             let mut instance = tx
                 .prepare(
-                    "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, \
+                    "INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, thread_id, \
                      latest_run_id, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
                 .unwrap();
@@ -456,7 +456,7 @@ async fn status_and_dashboard_pages_at_100k_runs_print_their_timings() {
             }
             let mut done = tx
                 .prepare(
-                    "INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) \
+                    "INSERT INTO reaper_runs (run_id, thread_id, status, started_at, finished_at) \
                      VALUES (?1, ?2, 'completed', ?3, ?4)",
                 )
                 .unwrap();
@@ -490,7 +490,7 @@ async fn status_and_dashboard_pages_at_100k_runs_print_their_timings() {
             // Another sweeper holds the sweep lease for the hour: `watch` sweeps nothing, so the
             // figures are the pages' alone.
             tx.execute(
-                "INSERT INTO leases (key, owner, token, expires_at) VALUES ('reaper:sweep', \
+                "INSERT INTO reaper_leases (key, owner, token, expires_at) VALUES ('reaper:sweep', \
                  'bench-holder', 'bench', ?1)",
                 [t + 60 * MINUTE],
             )

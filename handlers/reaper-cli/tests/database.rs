@@ -158,17 +158,105 @@ fn init_refuses_tables_named_like_the_reaper_s_and_leaves_the_file_unchanged() {
     let db = tmp.path().join("clash.db");
     rusqlite::Connection::open(&db)
         .unwrap()
-        .execute_batch("CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT);")
+        .execute_batch("CREATE TABLE reaper_runs (id INTEGER PRIMARY KEY, what TEXT);")
         .unwrap();
     let before = std::fs::read(&db).unwrap();
     let (code, _, stderr) = run(reaper().args(["init", "--db"]).arg(&db));
     assert_eq!(code, 3, "{stderr}");
     assert!(
-        stderr.contains("named like the reaper's (runs)"),
+        stderr.contains("named like the reaper's (reaper_runs)"),
         "{stderr}"
     );
     assert_eq!(std::fs::read(&db).unwrap(), before);
-    refused_by_every_command(&db, "named like the reaper's (runs)");
+    refused_by_every_command(&db, "named like the reaper's (reaper_runs)");
+}
+
+/// Every row of the application's `runs`, `logs` and `transcripts`, in order.
+fn app_rows(db: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT id || ' ' || what FROM runs ORDER BY id",
+        "SELECT line FROM logs ORDER BY rowid",
+        "SELECT id || ' ' || said FROM transcripts ORDER BY id",
+    ] {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).unwrap();
+        out.extend(rows.map(Result::unwrap));
+    }
+    out
+}
+
+#[tokio::test]
+async fn init_and_a_real_sweep_work_beside_an_application_s_own_runs_logs_and_transcripts() {
+    use reaper_core::{RunStatus, RunStore};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("app.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT, status TEXT); \
+             CREATE TABLE logs (line TEXT); \
+             CREATE TABLE transcripts (id INTEGER PRIMARY KEY, said TEXT); \
+             CREATE INDEX runs_by_thread ON runs (what); \
+             INSERT INTO runs (what, status) VALUES ('nightly import', 'running'), \
+               ('weekly report', 'done'); \
+             INSERT INTO logs (line) VALUES ('app started'); \
+             INSERT INTO transcripts (said) VALUES ('hello from the app');",
+        )
+        .unwrap();
+    let before = app_rows(&db);
+    assert_eq!(before.len(), 4);
+
+    let (code, stdout, stderr) = run(reaper().args(["init", "--db"]).arg(&db));
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    assert!(
+        stdout.contains("beside the application's tables logs, runs, transcripts"),
+        "{stdout}"
+    );
+
+    // A run of the reaper's own, detached past its TTL, in a real local sandbox.
+    let root = tmp.path().join("sandboxes");
+    std::fs::create_dir_all(&root).unwrap();
+    let site = common::Site {
+        store: reaper_sqlite::SqliteStore::open(&db).unwrap(),
+        provider: reaper_local::LocalSandboxProvider::with_root(&root),
+        db: db.clone(),
+        root,
+        tmp,
+    };
+    let sandbox = site
+        .detached_run("run-old", Some(common::HELLO), true, 20 * common::MINUTE)
+        .await;
+    let (code, stdout, stderr) = run(site.reaper("sweep").args([
+        "--detached-ttl",
+        "10m",
+        "--quiet-window",
+        "0ms",
+        "--log",
+        "off",
+    ]));
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("run-old"), "{stdout}");
+    assert!(
+        !site.sandbox_exists(&sandbox).await,
+        "the sweep destroyed the sandbox"
+    );
+    let run_old = RunStore::get(&site.store, "run-old")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(run_old.status, RunStatus::Running, "{run_old:?}");
+
+    assert_eq!(
+        app_rows(&db),
+        before,
+        "the application's rows are untouched"
+    );
+    let (code, _, stderr) = run(reaper().args(["status", "--db"]).arg(&db));
+    assert!(code == 0 || code == 2, "{stderr}");
+    site.teardown().await;
 }
 
 #[test]

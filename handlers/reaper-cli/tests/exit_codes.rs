@@ -45,7 +45,7 @@ async fn a_malformed_row_is_listed_as_corrupt_every_other_run_is_swept_and_the_e
     sql(
         &site,
         "PRAGMA ignore_check_constraints = ON; \
-         UPDATE runs SET usage = 'not json' WHERE run_id = 'run-spoilt';",
+         UPDATE reaper_runs SET usage = 'not json' WHERE run_id = 'run-spoilt';",
     );
 
     let (code, stdout, stderr) = sweep(&site, &["--json"]);
@@ -151,9 +151,9 @@ async fn an_unreadable_ledger_is_exit_2_and_says_so() {
     site.teardown().await;
 }
 
-/// Overwrites the pages of the `runs` table (not the schema on page 1, so the file still opens).
+/// Overwrites the pages of the `reaper_runs` table (not the schema on page 1, so the file still opens).
 fn damage_the_runs_table(site: &Site) {
-    damage_table(site, "runs");
+    damage_table(site, "reaper_runs");
 }
 
 /// Overwrites the root page of `table` (not the schema on page 1, so the file still opens).
@@ -208,7 +208,7 @@ async fn a_damaged_page_under_the_sweep_is_exit_3_with_damaged_not_a_clean_sweep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runs_table_of_the_wrong_shape_is_exit_3_with_damaged() {
     let site = Site::new();
-    sql(&site, "ALTER TABLE runs DROP COLUMN driver_epoch");
+    sql(&site, "ALTER TABLE reaper_runs DROP COLUMN driver_epoch");
 
     let (code, stdout, stderr) = sweep(&site, &[]);
     assert_eq!(code, 3, "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -235,11 +235,11 @@ async fn status_reports_corrupt_rows_beside_the_ledger_and_the_sweep_reports_the
     sql(
         &site,
         "PRAGMA ignore_check_constraints = ON; \
-         INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) \
+         INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) \
            VALUES ('run-shouting', 't-1', 'RUNNING', 1, 1); \
-         INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) \
+         INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) \
            VALUES ('run-far', 't-2', 'running', 1, 9007199254740993); \
-         INSERT INTO runs (run_id, thread_id, status, started_at, detached_since, usage) \
+         INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since, usage) \
            VALUES ('run-spoilt', 't-3', 'running', 1, 1, 'not json');",
     );
     let keys = |v: &serde_json::Value| -> Vec<String> {
@@ -309,7 +309,7 @@ async fn damage_stops_the_sweep_before_any_terminal_write_or_destroy(table: &str
     let status: String = Connection::open(&site.db)
         .unwrap()
         .query_row(
-            "SELECT status FROM runs WHERE run_id = 'run-done'",
+            "SELECT status FROM reaper_runs WHERE run_id = 'run-done'",
             [],
             |r| r.get(0),
         )
@@ -324,22 +324,22 @@ async fn damage_stops_the_sweep_before_any_terminal_write_or_destroy(table: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_transcripts_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
-    damage_stops_the_sweep_before_any_terminal_write_or_destroy("transcripts").await;
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("reaper_transcripts").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_logs_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
-    damage_stops_the_sweep_before_any_terminal_write_or_destroy("logs").await;
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("reaper_logs").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_log_entries_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
-    damage_stops_the_sweep_before_any_terminal_write_or_destroy("log_entries").await;
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("reaper_log_entries").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_sandbox_instances_table_stops_the_sweep_before_any_terminal_write_or_destroy() {
-    damage_stops_the_sweep_before_any_terminal_write_or_destroy("sandbox_instances").await;
+    damage_stops_the_sweep_before_any_terminal_write_or_destroy("reaper_sandbox_instances").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

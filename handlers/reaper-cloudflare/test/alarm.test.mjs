@@ -61,11 +61,11 @@ describe("a sweep against sandboxd", () => {
     const detached = { done: now - 10_000, stale: now - 2 * 3_600_000, live: now - 10_000 };
     for (const [name, run] of Object.entries(runs)) {
       await db
-        .prepare("INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', ?2, ?3, ?4, ?5)")
+        .prepare("INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', ?2, ?3, ?4, ?5)")
         .bind(`key-${name}-${n}`, ids[name], `thread-${name}`, run.runId, now)
         .run();
       await db
-        .prepare("INSERT INTO runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
+        .prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
         .bind(run.runId, `thread-${name}`, now - 3 * 3_600_000, `key-${name}-${n}`, detached[name])
         .run();
     }
@@ -82,17 +82,17 @@ describe("a sweep against sandboxd", () => {
     );
 
     const status = async (id) =>
-      (await db.prepare("SELECT status FROM runs WHERE run_id = ?1").bind(id).first()).status;
+      (await db.prepare("SELECT status FROM reaper_runs WHERE run_id = ?1").bind(id).first()).status;
     assert.equal(await status(runs.done.runId), "completed");
     assert.notEqual(await status(runs.stale.runId), "running");
     assert.equal(await status(runs.live.runId), "running");
     const log = await db
-      .prepare("SELECT COUNT(*) AS n FROM log_entries WHERE run_id = ?1")
+      .prepare("SELECT COUNT(*) AS n FROM reaper_log_entries WHERE run_id = ?1")
       .bind(runs.done.runId)
       .first();
     assert.ok(log.n >= 1, "the finished run's journal was replayed into its delivery log");
     const transcript = await db
-      .prepare("SELECT body FROM transcripts WHERE run_id = ?1")
+      .prepare("SELECT body FROM reaper_transcripts WHERE run_id = ?1")
       .bind(runs.done.runId)
       .first();
     assert.ok(transcript, "the finished run's transcript was saved");

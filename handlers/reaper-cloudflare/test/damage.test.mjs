@@ -38,7 +38,7 @@ describe("damage met mid-sweep", () => {
   });
 
   // The tables a finished run's finalization writes before its terminal write, in that order.
-  for (const table of ["log_entries", "logs", "transcripts"]) {
+  for (const table of ["reaper_log_entries", "reaper_logs", "reaper_transcripts"]) {
     test(`a damaged ${table} table stops the alarm's sweep before any terminal write or destroy, reports damage and re-arms`, async () => {
       const admin = token();
       const statusToken = token();
@@ -74,11 +74,11 @@ describe("damage met mid-sweep", () => {
         const now = Date.now();
         for (const run of runs) {
           await db
-            .prepare("INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', ?2, ?3, ?4, ?5)")
+            .prepare("INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', ?2, ?3, ?4, ?5)")
             .bind(run.key, run.sandbox, `thread-${run.runId}`, run.runId, now)
             .run();
           await db
-            .prepare("INSERT INTO runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
+            .prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
             .bind(run.runId, `thread-${run.runId}`, now - HOUR, run.key, now - 10_000)
             .run();
         }
@@ -95,12 +95,12 @@ describe("damage met mid-sweep", () => {
 
         // Nothing terminal, no transcript, no destroy, no reclaim recorded.
         for (const run of runs) {
-          const row = await db.prepare("SELECT status, finished_at FROM runs WHERE run_id = ?1").bind(run.runId).first();
+          const row = await db.prepare("SELECT status, finished_at FROM reaper_runs WHERE run_id = ?1").bind(run.runId).first();
           assert.deepEqual({ ...row }, { status: "running", finished_at: null }, `${run.runId} after the damaged sweep`);
           const info = await sandboxd.api("GET", `/sandboxes/${run.sandbox}`);
           assert.equal(info.id ?? run.sandbox, run.sandbox, `${run.sandbox} still exists`);
         }
-        assert.equal((await db.prepare("SELECT COUNT(*) AS n FROM transcripts").first()).n, 0);
+        assert.equal((await db.prepare("SELECT COUNT(*) AS n FROM reaper_transcripts").first()).n, 0);
 
         // An error-level summary naming the damage.
         const summary = await eventually("the sweep summary", () => worker.jsonLogs().find((l) => l.message === "sweep summary"), GUARD_MS);
@@ -149,16 +149,16 @@ describe("rows no listing reaches", () => {
     // plant that one with the CHECK off.
     await db.batch([
       db
-        .prepare("INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-ok', 't-0', 'running', ?1, ?2)")
+        .prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-ok', 't-0', 'running', ?1, ?2)")
         .bind(now - HOUR, now - 60_000),
-      db.prepare("INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-far', 't-1', 'running', 1, 9007199254740993)"),
-      db.prepare("INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-text', 't-2', 'running', 1, 'soon')"),
+      db.prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-far', 't-1', 'running', 1, 9007199254740993)"),
+      db.prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) VALUES ('run-text', 't-2', 'running', 1, 'soon')"),
     ]);
     const plan = await db
-      .prepare("EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE detached_since IS NOT NULL AND (coalesce(status, '') NOT IN ('running', 'interrupted', 'completed', 'failed', 'aborted') OR (status = 'running' AND (typeof(detached_since) NOT IN ('integer', 'real') OR detached_since > 9007199254740991))) ORDER BY detached_since, rowid LIMIT 100")
+      .prepare("EXPLAIN QUERY PLAN SELECT run_id FROM reaper_runs WHERE detached_since IS NOT NULL AND (coalesce(status, '') NOT IN ('running', 'interrupted', 'completed', 'failed', 'aborted') OR (status = 'running' AND (typeof(detached_since) NOT IN ('integer', 'real') OR detached_since > 9007199254740991))) ORDER BY detached_since, rowid LIMIT 100")
       .all();
     assert.ok(
-      plan.results.some((r) => /USING INDEX runs_unlistable/.test(r.detail)),
+      plan.results.some((r) => /USING INDEX reaper_runs_unlistable/.test(r.detail)),
       `D1 reads the partial index, not the table: ${JSON.stringify(plan.results)}`,
     );
 

@@ -35,7 +35,7 @@ test("the cron arms the first alarm of a fresh deployment without the bootstrap 
     assert.ok(swept.alarm > Date.now() + 30_000, "re-armed one interval on");
     // The alarm's sweep created the schema: no /admin/migrate either.
     const tables = await (await worker.db())
-      .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'runs'")
+      .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'reaper_runs'")
       .all();
     assert.equal(tables.results.length, 1);
 
@@ -97,11 +97,11 @@ test("a failed reclaim is logged by the core as an error line, and the summary c
     const runId = `run-stale-${token().slice(0, 8)}`;
     // Past its TTL: the sweep records the cancel and then destroys its sandbox, which fails.
     await db
-      .prepare("INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', 'sbx-gone', 'thread-1', ?2, ?3)")
+      .prepare("INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', 'sbx-gone', 'thread-1', ?2, ?3)")
       .bind(`key-${runId}`, runId, now)
       .run();
     await db
-      .prepare("INSERT INTO runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, 'thread-1', 'running', ?2, ?3, ?4)")
+      .prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, 'thread-1', 'running', ?2, ?3, ?4)")
       .bind(runId, now - 3 * 3_600_000, `key-${runId}`, now - 2 * 3_600_000)
       .run();
 

@@ -118,11 +118,11 @@ describe("one alarm over Daytona, E2B and Vercel Sandbox through fetch", () => {
     const now = Date.now();
     for (const [i, run] of runs.entries()) {
       await db
-        .prepare("INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+        .prepare("INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
         .bind(`key-${run.runId}`, run.recorded, run.sandbox, `thread-${run.runId}`, run.runId, now)
         .run();
       await db
-        .prepare("INSERT INTO runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
+        .prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
         .bind(run.runId, `thread-${run.runId}`, now - 60_000, `key-${run.runId}`, now - 10_000 - i)
         .run();
     }
@@ -151,11 +151,11 @@ describe("one alarm over Daytona, E2B and Vercel Sandbox through fetch", () => {
     assert.equal(fetches, received, `fetches metered vs requests the fakes received: ${detail}`);
 
     const outcome = (runId) => report.runs.find((r) => r.runId === runId)?.outcome;
-    const row = (runId) => db.prepare("SELECT status FROM runs WHERE run_id = ?1").bind(runId).first();
+    const row = (runId) => db.prepare("SELECT status FROM reaper_runs WHERE run_id = ?1").bind(runId).first();
     const transcript = (runId) =>
-      db.prepare("SELECT body FROM transcripts WHERE run_id = ?1").bind(runId).first();
+      db.prepare("SELECT body FROM reaper_transcripts WHERE run_id = ?1").bind(runId).first();
     const instance = (runId) =>
-      db.prepare("SELECT provider FROM sandbox_instances WHERE key = ?1").bind(`key-${runId}`).first();
+      db.prepare("SELECT provider FROM reaper_sandbox_instances WHERE key = ?1").bind(`key-${runId}`).first();
     for (const run of runs) {
       const fake = fakes.get(run.provider);
       const what = `${run.kind} run on ${run.recorded} (${run.runId}): ${detail}`;

@@ -34,16 +34,16 @@ test("the alarm deletes the events of runs finished longer ago than the retentio
   for (const [id, run] of Object.entries(runs)) {
     const statements = [
       db
-        .prepare("INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) VALUES (?1, 't', ?2, ?3, ?4)")
+        .prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, finished_at) VALUES (?1, 't', ?2, ?3, ?4)")
         .bind(id, run.status, now - 3 * day, run.finished),
-      db.prepare("INSERT INTO logs (run_id, closed, last_append_at, next_seq) VALUES (?1, ?2, ?3, ?4)").bind(id, run.finished ? 1 : 0, now - 3 * day, run.events),
+      db.prepare("INSERT INTO reaper_logs (run_id, closed, last_append_at, next_seq) VALUES (?1, ?2, ?3, ?4)").bind(id, run.finished ? 1 : 0, now - 3 * day, run.events),
       db
-        .prepare("INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) VALUES (?1, 't', ?2, 0, ?3)")
+        .prepare("INSERT INTO reaper_transcripts (run_id, thread_id, body, exit_code, saved_at) VALUES (?1, 't', ?2, 0, ?3)")
         .bind(id, JSON.stringify([{ role: "assistant", content: `all of ${id}` }]), now - 2 * day),
     ];
     for (let seq = 0; seq < run.events; seq++) {
       statements.push(
-        db.prepare("INSERT INTO log_entries (run_id, seq, chunk) VALUES (?1, ?2, ?3)").bind(id, seq, JSON.stringify({ type: "TEXT_MESSAGE_CONTENT", delta: `${seq}` })),
+        db.prepare("INSERT INTO reaper_log_entries (run_id, seq, chunk) VALUES (?1, ?2, ?3)").bind(id, seq, JSON.stringify({ type: "TEXT_MESSAGE_CONTENT", delta: `${seq}` })),
       );
     }
     await db.batch(statements);
@@ -56,14 +56,14 @@ test("the alarm deletes the events of runs finished longer ago than the retentio
   assert.equal(status.lastRetention.more, false, JSON.stringify(status));
 
   const count = async (sql, id) => (await db.prepare(sql).bind(id).first()).n;
-  assert.equal(await count("SELECT COUNT(*) AS n FROM log_entries WHERE run_id = ?1", "old"), 0);
-  const log = await db.prepare("SELECT closed, events_pruned_at FROM logs WHERE run_id = 'old'").first();
+  assert.equal(await count("SELECT COUNT(*) AS n FROM reaper_log_entries WHERE run_id = ?1", "old"), 0);
+  const log = await db.prepare("SELECT closed, events_pruned_at FROM reaper_logs WHERE run_id = 'old'").first();
   assert.equal(log.closed, 1);
   assert.ok(log.events_pruned_at >= now, JSON.stringify(log));
-  assert.equal(await count("SELECT COUNT(*) AS n FROM runs WHERE run_id = ?1", "old"), 1);
-  assert.equal(await count("SELECT COUNT(*) AS n FROM transcripts WHERE run_id = ?1", "old"), 1);
-  assert.equal(await count("SELECT COUNT(*) AS n FROM log_entries WHERE run_id = ?1", "recent"), 3);
-  assert.equal(await count("SELECT COUNT(*) AS n FROM log_entries WHERE run_id = ?1", "live"), 4);
+  assert.equal(await count("SELECT COUNT(*) AS n FROM reaper_runs WHERE run_id = ?1", "old"), 1);
+  assert.equal(await count("SELECT COUNT(*) AS n FROM reaper_transcripts WHERE run_id = ?1", "old"), 1);
+  assert.equal(await count("SELECT COUNT(*) AS n FROM reaper_log_entries WHERE run_id = ?1", "recent"), 3);
+  assert.equal(await count("SELECT COUNT(*) AS n FROM reaper_log_entries WHERE run_id = ?1", "live"), 4);
   const line = worker.jsonLogs().find((l) => l.message === "event retention");
   assert.ok(line, JSON.stringify(worker.logs));
   assert.equal(line.events_deleted, 700, JSON.stringify(line));

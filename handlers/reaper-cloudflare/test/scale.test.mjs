@@ -53,7 +53,7 @@ async function seed(db, total, { expired, sameMs }, now) {
   const runs = db
     .prepare(
       `WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < ?1)
-       INSERT INTO runs (run_id, thread_id, status, started_at, detached_since)
+       INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since)
        SELECT printf('run-%07d', i), printf('thread-%07d', i), 'running', ?2,
               CASE WHEN i < ?3 THEN ?4 + i ELSE ?5 + (i - ?3) * ?6 END
        FROM seq`,
@@ -105,7 +105,7 @@ async function sweepOver(total, shape) {
     assert.equal(boot.status, 200, boot.text);
     const status = await statusWhen(worker, admin, `the alarm over ${total} runs`, (s) => s.lastSweep != null, 60_000);
     const alarmMs = performance.now() - armed;
-    const running = (await db.prepare("SELECT COUNT(*) AS n FROM runs WHERE status = 'running'").first()).n;
+    const running = (await db.prepare("SELECT COUNT(*) AS n FROM reaper_runs WHERE status = 'running'").first()).n;
     const summary = worker.jsonLogs().find((l) => l.message === "sweep summary");
     const sweep = { total, shape, resumeAt, seedMs, alarmMs, status, running, summary };
     print(sweep);
@@ -220,7 +220,7 @@ test(
   },
 );
 
-// The partial index `runs_reclaimable` covers the listing's whole keyset (detached_since, run_id)
+// The partial index `reaper_runs_reclaimable` covers the listing's whole keyset (detached_since, run_id)
 // since schema version 4, so after a bulk detach a page seeks to its cursor inside the group of
 // runs sharing one millisecond instead of sorting the whole group.
 test(

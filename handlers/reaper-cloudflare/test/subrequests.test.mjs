@@ -46,11 +46,11 @@ test("the subrequest meter stops starting runs before the plan's limit and repor
     const sbx = await sandboxd.api("POST", "/sandboxes", { journalDir: sandboxd.journalDir });
     await sandboxd.api("POST", `/sandboxes/${sbx.id}/agents`, { runId, command: "echo '{}'; sleep 60" });
     await db
-      .prepare("INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', ?2, ?3, ?4, ?5)")
+      .prepare("INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, thread_id, latest_run_id, updated_at) VALUES (?1, 'sandboxd', ?2, ?3, ?4, ?5)")
       .bind(`key-${n}-${i}`, sbx.id, `thread-${n}-${i}`, runId, now)
       .run();
     await db
-      .prepare("INSERT INTO runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
+      .prepare("INSERT INTO reaper_runs (run_id, thread_id, status, started_at, sandbox_key, detached_since) VALUES (?1, ?2, 'running', ?3, ?4, ?5)")
       .bind(runId, `thread-${n}-${i}`, now - 60_000, `key-${n}-${i}`, now - 10_000 - i)
       .run();
   }

@@ -137,7 +137,9 @@ mod tests {
             assert!(classify_d1_error(m).is_retryable(), "{m}");
         }
         assert!(matches!(
-            classify_d1_error("D1_ERROR: UNIQUE constraint failed: runs.run_id: SQLITE_CONSTRAINT"),
+            classify_d1_error(
+                "D1_ERROR: UNIQUE constraint failed: reaper_runs.run_id: SQLITE_CONSTRAINT"
+            ),
             StoreError::Conflict(_)
         ));
         match classify_d1_error("D1_ERROR: near \"SELEC\": syntax error: SQLITE_ERROR") {
@@ -151,7 +153,7 @@ mod tests {
         for m in [
             "D1_ERROR: database disk image is malformed: SQLITE_CORRUPT",
             "D1_ERROR: file is not a database: SQLITE_NOTADB",
-            "D1_ERROR: no such table: runs: SQLITE_ERROR",
+            "D1_ERROR: no such table: reaper_runs: SQLITE_ERROR",
             "D1_ERROR: no such column: driver_epoch at offset 7: SQLITE_ERROR",
         ] {
             let e = classify_d1_error(m);

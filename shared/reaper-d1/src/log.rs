@@ -33,7 +33,7 @@ struct AgedOut {
 /// True unless the run's epoch is past the held one (`?2`; NULL means no fence). A missing run
 /// record does not refuse the append.
 const FENCE_OK: &str =
-    "(?2 IS NULL OR NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND driver_epoch > ?2))";
+    "(?2 IS NULL OR NOT EXISTS (SELECT 1 FROM reaper_runs WHERE run_id = ?1 AND driver_epoch > ?2))";
 
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
@@ -57,14 +57,14 @@ impl DeliveryLog for D1Store {
         // write below sees, so the outcome decided from it is the one that landed.
         let mut statements = vec![
             Statement::new(
-                "SELECT (SELECT driver_epoch FROM runs WHERE run_id = ?1) AS epoch, \
-                 (SELECT closed FROM logs WHERE run_id = ?1) AS closed, \
-                 (SELECT next_seq FROM logs WHERE run_id = ?1) AS next_seq",
+                "SELECT (SELECT driver_epoch FROM reaper_runs WHERE run_id = ?1) AS epoch, \
+                 (SELECT closed FROM reaper_logs WHERE run_id = ?1) AS closed, \
+                 (SELECT next_seq FROM reaper_logs WHERE run_id = ?1) AS next_seq",
                 vec![run_id.into()],
             ),
             Statement::new(
                 format!(
-                    "INSERT INTO logs (run_id) SELECT ?1 WHERE {FENCE_OK} \
+                    "INSERT INTO reaper_logs (run_id) SELECT ?1 WHERE {FENCE_OK} \
                      ON CONFLICT (run_id) DO NOTHING"
                 ),
                 key(),
@@ -75,9 +75,9 @@ impl DeliveryLog for D1Store {
             insert.push(array.into());
             statements.push(Statement::new(
                 format!(
-                    "INSERT INTO log_entries (run_id, seq, chunk) \
-                     SELECT ?1, logs.next_seq + j.key, j.value FROM logs, json_each(?3) AS j \
-                     WHERE logs.run_id = ?1 AND logs.closed = 0 AND {FENCE_OK}"
+                    "INSERT INTO reaper_log_entries (run_id, seq, chunk) \
+                     SELECT ?1, reaper_logs.next_seq + j.key, j.value FROM reaper_logs, json_each(?3) AS j \
+                     WHERE reaper_logs.run_id = ?1 AND reaper_logs.closed = 0 AND {FENCE_OK}"
                 ),
                 insert,
             ));
@@ -86,7 +86,7 @@ impl DeliveryLog for D1Store {
             advance.push(now.into());
             statements.push(Statement::new(
                 format!(
-                    "UPDATE logs SET next_seq = next_seq + ?3, last_append_at = ?4 \
+                    "UPDATE reaper_logs SET next_seq = next_seq + ?3, last_append_at = ?4 \
                      WHERE run_id = ?1 AND closed = 0 AND {FENCE_OK}"
                 ),
                 advance,

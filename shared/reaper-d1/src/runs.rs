@@ -66,7 +66,7 @@ pub const MAX_UNLISTABLE_REPORTED: usize = 100;
 /// One row [`sql::LIST_UNLISTABLE`] selected, as [`StoreError::Corrupt`] naming the run (or its
 /// rowid when the run id is not text), with the reason `reaper status` gives.
 fn unlistable_row(row: &Row) -> StoreError {
-    let rowid = row.opt_int("rowid", "runs").ok().flatten();
+    let rowid = row.opt_int("rowid", "reaper_runs").ok().flatten();
     let key = match row.get("run_id") {
         Some(serde_json::Value::String(id)) => id.clone(),
         _ => sql::row_key(rowid),
@@ -320,7 +320,7 @@ impl RunStore for D1Store {
             corrupt: Vec::new(),
         };
         for row in self.reclaimable_rows(now, ttl_ms).await? {
-            let rowid = row.opt_int("rowid", "runs").ok().flatten();
+            let rowid = row.opt_int("rowid", "reaper_runs").ok().flatten();
             match decode_run(&row, &sql::row_key(rowid)) {
                 Ok(record) => listing.runs.push(record),
                 Err(e @ StoreError::Corrupt { .. }) => listing.corrupt.push(e),
@@ -361,7 +361,7 @@ impl RunStore for D1Store {
         // The rows no page can reach are reported with the sweep's first page (the range past
         // the TTL, from its start), so every sweep reports them once, as `reaper status` and
         // the SQLite store do. In the page's batch: no extra round trip, and the partial index
-        // `runs_unlistable` keeps it to the unlistable rows themselves (none when healthy).
+        // `reaper_runs_unlistable` keeps it to the unlistable rows themselves (none when healthy).
         let first = query.after.is_none() && query.detached_after.is_none();
         let mut statements = vec![page_statement];
         if first {
@@ -377,8 +377,8 @@ impl RunStore for D1Store {
         for row in &rows {
             // The keyset of every row, a corrupt one included, so the next page starts past it.
             let position = (
-                row.opt_int("detached_since", "runs"),
-                row.text("run_id", "runs"),
+                row.opt_int("detached_since", "reaper_runs"),
+                row.text("run_id", "reaper_runs"),
             );
             if let (Ok(Some(detached_since)), Ok(run_id)) = position {
                 page.next = Some(ReclaimableCursor {
@@ -386,7 +386,7 @@ impl RunStore for D1Store {
                     run_id,
                 });
             }
-            let rowid = row.opt_int("rowid", "runs").ok().flatten();
+            let rowid = row.opt_int("rowid", "reaper_runs").ok().flatten();
             match decode_run(row, &sql::row_key(rowid)) {
                 Ok(record) => page.runs.push(std::sync::Arc::new(record)),
                 Err(e @ StoreError::Corrupt { .. }) => page.corrupt.push(e),

@@ -7,8 +7,8 @@
 
 use reaper_core::StoreError;
 use reaper_sql::schema::{
-    pending, recorded_version, shape_at, shape_problem, CURRENT_VERSION, RECORD_MIGRATION, TABLES,
-    TABLE_COLUMNS,
+    pending, recorded_version, shape_at, shape_problem, BASELINE, CURRENT_VERSION,
+    RECORD_MIGRATION, TABLES, TABLE_COLUMNS,
 };
 use reaper_sql::SCHEMA_TABLE;
 
@@ -114,8 +114,39 @@ pub async fn inspect(client: &dyn SqlClient) -> Result<Found, StoreError> {
         // A newer schema is refused as such; its shape is not ours to judge.
         return Ok(Found::Reaper(version));
     }
+    // Before version 7 the first tables had no `reaper_` prefix: their columns are read under
+    // the old names, in one more round trip that only an upgrade takes.
+    let old_columns = if version < BASELINE.version {
+        let shape: Vec<&str> = shape_at(version).map(|(t, _)| t).collect();
+        let out = client
+            .batch(
+                shape
+                    .iter()
+                    .map(|table| Statement::new(TABLE_COLUMNS, vec![(*table).into()]))
+                    .collect(),
+            )
+            .await?;
+        if out.len() != shape.len() {
+            return Err(StoreError::Backend(format!(
+                "d1 batch of {} statements returned {} results",
+                shape.len(),
+                out.len()
+            )));
+        }
+        shape
+            .into_iter()
+            .zip(out)
+            .map(|(t, rows)| Ok((t, names(&rows, t)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?
+    } else {
+        Vec::new()
+    };
     for (table, expected) in shape_at(version) {
-        if let Some(problem) = shape_problem(table, expected, &columns(table)?) {
+        let found = match old_columns.iter().find(|(t, _)| *t == table) {
+            Some((_, found)) => found.clone(),
+            None => columns(table)?,
+        };
+        if let Some(problem) = shape_problem(table, expected, &found) {
             return Ok(Found::Damaged(format!(
                 "{problem}, but reaper_schema says version {version}"
             )));

@@ -1,6 +1,6 @@
 //! A damaged D1 database is an error that says "damaged" and what to do, at open or at first
-//! use, never an empty listing or a bare "no such column" (issue 12.7): a `runs` table of the
-//! wrong shape, a missing table, damage to `reaper_schema`, and a malformed page.
+//! use, never an empty listing or a bare "no such column" (issue 12.7): a `reaper_runs` table
+//! of the wrong shape, a missing table, damage to `reaper_schema`, and a malformed page.
 
 mod common;
 
@@ -72,20 +72,21 @@ async fn open_refused_as_damaged(client: Arc<SqliteClient>, detail: &str) {
 
 #[tokio::test]
 async fn a_runs_table_with_a_renamed_column_is_refused_as_damaged_at_open() {
-    let client = edited("ALTER TABLE runs RENAME COLUMN detached_since TO detached_at").await;
-    open_refused_as_damaged(client, "table runs lacks column detached_since").await;
+    let client =
+        edited("ALTER TABLE reaper_runs RENAME COLUMN detached_since TO detached_at").await;
+    open_refused_as_damaged(client, "table reaper_runs lacks column detached_since").await;
 }
 
 #[tokio::test]
 async fn a_runs_table_missing_columns_is_refused_as_damaged_naming_them() {
     let client = edited(
-        "DROP TABLE runs; CREATE TABLE runs (run_id TEXT PRIMARY KEY, thread_id TEXT, \
+        "DROP TABLE reaper_runs; CREATE TABLE reaper_runs (run_id TEXT PRIMARY KEY, thread_id TEXT, \
          status TEXT, started_at INTEGER)",
     )
     .await;
     open_refused_as_damaged(
         client,
-        "table runs lacks columns finished_at, error_message, error_code, usage, sandbox_key, \
+        "table reaper_runs lacks columns finished_at, error_message, error_code, usage, sandbox_key, \
          detached_since, cancel_requested, driver_epoch (it has run_id, thread_id, status, \
          started_at)",
     )
@@ -94,11 +95,11 @@ async fn a_runs_table_missing_columns_is_refused_as_damaged_naming_them() {
 
 #[tokio::test]
 async fn a_missing_table_is_refused_as_damaged_naming_it() {
-    let client = edited("DROP TABLE log_entries").await;
+    let client = edited("DROP TABLE reaper_log_entries").await;
     open_refused_as_damaged(
         client,
         &format!(
-            "table log_entries is missing, but reaper_schema says version {}",
+            "table reaper_log_entries is missing, but reaper_schema says version {}",
             reaper_d1::SCHEMA_VERSION
         ),
     )
@@ -121,12 +122,7 @@ async fn a_schema_table_of_the_wrong_shape_is_refused_as_damaged() {
 async fn a_version_two_database_without_lease_notes_is_not_damaged_and_migrates() {
     use reaper_core::{LeaseGrant, LeaseStore};
 
-    let client = edited(&format!(
-        "DROP TABLE reaper_lease_notes; DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; {V3_LISTING_INDEX} \
-         {V4_INDEXES} \
-         DELETE FROM reaper_schema WHERE version >= 3"
-    ))
-    .await;
+    let client = old_version(2);
     let store = D1Store::open(client.clone()).await.unwrap();
     assert_eq!(
         reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
@@ -144,13 +140,28 @@ async fn a_version_two_database_without_lease_notes_is_not_damaged_and_migrates(
     );
 }
 
-/// The listing's index as versions 1 to 3 built it: on `detached_since` alone.
-const V3_LISTING_INDEX: &str = "DROP INDEX runs_reclaimable; \
-     CREATE INDEX runs_reclaimable ON runs (detached_since) \
-     WHERE status = 'running' AND detached_since IS NOT NULL;";
-
-/// Versions up to 4 have no `runs_unlistable` (version 5 adds it).
-const V4_INDEXES: &str = "DROP INDEX runs_unlistable;";
+/// A database as the released migrations up to `version` built it (before version 7 the
+/// first tables had no `reaper_` prefix), holding the run [`detached`]`(1)`.
+fn old_version(version: u32) -> Arc<SqliteClient> {
+    let client = Arc::new(SqliteClient::in_memory());
+    for m in reaper_sql::MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= version)
+    {
+        for sql in m.statements {
+            client.execute(sql);
+        }
+        client.execute(&format!(
+            "INSERT INTO reaper_schema (version, description) VALUES ({}, '{}')",
+            m.version, m.description
+        ));
+    }
+    client.execute(
+        "INSERT INTO runs (run_id, thread_id, status, started_at, detached_since, sandbox_key) \
+         VALUES ('run-00001', 'thread-1', 'running', 1, 5, 'thread-1:sandbox')",
+    );
+    client
+}
 
 async fn index_columns(client: &SqliteClient, index: &str) -> Vec<String> {
     let out = client
@@ -168,11 +179,7 @@ async fn index_columns(client: &SqliteClient, index: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_runs() {
-    let client = edited(&format!(
-        "DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; {V3_LISTING_INDEX} {V4_INDEXES} \
-         DELETE FROM reaper_schema WHERE version >= 4"
-    ))
-    .await;
+    let client = old_version(3);
     assert_eq!(
         index_columns(&client, "runs_reclaimable").await,
         ["detached_since"]
@@ -183,7 +190,7 @@ async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_ru
         reaper_d1::Found::Reaper(reaper_d1::SCHEMA_VERSION)
     );
     assert_eq!(
-        index_columns(&client, "runs_reclaimable").await,
+        index_columns(&client, "reaper_runs_reclaimable").await,
         ["detached_since", "run_id"]
     );
     assert_eq!(store.get("run-00001").await.unwrap(), Some(detached(1)));
@@ -192,8 +199,7 @@ async fn a_version_three_database_gets_the_listing_keyset_index_and_keeps_its_ru
 #[tokio::test]
 async fn a_version_five_database_gains_the_run_history_and_keeps_its_runs() {
     use reaper_core::RunStore;
-    let client =
-        edited("DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; DELETE FROM reaper_schema WHERE version >= 6").await;
+    let client = old_version(5);
     let store = D1Store::open(client.clone()).await.unwrap();
     assert_eq!(
         reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
@@ -205,12 +211,7 @@ async fn a_version_five_database_gains_the_run_history_and_keeps_its_runs() {
 
 #[tokio::test]
 async fn a_version_one_database_without_the_ledger_is_not_damaged_and_migrates() {
-    let client = edited(&format!(
-        "DROP TABLE reaper_reclaim_intents; DROP TABLE reaper_lease_notes; \
-             DROP TABLE reaper_run_history; DROP TABLE reaper_sweeps; {V4_INDEXES} \
-             DELETE FROM reaper_schema WHERE version >= 2"
-    ))
-    .await;
+    let client = old_version(1);
     let store = D1Store::open(client.clone()).await.unwrap();
     assert_eq!(
         reaper_d1::schema::inspect(client.as_ref()).await.unwrap(),
@@ -223,7 +224,7 @@ async fn a_version_one_database_without_the_ledger_is_not_damaged_and_migrates()
 async fn a_column_renamed_under_an_open_store_fails_its_first_use_as_damaged() {
     let (store, client) = common::store().await;
     store.put_run(detached(1)).await.unwrap();
-    client.execute("ALTER TABLE runs RENAME COLUMN driver_epoch TO epoch");
+    client.execute("ALTER TABLE reaper_runs RENAME COLUMN driver_epoch TO epoch");
     for e in [
         store.list_reclaimable_listing(10, 0).await.unwrap_err(),
         store.bump_epoch("run-00001").await.unwrap_err(),
@@ -256,7 +257,7 @@ async fn a_damaged_page_of_the_runs_table_fails_the_listing_as_damaged_never_emp
         let conn = Connection::open(&path).unwrap();
         let root = conn
             .query_row(
-                "SELECT rootpage FROM sqlite_master WHERE name = 'runs'",
+                "SELECT rootpage FROM sqlite_master WHERE name = 'reaper_runs'",
                 [],
                 |r| r.get(0),
             )
@@ -293,4 +294,45 @@ async fn a_damaged_page_of_the_runs_table_fails_the_listing_as_damaged_never_emp
 #[test]
 fn d1_and_sqlite_recognise_damage_by_the_same_key() {
     assert_eq!(DAMAGED_KEY, reaper_sqlite::DAMAGED_KEY);
+}
+
+#[tokio::test]
+async fn a_version_six_database_is_renamed_to_the_prefixed_tables_in_one_batch_keeping_its_rows() {
+    let client = old_version(6);
+    client.execute(
+        "INSERT INTO leases (key, owner, token, expires_at) VALUES ('k', 'o', 't', 9); \
+         INSERT INTO logs (run_id, next_seq) VALUES ('run-00001', 1); \
+         INSERT INTO log_entries (run_id, seq, chunk) VALUES ('run-00001', 0, '{}'); \
+         INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, \
+         updated_at) VALUES ('thread-1:sandbox', 'local', 'p', 'thread-1', 3); \
+         INSERT INTO transcripts (run_id, thread_id, body, saved_at) \
+         VALUES ('run-00001', 'thread-1', '[]', 4);",
+    );
+    let store = D1Store::open(client.clone()).await.unwrap();
+    assert_eq!(store.get("run-00001").await.unwrap(), Some(detached(1)));
+    for (table, n) in [
+        ("reaper_runs", 1),
+        ("reaper_leases", 1),
+        ("reaper_logs", 1),
+        ("reaper_log_entries", 1),
+        ("reaper_sandbox_instances", 1),
+        ("reaper_transcripts", 1),
+    ] {
+        let out = client
+            .batch(vec![Statement::new(
+                format!("SELECT COUNT(*) AS n FROM {table}"),
+                vec![],
+            )])
+            .await
+            .unwrap();
+        assert_eq!(out[0][0]["n"], serde_json::json!(n), "{table}");
+    }
+    // The same tables and indexes a new database has (a rename quotes the new name).
+    let (_, fresh) = common::store().await;
+    let strip =
+        |v: Vec<String>| -> Vec<String> { v.into_iter().map(|o| o.replace("\\\"", "")).collect() };
+    assert_eq!(
+        strip(contents(&client).await),
+        strip(contents(&fresh).await)
+    );
 }

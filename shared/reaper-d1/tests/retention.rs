@@ -35,7 +35,7 @@ impl SqlClient for Counting {
     async fn batch(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>, StoreError> {
         let deletes: Vec<bool> = statements
             .iter()
-            .map(|s| s.sql.starts_with("DELETE FROM log_entries"))
+            .map(|s| s.sql.starts_with("DELETE FROM reaper_log_entries"))
             .collect();
         let out = self.inner.batch(statements).await?;
         let deleted = out

@@ -93,21 +93,24 @@ async fn the_reaper_tables_go_beside_an_application_s_own_in_a_d1_database() {
 async fn a_d1_table_named_like_the_reaper_s_without_its_schema_is_refused_untouched() {
     let client = Arc::new(SqliteClient::in_memory());
     client.execute(
-        "CREATE TABLE users (id INTEGER PRIMARY KEY); CREATE TABLE runs (id INTEGER); \
+        "CREATE TABLE users (id INTEGER PRIMARY KEY); CREATE TABLE reaper_runs (id INTEGER); \
          CREATE TABLE _cf_KV (k, v);",
     );
     match D1Store::open(client.clone()).await {
         Err(e @ OpenError::Foreign { .. }) => {
             let message = e.to_string();
             assert!(
-                message.contains("(runs)") && !message.contains("users"),
+                message.contains("(reaper_runs)") && !message.contains("users"),
                 "{message}"
             );
         }
         other => panic!("opened a foreign database: {other:?}"),
     }
     let tables = reaper_d1::schema::inspect(client.as_ref()).await.unwrap();
-    assert_eq!(tables, reaper_d1::Found::Foreign(vec!["runs".into()]));
+    assert_eq!(
+        tables,
+        reaper_d1::Found::Foreign(vec!["reaper_runs".into()])
+    );
 }
 
 #[tokio::test]
@@ -147,8 +150,11 @@ async fn opening_a_current_database_again_applies_no_migration() {
     )
     .await
     .unwrap();
-    // One row per migration, each applied once.
-    assert_eq!(rows[0][0]["n"], serde_json::json!(SCHEMA_VERSION));
+    // One row per migration a new database takes (the baseline, then any later), each once.
+    assert_eq!(
+        rows[0][0]["n"],
+        serde_json::json!(reaper_sql::schema::pending(0).count())
+    );
 }
 
 #[tokio::test]
@@ -157,7 +163,7 @@ async fn a_row_with_an_unknown_status_is_corrupt_and_named_never_read_as_termina
     // The CHECK constraint keeps the ports from writing one; a hand edit without it can.
     client.execute(
         "PRAGMA ignore_check_constraints = ON; \
-         INSERT INTO runs (run_id, thread_id, status, started_at) \
+         INSERT INTO reaper_runs (run_id, thread_id, status, started_at) \
          VALUES ('run-x', 't', 'toString', 1); PRAGMA ignore_check_constraints = OFF;",
     );
     match store.get("run-x").await {
@@ -174,9 +180,9 @@ async fn one_corrupt_detached_run_is_listed_as_corrupt_beside_the_good_ones() {
     let (store, client) = common::store().await;
     client.execute(
         "PRAGMA ignore_check_constraints = ON; \
-         INSERT INTO runs (run_id, thread_id, started_at, detached_since) \
+         INSERT INTO reaper_runs (run_id, thread_id, started_at, detached_since) \
          VALUES ('good', 't', 1, 5); \
-         INSERT INTO runs (run_id, thread_id, started_at, detached_since, usage) \
+         INSERT INTO reaper_runs (run_id, thread_id, started_at, detached_since, usage) \
          VALUES ('bad', 't', 1, 5, 'not json'); \
          PRAGMA ignore_check_constraints = OFF;",
     );
@@ -188,4 +194,29 @@ async fn one_corrupt_detached_run_is_listed_as_corrupt_beside_the_good_ones() {
         "{:?}",
         listing.corrupt
     );
+}
+
+#[tokio::test]
+async fn the_reaper_tables_go_beside_an_application_s_own_runs_and_logs_in_a_d1_database() {
+    let client = Arc::new(SqliteClient::in_memory());
+    client.execute(
+        "CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT); CREATE TABLE logs (line TEXT); \
+         CREATE INDEX runs_by_thread ON runs (what); \
+         INSERT INTO runs (what) VALUES ('app run'); INSERT INTO logs (line) VALUES ('app log');",
+    );
+    let store = D1Store::open(client.clone()).await.unwrap();
+    let mut record = reaper_core::RunRecord::new("run-1", "thread-1", 1_000);
+    record.detached_since = Some(2_000);
+    store.put_run(record.clone()).await.unwrap();
+    assert_eq!(store.get("run-1").await.unwrap(), Some(record));
+    let rows = client
+        .batch(vec![
+            reaper_d1::Statement::new("SELECT what FROM runs", vec![]),
+            reaper_d1::Statement::new("SELECT line FROM logs", vec![]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].len(), 1, "{rows:?}");
+    assert_eq!(rows[0][0]["what"], serde_json::json!("app run"));
+    assert_eq!(rows[1][0]["line"], serde_json::json!("app log"));
 }

@@ -16,7 +16,7 @@ use rusqlite::Connection;
 /// A healthy detached run, and three no listing reaches: one shouting its status, one detached
 /// past what a JS number carries, one whose `detached_since` is text.
 const PLANT: &str = "PRAGMA ignore_check_constraints = ON; \
-     INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) VALUES \
+     INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) VALUES \
        ('run-good', 't-0', 'running', 1, 5), \
        ('run-shouting', 't-1', 'RUNNING', 1, 1), \
        ('run-far', 't-2', 'running', 1, 9007199254740993), \
@@ -131,7 +131,7 @@ async fn the_unlistable_report_reads_only_its_partial_index_not_the_runs_table()
     assert!(
         steps
             .iter()
-            .any(|s| s.contains("USING INDEX runs_unlistable")),
+            .any(|s| s.contains("USING INDEX reaper_runs_unlistable")),
         "{steps:?}"
     );
     assert!(
@@ -172,7 +172,8 @@ async fn a_version_4_database_upgrades_to_the_unlistable_index_keeping_every_row
     let file = dir.path().join("d1.db");
     let client = Arc::new(SqliteClient::new(Connection::open(&file).unwrap()));
     migrate_to(&client, 4);
-    client.execute(PLANT);
+    // Version 4 named the table `runs` (version 7 added the prefix).
+    client.execute(&PLANT.replace("INTO reaper_runs ", "INTO runs "));
     client.execute(
         "INSERT INTO log_entries (run_id, seq, chunk) VALUES ('run-good', 0, '{}'); \
          INSERT INTO logs (run_id, next_seq) VALUES ('run-good', 1);",
@@ -192,8 +193,11 @@ async fn a_version_4_database_upgrades_to_the_unlistable_index_keeping_every_row
     let store = D1Store::open(client.clone()).await.unwrap();
 
     let after = Connection::open(&file).unwrap();
-    assert_eq!(count(&after, "SELECT COUNT(*) FROM runs"), rows_before);
-    assert_eq!(count(&after, "SELECT COUNT(*) FROM log_entries"), 1);
+    assert_eq!(
+        count(&after, "SELECT COUNT(*) FROM reaper_runs"),
+        rows_before
+    );
+    assert_eq!(count(&after, "SELECT COUNT(*) FROM reaper_log_entries"), 1);
     assert_eq!(
         count(&after, "SELECT MAX(version) FROM reaper_schema"),
         i64::from(SCHEMA_VERSION)
@@ -201,7 +205,8 @@ async fn a_version_4_database_upgrades_to_the_unlistable_index_keeping_every_row
     assert_eq!(
         count(
             &after,
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'runs_unlistable'"
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' \
+             AND name = 'reaper_runs_unlistable'"
         ),
         1
     );
@@ -210,7 +215,7 @@ async fn a_version_4_database_upgrades_to_the_unlistable_index_keeping_every_row
         count(
             &after,
             &format!(
-                "SELECT COUNT(*) FROM runs INDEXED BY runs_unlistable WHERE {}",
+                "SELECT COUNT(*) FROM reaper_runs INDEXED BY reaper_runs_unlistable WHERE {}",
                 reaper_sql::runs::UNLISTABLE_WHERE
             )
         ),

@@ -1,11 +1,11 @@
 //! The detached view `reaper status` lists (`reaper_core::detached`): one aggregate over the
-//! partial index `runs_reclaimable` for the summary, and one joined, filtered, limited statement
+//! partial index `reaper_runs_reclaimable` for the summary, and one joined, filtered, limited statement
 //! for the rows, so the cost follows the rows shown, not the backlog. Only listable rows are
 //! read (a `detached_since` that is an integer up to [`crate::runs::MAX_SAFE_INTEGER`]: text and
 //! blobs sort after every number); the others are the sweep's unlistable rows, reported apart.
 
 /// The condition every statement here shares: the partial index's own WHERE, and the listable
-/// range, so SQLite reads `runs_reclaimable` in order.
+/// range, so SQLite reads `reaper_runs_reclaimable` in order.
 macro_rules! detached_where {
     () => {
         "r.status = 'running' AND r.detached_since IS NOT NULL \
@@ -29,14 +29,14 @@ macro_rules! detached_filters {
 /// of the partial index: no run row is read.
 pub const SUMMARY: &str = concat!(
     "SELECT COUNT(*) AS count, MIN(r.detached_since) AS oldest, \
-     COALESCE(SUM(r.detached_since <= ?1), 0) AS past_ttl FROM runs AS r WHERE ",
+     COALESCE(SUM(r.detached_since <= ?1), 0) AS past_ttl FROM reaper_runs AS r WHERE ",
     detached_where!()
 );
 
 /// How many listable detached runs pass the filters (`?1`–`?3`, see the rows statement).
 pub const MATCHING: &str = concat!(
-    "SELECT COUNT(*) AS count FROM runs AS r \
-     LEFT JOIN sandbox_instances AS i ON i.key = r.sandbox_key WHERE ",
+    "SELECT COUNT(*) AS count FROM reaper_runs AS r \
+     LEFT JOIN reaper_sandbox_instances AS i ON i.key = r.sandbox_key WHERE ",
     detached_where!(),
     detached_filters!()
 );
@@ -59,7 +59,7 @@ macro_rules! detached_select {
          i.latest_run_id AS i_latest_run_id, i.updated_at AS i_updated_at, \
          (SELECT h.entry FROM reaper_run_history AS h WHERE h.run_id = r.run_id \
          ORDER BY h.at DESC, h.sweep_id DESC LIMIT 1) AS last_entry \
-         FROM runs AS r LEFT JOIN sandbox_instances AS i ON i.key = r.sandbox_key WHERE "
+         FROM reaper_runs AS r LEFT JOIN reaper_sandbox_instances AS i ON i.key = r.sandbox_key WHERE "
     };
 }
 

@@ -29,6 +29,6 @@ pub mod transcripts;
 
 pub use logs::{RetentionReport, DEFAULT_EVENT_RETENTION_MS};
 pub use schema::{
-    d1_damaged, d1_damaged_in_use, damaged, damaged_in_use, Migration, DAMAGED_KEY, MIGRATIONS,
-    SCHEMA_TABLE, SCHEMA_VERSION,
+    d1_damaged, d1_damaged_in_use, damaged, damaged_in_use, Migration, BASELINE, DAMAGED_KEY,
+    MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION,
 };

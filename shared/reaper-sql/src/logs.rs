@@ -1,31 +1,31 @@
-//! The `logs` and `log_entries` tables: the per-run delivery log. Appending differs by backend
+//! The `reaper_logs` and `reaper_log_entries` tables: the per-run delivery log. Appending differs by backend
 //! (a transaction reading then writing in rusqlite; one batch of conditional statements in D1),
 //! so only the statements both run verbatim are here.
 
 /// One row per run that has a log.
-pub const TABLE: &str = "logs";
+pub const TABLE: &str = "reaper_logs";
 
 /// One row per chunk.
-pub const ENTRIES_TABLE: &str = "log_entries";
+pub const ENTRIES_TABLE: &str = "reaper_log_entries";
 
 /// Closes a run's log, creating it closed if it has none: `?1` the run id.
-pub const CLOSE: &str = "INSERT INTO logs (run_id, closed) VALUES (?1, 1) \
+pub const CLOSE: &str = "INSERT INTO reaper_logs (run_id, closed) VALUES (?1, 1) \
                          ON CONFLICT (run_id) DO UPDATE SET closed = 1";
 
 /// [`CLOSE`] fenced on a held epoch: it writes nothing while run `?1`'s `driver_epoch` is past
 /// `?2` (a NULL `?2` never refuses, and neither does a missing run), in the statement itself.
-pub const CLOSE_FENCED: &str = "INSERT INTO logs (run_id, closed) SELECT ?1, 1 \
-     WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND driver_epoch > ?2) \
+pub const CLOSE_FENCED: &str = "INSERT INTO reaper_logs (run_id, closed) SELECT ?1, 1 \
+     WHERE NOT EXISTS (SELECT 1 FROM reaper_runs WHERE run_id = ?1 AND driver_epoch > ?2) \
      ON CONFLICT (run_id) DO UPDATE SET closed = 1";
 
 /// A log's state: `closed`, `last_append_at`, `next_seq` and `pruned` (its events aged out, so
 /// it reads back empty). `?1` the run id.
 pub const SNAPSHOT: &str = "SELECT closed, last_append_at, next_seq, \
                             events_pruned_at IS NOT NULL AS pruned \
-                            FROM logs WHERE run_id = ?1";
+                            FROM reaper_logs WHERE run_id = ?1";
 
 /// Up to `?3` chunks from offset `?2` on, in order: `?1` the run id.
-pub const READ: &str = "SELECT seq, chunk FROM log_entries WHERE run_id = ?1 AND seq >= ?2 \
+pub const READ: &str = "SELECT seq, chunk FROM reaper_log_entries WHERE run_id = ?1 AND seq >= ?2 \
                         ORDER BY seq LIMIT ?3";
 
 /// `next_seq` as an offset: it is never negative.
@@ -62,11 +62,11 @@ pub struct RetentionReport {
 macro_rules! aged_out {
     ($run:literal, $cutoff:literal) => {
         concat!(
-            "EXISTS (SELECT 1 FROM runs WHERE runs.run_id = ",
+            "EXISTS (SELECT 1 FROM reaper_runs WHERE reaper_runs.run_id = ",
             $run,
-            " AND runs.finished_at IS NOT NULL AND runs.finished_at <= ",
+            " AND reaper_runs.finished_at IS NOT NULL AND reaper_runs.finished_at <= ",
             $cutoff,
-            " AND runs.status IN ('completed', 'failed', 'aborted'))"
+            " AND reaper_runs.status IN ('completed', 'failed', 'aborted'))"
         )
     };
 }
@@ -74,19 +74,19 @@ macro_rules! aged_out {
 /// Logs whose events have aged out and are not yet pruned, oldest finish first: `run_id` and
 /// `next_seq` (an upper bound of the events it holds: every event has `seq < next_seq`).
 /// `?1` the cutoff (`now - retention`), `?2` how many.
-pub const AGED_OUT: &str = "SELECT logs.run_id AS run_id, logs.next_seq AS next_seq \
-                            FROM runs JOIN logs ON logs.run_id = runs.run_id \
-                            WHERE runs.finished_at IS NOT NULL AND runs.finished_at <= ?1 \
-                            AND runs.status IN ('completed', 'failed', 'aborted') \
-                            AND logs.events_pruned_at IS NULL \
-                            ORDER BY runs.finished_at, runs.run_id LIMIT ?2";
+pub const AGED_OUT: &str = "SELECT reaper_logs.run_id AS run_id, reaper_logs.next_seq AS next_seq \
+                            FROM reaper_runs JOIN reaper_logs ON reaper_logs.run_id = reaper_runs.run_id \
+                            WHERE reaper_runs.finished_at IS NOT NULL AND reaper_runs.finished_at <= ?1 \
+                            AND reaper_runs.status IN ('completed', 'failed', 'aborted') \
+                            AND reaper_logs.events_pruned_at IS NULL \
+                            ORDER BY reaper_runs.finished_at, reaper_runs.run_id LIMIT ?2";
 
 /// Deletes up to `?2` of a run's oldest events, returning one row per event deleted, and only
 /// while the run is still aged out at cutoff `?3` (it is re-checked in the write's own
 /// transaction, so a listing that went stale deletes nothing). `?1` the run id.
 pub const DELETE_AGED_OUT_EVENTS: &str = concat!(
-    "DELETE FROM log_entries WHERE run_id = ?1 AND seq IN \
-     (SELECT seq FROM log_entries WHERE run_id = ?1 ORDER BY seq LIMIT ?2) AND ",
+    "DELETE FROM reaper_log_entries WHERE run_id = ?1 AND seq IN \
+     (SELECT seq FROM reaper_log_entries WHERE run_id = ?1 ORDER BY seq LIMIT ?2) AND ",
     aged_out!("?1", "?3"),
     " RETURNING seq"
 );
@@ -95,9 +95,9 @@ pub const DELETE_AGED_OUT_EVENTS: &str = concat!(
 /// it did. Closing keeps a late append from starting a fresh log under offsets already handed
 /// out; the log then reads back empty. `?1` the run id, `?2` now, `?3` the cutoff.
 pub const MARK_PRUNED: &str = concat!(
-    "UPDATE logs SET events_pruned_at = ?2, closed = 1 \
+    "UPDATE reaper_logs SET events_pruned_at = ?2, closed = 1 \
      WHERE run_id = ?1 AND events_pruned_at IS NULL \
-     AND NOT EXISTS (SELECT 1 FROM log_entries WHERE log_entries.run_id = ?1) AND ",
+     AND NOT EXISTS (SELECT 1 FROM reaper_log_entries WHERE reaper_log_entries.run_id = ?1) AND ",
     aged_out!("?1", "?3"),
     " RETURNING run_id"
 );

@@ -77,9 +77,7 @@ mod tests {
 
     #[test]
     fn the_due_listing_orders_by_the_index_columns_and_pushes_the_limit_down() {
-        let index = crate::MIGRATIONS[1]
-            .statements
-            .iter()
+        let index = crate::schema::fresh_statements()
             .find(|s| s.starts_with("CREATE INDEX reaper_reclaim_intents_due"))
             .unwrap();
         assert!(index.ends_with("(next_attempt_at, run_id)"), "{index}");

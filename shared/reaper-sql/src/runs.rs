@@ -1,8 +1,8 @@
-//! The `runs` table: its columns, the statements both backends run on it, and the rules for
+//! The `reaper_runs` table: its columns, the statements both backends run on it, and the rules for
 //! decoding its stored values.
 
 /// The table name.
-pub const TABLE: &str = "runs";
+pub const TABLE: &str = "reaper_runs";
 
 /// The run columns in the order every run query selects them (`concat!` needs a literal).
 macro_rules! run_columns {
@@ -16,15 +16,19 @@ macro_rules! run_columns {
 pub const COLUMNS: &str = run_columns!();
 
 /// One run by id: `?1` the run id.
-pub const SELECT_BY_ID: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = ?1");
+pub const SELECT_BY_ID: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM reaper_runs WHERE run_id = ?1"
+);
 
 /// The reclaimable listing: running runs detached at or before the cutoff `?1`, longest detached
-/// first. Spelled so the partial index `runs_reclaimable` applies: its WHERE is implied verbatim.
+/// first. Spelled so the partial index `reaper_runs_reclaimable` applies: its WHERE is implied verbatim.
 /// After [`COLUMNS`] it selects the `rowid`, which names a row whose `run_id` cannot be read.
 pub const LIST_RECLAIMABLE: &str = concat!(
     "SELECT ",
     run_columns!(),
-    ", rowid AS rowid FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+    ", rowid AS rowid FROM reaper_runs WHERE status = 'running' AND detached_since IS NOT NULL \
      AND detached_since <= ?1 ORDER BY detached_since, rowid"
 );
 
@@ -37,7 +41,7 @@ pub const LIST_RECLAIMABLE: &str = concat!(
 pub const LIST_RECLAIMABLE_PAGE: &str = concat!(
     "SELECT ",
     run_columns!(),
-    ", rowid AS rowid FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+    ", rowid AS rowid FROM reaper_runs WHERE status = 'running' AND detached_since IS NOT NULL \
      AND detached_since <= ?1 AND (detached_since, run_id) > (?2, ?3) \
      ORDER BY detached_since, run_id LIMIT ?4"
 );
@@ -47,7 +51,7 @@ pub const LIST_RECLAIMABLE_PAGE: &str = concat!(
 pub const LIST_RECLAIMABLE_PAGE_FROM: &str = concat!(
     "SELECT ",
     run_columns!(),
-    ", rowid AS rowid FROM runs WHERE status = 'running' AND detached_since IS NOT NULL \
+    ", rowid AS rowid FROM reaper_runs WHERE status = 'running' AND detached_since IS NOT NULL \
      AND detached_since <= ?1 AND (detached_since, run_id) >= (?2, ?3) \
      ORDER BY detached_since, run_id LIMIT ?4"
 );
@@ -117,17 +121,17 @@ pub fn page_statement(
 
 /// How many rows the reclaimable listing holds with `?2 < detached_since <= ?1`, stopping at
 /// `?3` (bind the bound plus one, so a count past the bound tells "at least"; an absent lower
-/// bound is `i64::MIN`). Counted inside the partial index `runs_reclaimable` (the inner `LIMIT`
+/// bound is `i64::MIN`). Counted inside the partial index `reaper_runs_reclaimable` (the inner `LIMIT`
 /// stops the index scan), so the cost is bounded by `?3` whatever the backlog. Column `n`.
-pub const COUNT_RECLAIMABLE: &str = "SELECT COUNT(*) AS n FROM (SELECT 1 FROM runs \
+pub const COUNT_RECLAIMABLE: &str = "SELECT COUNT(*) AS n FROM (SELECT 1 FROM reaper_runs \
      WHERE status = 'running' AND detached_since IS NOT NULL \
      AND detached_since <= ?1 AND detached_since > ?2 LIMIT ?3)";
 
 /// How a listing names a row whose `run_id` cannot be read: by its `rowid`.
 pub fn row_key(rowid: Option<i64>) -> String {
     rowid.map_or_else(
-        || "runs row (unknown rowid)".into(),
-        |r| format!("runs rowid {r}"),
+        || "reaper_runs row (unknown rowid)".into(),
+        |r| format!("reaper_runs rowid {r}"),
     )
 }
 
@@ -135,7 +139,7 @@ pub fn row_key(rowid: Option<i64>) -> String {
 /// Released in migration 5's index: never edit it, add a new migration and constant instead.
 /// A NULL status is caught by `coalesce`, not `status IS NULL`: SQLite 3.54 (D1's, Node's)
 /// drops `IS NULL` on a NOT NULL column from a query but not from an index's WHERE, and then no
-/// longer sees that the query implies the index (a scan of `runs` instead).
+/// longer sees that the query implies the index (a scan of `reaper_runs` instead).
 macro_rules! unlistable_where {
     () => {
         "detached_since IS NOT NULL AND (coalesce(status, '') NOT IN ('running', \
@@ -150,20 +154,20 @@ pub(crate) use unlistable_where;
 /// take, and that nothing would otherwise report: a status that is no run status (`'RUNNING'`,
 /// a typo, NULL), which the listing's `status = 'running'` never matches, or a `running` row
 /// whose `detached_since` is no instant a listing range reaches (a text or blob value, or a
-/// number past [`MAX_SAFE_INTEGER`]). The partial index `runs_unlistable` (schema version 5)
+/// number past [`MAX_SAFE_INTEGER`]). The partial index `reaper_runs_unlistable` (schema version 5)
 /// holds exactly these rows.
 pub const UNLISTABLE_WHERE: &str = unlistable_where!();
 
 /// Up to `?1` rows [`UNLISTABLE_WHERE`] selects. The sweep and `reaper status` report them as
 /// corrupt by the same rule. The WHERE is the index's verbatim and the order is the index's
-/// own, so SQLite reads the partial index `runs_unlistable` and nothing else: a healthy
+/// own, so SQLite reads the partial index `reaper_runs_unlistable` and nothing else: a healthy
 /// database reads none of its runs (D1 bills rows read; it counts 1 for the empty seek), a
 /// damaged one at most `?1` of them. Selects `run_id`, `rowid`, `status`, `detached_since` as
 /// text (`detached_text`) and its type (`detached_type`), named because D1 keys a row's values
 /// by column name.
 pub const LIST_UNLISTABLE: &str = concat!(
     "SELECT run_id, rowid AS rowid, status, CAST(detached_since AS TEXT) AS detached_text, \
-     typeof(detached_since) AS detached_type FROM runs WHERE ",
+     typeof(detached_since) AS detached_type FROM reaper_runs WHERE ",
     unlistable_where!(),
     " ORDER BY detached_since, rowid LIMIT ?1"
 );
@@ -188,34 +192,35 @@ pub fn unlistable(status: Option<&str>, detached_since: &str, kind: &str) -> Str
 pub const FIND_ACTIVE: &str = concat!(
     "SELECT ",
     run_columns!(),
-    " FROM runs WHERE thread_id = ?1 AND status = 'running' \
+    " FROM reaper_runs WHERE thread_id = ?1 AND status = 'running' \
      ORDER BY started_at DESC, rowid DESC LIMIT 1"
 );
 
 /// Up to `?2` runs of any thread that are not terminal and name the sandbox key `?1`: the
-/// reclaim keeps a sandbox any of them may use. A scan of `runs` (no index covers the key): one
+/// reclaim keeps a sandbox any of them may use. A scan of `reaper_runs` (no index covers the key): one
 /// per reclaim, against a destroy that would kill a live agent.
 pub const LIVE_BY_SANDBOX_KEY: &str = concat!(
     "SELECT ",
     run_columns!(),
-    " FROM runs WHERE sandbox_key = ?1 AND status IN ('running', 'interrupted') LIMIT ?2"
+    " FROM reaper_runs WHERE sandbox_key = ?1 AND status IN ('running', 'interrupted') LIMIT ?2"
 );
 
 /// A thread's runs, oldest first: `?1` the thread id.
 pub const LIST_BY_THREAD: &str = concat!(
     "SELECT ",
     run_columns!(),
-    " FROM runs WHERE thread_id = ?1 ORDER BY started_at, rowid"
+    " FROM reaper_runs WHERE thread_id = ?1 ORDER BY started_at, rowid"
 );
 
 /// Creates a run unless it exists (a retry keeps the original row): `?1` run id, `?2` thread
 /// id, `?3` status, `?4` started at.
-pub const INSERT_IF_ABSENT: &str = "INSERT INTO runs (run_id, thread_id, status, started_at) \
+pub const INSERT_IF_ABSENT: &str =
+    "INSERT INTO reaper_runs (run_id, thread_id, status, started_at) \
                                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (run_id) DO NOTHING";
 
 /// Seeding a whole row (tests, demos): inserts the identity columns or overwrites them, with
 /// the same parameters as [`INSERT_IF_ABSENT`]; an [`update`] then writes the rest.
-pub const SEED: &str = "INSERT INTO runs (run_id, thread_id, status, started_at) \
+pub const SEED: &str = "INSERT INTO reaper_runs (run_id, thread_id, status, started_at) \
                         VALUES (?1, ?2, ?3, ?4) \
                         ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, \
                         started_at = excluded.started_at";
@@ -223,28 +228,28 @@ pub const SEED: &str = "INSERT INTO runs (run_id, thread_id, status, started_at)
 /// The claim: bumps the fencing epoch of a running or interrupted run `?1` and returns the row.
 /// Unknown and terminal runs match no row; [`STATUS_BY_ID`] then says which.
 pub const BUMP_EPOCH: &str = concat!(
-    "UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 \
+    "UPDATE reaper_runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 \
      WHERE run_id = ?1 AND status IN ('running', 'interrupted') RETURNING ",
     run_columns!()
 );
 
 /// A run's stored status: `?1` the run id.
-pub const STATUS_BY_ID: &str = "SELECT status FROM runs WHERE run_id = ?1";
+pub const STATUS_BY_ID: &str = "SELECT status FROM reaper_runs WHERE run_id = ?1";
 
 /// A run's fencing epoch: `?1` the run id.
-pub const EPOCH_BY_ID: &str = "SELECT driver_epoch FROM runs WHERE run_id = ?1";
+pub const EPOCH_BY_ID: &str = "SELECT driver_epoch FROM reaper_runs WHERE run_id = ?1";
 
 /// The fenced terminal write, keeping the stored error: `?1` run id, `?2` status, `?3` finished
 /// at, `?4` the held epoch. The fence is in the statement itself, so a superseded holder cannot
 /// land it whatever its timing; it returns the run id when it landed.
-pub const WRITE_TERMINAL: &str = "UPDATE runs SET status = ?2, finished_at = ?3 \
+pub const WRITE_TERMINAL: &str = "UPDATE reaper_runs SET status = ?2, finished_at = ?3 \
                                   WHERE run_id = ?1 \
                                   AND (driver_epoch IS NULL OR driver_epoch <= ?4) \
                                   RETURNING run_id";
 
 /// [`WRITE_TERMINAL`] that also writes the error: `?5` its message, `?6` its code.
 pub const WRITE_TERMINAL_WITH_ERROR: &str =
-    "UPDATE runs SET status = ?2, finished_at = ?3, error_message = ?5, error_code = ?6 \
+    "UPDATE reaper_runs SET status = ?2, finished_at = ?3, error_message = ?5, error_code = ?6 \
      WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?4) RETURNING run_id";
 
 /// The fenced terminal write, with or without the error columns.
@@ -264,7 +269,12 @@ pub fn update<'a>(columns: impl IntoIterator<Item = &'a str>) -> Option<String> 
         .enumerate()
         .map(|(i, name)| format!("{name} = ?{}", i + 2))
         .collect();
-    (!set.is_empty()).then(|| format!("UPDATE runs SET {} WHERE run_id = ?1", set.join(", ")))
+    (!set.is_empty()).then(|| {
+        format!(
+            "UPDATE reaper_runs SET {} WHERE run_id = ?1",
+            set.join(", ")
+        )
+    })
 }
 
 /// [`update`] conditional on the fence: `?1` the run, the columns `?2 …`, then the held epoch
@@ -282,7 +292,7 @@ pub fn update_fenced<'a>(columns: impl IntoIterator<Item = &'a str>) -> String {
         set.push("run_id = run_id".into());
     }
     format!(
-        "UPDATE runs SET {} WHERE run_id = ?1 \
+        "UPDATE reaper_runs SET {} WHERE run_id = ?1 \
          AND (driver_epoch IS NULL OR driver_epoch <= ?{held}) RETURNING run_id",
         set.join(", ")
     )
@@ -357,7 +367,7 @@ mod tests {
         assert_eq!(update([]), None);
         assert_eq!(
             update(["status", "finished_at"]).as_deref(),
-            Some("UPDATE runs SET status = ?2, finished_at = ?3 WHERE run_id = ?1")
+            Some("UPDATE reaper_runs SET status = ?2, finished_at = ?3 WHERE run_id = ?1")
         );
     }
 
@@ -378,10 +388,8 @@ mod tests {
 
     #[test]
     fn the_reclaimable_count_implies_the_partial_index_condition_verbatim() {
-        let index = crate::MIGRATIONS
-            .iter()
-            .flat_map(|m| m.statements)
-            .rfind(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
+        let index = crate::schema::fresh_statements()
+            .find(|s| s.starts_with("CREATE INDEX reaper_runs_reclaimable"))
             .unwrap();
         let condition = index.split("WHERE ").nth(1).unwrap();
         assert!(COUNT_RECLAIMABLE.contains(condition), "{condition}");
@@ -389,10 +397,8 @@ mod tests {
 
     #[test]
     fn the_reclaimable_listing_implies_the_partial_index_condition_verbatim() {
-        let index = crate::MIGRATIONS
-            .iter()
-            .flat_map(|m| m.statements)
-            .rfind(|s| s.starts_with("CREATE INDEX runs_reclaimable"))
+        let index = crate::schema::fresh_statements()
+            .find(|s| s.starts_with("CREATE INDEX reaper_runs_reclaimable"))
             .unwrap();
         let condition = index.split("WHERE ").nth(1).unwrap();
         assert!(LIST_RECLAIMABLE.contains(condition), "{condition}");

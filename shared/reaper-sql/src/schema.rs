@@ -6,7 +6,7 @@
 use crate::runs::unlistable_where;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The table that marks a database as the reaper's and records each applied migration.
 pub const SCHEMA_TABLE: &str = "reaper_schema";
@@ -104,17 +104,53 @@ pub const SHAPE: [(&str, &[&str]); 11] = [
     ),
 ];
 
-/// The tables (with their columns) a database at `version` has: those created by the
-/// migrations up to it.
+/// The tables (with their columns) a database at `version` has, under the names they have at
+/// that version (before version 7 the reaper's first tables had no `reaper_` prefix).
 pub fn shape_at(version: u32) -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
-    SHAPE.into_iter().filter(move |(table, _)| {
-        let create = format!("CREATE TABLE {table} (");
-        MIGRATIONS
-            .iter()
-            .filter(|m| m.version <= version)
-            .flat_map(|m| m.statements)
+    SHAPE.into_iter().filter_map(move |(table, columns)| {
+        let name = name_at(table, version);
+        let create = format!("CREATE TABLE {name} (");
+        statements_up_to(version)
             .any(|s| s.starts_with(&create))
+            .then_some((name, columns))
     })
+}
+
+/// The tables version 7 renamed, each as `(before, after)`.
+pub const RENAMED_IN_V7: [(&str, &str); 6] = [
+    ("runs", crate::runs::TABLE),
+    ("leases", crate::leases::TABLE),
+    ("logs", crate::logs::TABLE),
+    ("log_entries", crate::logs::ENTRIES_TABLE),
+    ("sandbox_instances", crate::sandbox_instances::TABLE),
+    ("transcripts", crate::transcripts::TABLE),
+];
+
+/// The name the table `table` (one of [`TABLES`]) has in a database at `version`.
+pub fn name_at(table: &'static str, version: u32) -> &'static str {
+    match RENAMED_IN_V7.iter().find(|(_, after)| *after == table) {
+        Some((before, _)) if version < BASELINE.version => before,
+        _ => table,
+    }
+}
+
+/// The statements that built a database at `version` from nothing: the migrations up to it for
+/// an old database, [`BASELINE`] and the migrations after it for a newer one (what
+/// [`pending`]`(0)` applies).
+fn statements_up_to(version: u32) -> impl Iterator<Item = &'static str> {
+    let upgraded = version < BASELINE.version;
+    let first: &[Migration] = if upgraded { MIGRATIONS } else { &[BASELINE] };
+    let rest: &[Migration] = if upgraded { &[] } else { MIGRATIONS };
+    first
+        .iter()
+        .chain(rest.iter().filter(move |m| m.version > BASELINE.version))
+        .filter(move |m| m.version <= version)
+        .flat_map(|m| m.statements.iter().copied())
+}
+
+/// Every statement [`pending`]`(0)` runs on a new database, in order (without the version rows).
+pub fn fresh_statements() -> impl Iterator<Item = &'static str> {
+    pending(0).flat_map(|m| m.statements.iter().copied())
 }
 
 /// Why a table does not have the shape [`SHAPE`] gives it, from the columns the database
@@ -195,14 +231,36 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 7,
-        description: "sweep records",
+        description: "reaper_ prefix on every table and index",
         statements: V7,
+    },
+    Migration {
+        version: 8,
+        description: "sweep records",
+        statements: V8,
     },
 ];
 
-/// The migrations a database at version `from` still needs, in order.
+/// The whole schema at version 7, created at once on a new database (see [`pending`]). Its
+/// tables and indexes are those the migrations up to version 7 leave, statement for statement
+/// as SQLite stores them but for the names (a test compares the two). Never edited once
+/// released, like a migration: a later change is a migration after it.
+pub const BASELINE: Migration = Migration {
+    version: 7,
+    description: "schema at version 7, created whole",
+    statements: BASELINE_V7,
+};
+
+/// The migrations a database at version `from` still needs, in order. A new database (`from`
+/// 0) is created at [`BASELINE`] and then takes the migrations after it, not every migration
+/// from version 1: those create the unprefixed tables (`runs`, …) an application may have.
 pub fn pending(from: u32) -> impl Iterator<Item = &'static Migration> {
-    MIGRATIONS.iter().filter(move |m| m.version > from)
+    let fresh = from == 0;
+    let after = if fresh { BASELINE.version } else { from };
+    fresh
+        .then_some(&BASELINE)
+        .into_iter()
+        .chain(MIGRATIONS.iter().filter(move |m| m.version > after))
 }
 
 /// The version [`CURRENT_VERSION`] read: no row, or a value that is no version, counts as 0.
@@ -391,10 +449,119 @@ const V6: &[&str] = &[
     "CREATE INDEX reaper_run_history_by_age ON reaper_run_history (at, run_id, sweep_id)",
 ];
 
-/// Version 7: one record per sweep of every host (the dashboard's recent sweeps). `seq` is the
+/// The index statements of version 7, shared by [`V7`] and [`BASELINE_V7`] so the two create
+/// the same indexes. Their conditions are those of versions 1, 4 and 5, verbatim, since the
+/// queries repeat them so SQLite uses the partial indexes.
+const RUNS_BY_THREAD: &str =
+    "CREATE INDEX reaper_runs_by_thread ON reaper_runs (thread_id, started_at)";
+const RUNS_RECLAIMABLE: &str =
+    "CREATE INDEX reaper_runs_reclaimable ON reaper_runs (detached_since, run_id)
+    WHERE status = 'running' AND detached_since IS NOT NULL";
+const RUNS_FINISHED: &str = "CREATE INDEX reaper_runs_finished ON reaper_runs (finished_at)
+    WHERE finished_at IS NOT NULL AND status IN ('completed', 'failed', 'aborted')";
+const RUNS_UNLISTABLE: &str = concat!(
+    "CREATE INDEX reaper_runs_unlistable ON reaper_runs (detached_since) WHERE ",
+    unlistable_where!()
+);
+const TRANSCRIPTS_BY_THREAD: &str =
+    "CREATE INDEX reaper_transcripts_by_thread ON reaper_transcripts (thread_id, saved_at)";
+
+/// Version 7: the `reaper_` prefix on the tables and indexes that lacked it, so an application
+/// may keep its own `runs` or `logs` in the same database. `ALTER TABLE … RENAME` rewrites only
+/// the schema; SQLite cannot rename an index, so the five are dropped and rebuilt (the cost of
+/// this upgrade on a big database: SCHEMA.md). One transaction, like every migration.
+const V7: &[&str] = &[
+    "DROP INDEX runs_by_thread",
+    "DROP INDEX runs_reclaimable",
+    "DROP INDEX runs_finished",
+    "DROP INDEX runs_unlistable",
+    "DROP INDEX transcripts_by_thread",
+    "ALTER TABLE runs RENAME TO reaper_runs",
+    "ALTER TABLE leases RENAME TO reaper_leases",
+    "ALTER TABLE logs RENAME TO reaper_logs",
+    "ALTER TABLE log_entries RENAME TO reaper_log_entries",
+    "ALTER TABLE sandbox_instances RENAME TO reaper_sandbox_instances",
+    "ALTER TABLE transcripts RENAME TO reaper_transcripts",
+    RUNS_BY_THREAD,
+    RUNS_RECLAIMABLE,
+    RUNS_FINISHED,
+    RUNS_UNLISTABLE,
+    TRANSCRIPTS_BY_THREAD,
+];
+
+/// [`BASELINE`]'s statements: versions 1 to 7 as one, the tables with version 1's column text.
+const BASELINE_V7: &[&str] = &[
+    "CREATE TABLE reaper_schema (
+    version     INTEGER PRIMARY KEY NOT NULL,
+    description TEXT NOT NULL
+)",
+    "CREATE TABLE reaper_runs (
+    run_id           TEXT PRIMARY KEY NOT NULL,
+    thread_id        TEXT NOT NULL,
+    status           TEXT NOT NULL DEFAULT 'running'
+                     CHECK (status IN ('running', 'interrupted', 'completed', 'failed', 'aborted')),
+    started_at       INTEGER NOT NULL,
+    finished_at      INTEGER,
+    error_message    TEXT,
+    error_code       TEXT,
+    usage            TEXT CHECK (usage IS NULL OR json_valid(usage)),
+    sandbox_key      TEXT,
+    detached_since   INTEGER,
+    cancel_requested INTEGER CHECK (cancel_requested IS NULL OR cancel_requested IN (0, 1)),
+    driver_epoch     INTEGER CHECK (driver_epoch IS NULL OR driver_epoch >= 0),
+    CHECK (error_code IS NULL OR error_message IS NOT NULL)
+)",
+    RUNS_BY_THREAD,
+    RUNS_RECLAIMABLE,
+    RUNS_FINISHED,
+    RUNS_UNLISTABLE,
+    "CREATE TABLE reaper_leases (
+    key        TEXT PRIMARY KEY NOT NULL,
+    owner      TEXT NOT NULL,
+    token      TEXT NOT NULL,
+    expires_at INTEGER NOT NULL
+)",
+    "CREATE TABLE reaper_logs (
+    run_id           TEXT PRIMARY KEY NOT NULL,
+    closed           INTEGER NOT NULL DEFAULT 0 CHECK (closed IN (0, 1)),
+    last_append_at   INTEGER,
+    next_seq         INTEGER NOT NULL DEFAULT 0 CHECK (next_seq >= 0),
+    events_pruned_at INTEGER
+)",
+    "CREATE TABLE reaper_log_entries (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL CHECK (seq >= 0),
+    chunk  TEXT NOT NULL CHECK (json_valid(chunk)),
+    PRIMARY KEY (run_id, seq)
+)",
+    "CREATE TABLE reaper_sandbox_instances (
+    key                 TEXT PRIMARY KEY NOT NULL,
+    provider            TEXT NOT NULL,
+    provider_sandbox_id TEXT NOT NULL,
+    latest_snapshot_id  TEXT,
+    thread_id           TEXT NOT NULL,
+    latest_run_id       TEXT,
+    updated_at          INTEGER NOT NULL
+)",
+    "CREATE TABLE reaper_transcripts (
+    run_id    TEXT PRIMARY KEY NOT NULL,
+    thread_id TEXT NOT NULL,
+    body      TEXT NOT NULL CHECK (json_valid(body)),
+    exit_code INTEGER,
+    saved_at  INTEGER NOT NULL
+)",
+    TRANSCRIPTS_BY_THREAD,
+    V2[0],
+    V2[1],
+    V3[0],
+    V6[0],
+    V6[1],
+];
+
+/// Version 8: one record per sweep of every host (the dashboard's recent sweeps). `seq` is the
 /// rowid (write order) for the count cap; the index serves the newest-first read and the
 /// retention's prune, oldest first.
-const V7: &[&str] = &[
+const V8: &[&str] = &[
     "CREATE TABLE reaper_sweeps (
     seq         INTEGER PRIMARY KEY,
     sweep_id    TEXT NOT NULL UNIQUE,
@@ -416,21 +583,59 @@ mod tests {
 
     #[test]
     fn a_database_at_a_version_needs_only_the_migrations_after_it() {
-        assert_eq!(pending(0).count(), MIGRATIONS.len());
+        assert_eq!(pending(1).count(), MIGRATIONS.len() - 1);
+        assert_eq!(pending(6).map(|m| m.version).collect::<Vec<_>>(), [7]);
         assert_eq!(pending(SCHEMA_VERSION).count(), 0);
         assert_eq!(pending(SCHEMA_VERSION + 5).count(), 0);
     }
 
     #[test]
-    fn every_table_of_the_schema_is_created_by_a_migration() {
+    fn a_new_database_is_created_at_the_baseline_then_takes_the_later_migrations() {
+        let fresh: Vec<u32> = pending(0).map(|m| m.version).collect();
+        let later = MIGRATIONS.iter().filter(|m| m.version > BASELINE.version);
+        assert_eq!(
+            fresh,
+            std::iter::once(BASELINE.version)
+                .chain(later.map(|m| m.version))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(BASELINE.version, 7, "the baseline is version 7 as released");
+    }
+
+    #[test]
+    fn every_table_and_index_of_a_new_database_has_the_reaper_prefix() {
+        for sql in fresh_statements() {
+            let name = sql
+                .strip_prefix("CREATE TABLE ")
+                .or_else(|| sql.strip_prefix("CREATE INDEX "))
+                .and_then(|rest| rest.split([' ', '(']).next())
+                .unwrap_or_else(|| panic!("not a CREATE: {sql}"));
+            assert!(name.starts_with("reaper_"), "{name} in {sql}");
+        }
+    }
+
+    #[test]
+    fn tables_before_version_seven_have_their_unprefixed_names() {
+        let v6: Vec<&str> = shape_at(6).map(|(t, _)| t).collect();
+        assert!(
+            v6.contains(&"runs") && v6.contains(&"log_entries"),
+            "{v6:?}"
+        );
+        assert!(v6.contains(&crate::history::TABLE), "{v6:?}");
+        let v7: Vec<&str> = shape_at(7).map(|(t, _)| t).collect();
+        assert_eq!(v7, TABLES.to_vec());
+        assert_eq!(name_at(crate::runs::TABLE, 6), "runs");
+        assert_eq!(name_at(crate::runs::TABLE, 7), "reaper_runs");
+        assert_eq!(name_at(SCHEMA_TABLE, 1), SCHEMA_TABLE);
+    }
+
+    #[test]
+    fn every_table_of_the_schema_is_created_by_a_new_database_s_statements() {
         for table in TABLES {
             let create = format!("CREATE TABLE {table} (");
             assert!(
-                MIGRATIONS
-                    .iter()
-                    .flat_map(|m| m.statements)
-                    .any(|s| s.starts_with(&create)),
-                "no migration creates {table}"
+                fresh_statements().any(|s| s.starts_with(&create)),
+                "nothing creates {table}"
             );
         }
     }
@@ -439,11 +644,7 @@ mod tests {
     fn every_column_of_the_shape_is_created_by_its_table_s_migration() {
         for (table, columns) in SHAPE {
             let create = format!("CREATE TABLE {table} (");
-            let sql = MIGRATIONS
-                .iter()
-                .flat_map(|m| m.statements)
-                .find(|s| s.starts_with(&create))
-                .unwrap();
+            let sql = fresh_statements().find(|s| s.starts_with(&create)).unwrap();
             for column in columns {
                 assert!(
                     sql.contains(&format!("\n    {column} ")),
@@ -457,14 +658,16 @@ mod tests {
     #[test]
     fn a_database_at_version_one_has_every_table_but_the_ledger() {
         let v1: Vec<&str> = shape_at(1).map(|(t, _)| t).collect();
-        assert_eq!(v1, TABLES[..7].to_vec());
+        let v1_names: Vec<&str> = TABLES[..7].iter().map(|t| name_at(t, 1)).collect();
+        assert_eq!(v1, v1_names);
         assert_eq!(shape_at(SCHEMA_VERSION).count(), TABLES.len());
     }
 
     #[test]
     fn a_database_at_version_two_has_every_table_but_the_lease_notes() {
         let v2: Vec<&str> = shape_at(2).map(|(t, _)| t).collect();
-        assert_eq!(v2, TABLES[..8].to_vec());
+        let v2_names: Vec<&str> = TABLES[..8].iter().map(|t| name_at(t, 2)).collect();
+        assert_eq!(v2, v2_names);
         assert!(!v2.contains(&crate::leases::NOTES_TABLE));
     }
 
@@ -519,9 +722,10 @@ mod tests {
 
     #[test]
     fn the_unlistable_index_holds_exactly_the_rows_the_unlistable_query_selects() {
-        let index = V5[0];
-        let (_, index_where) = index.split_once(" WHERE ").unwrap();
-        assert_eq!(index_where, crate::runs::UNLISTABLE_WHERE);
+        for index in [V5[0], RUNS_UNLISTABLE] {
+            let (_, index_where) = index.split_once(" WHERE ").unwrap();
+            assert_eq!(index_where, crate::runs::UNLISTABLE_WHERE);
+        }
         assert!(crate::runs::LIST_UNLISTABLE.contains(&format!(
             "WHERE {} ORDER BY detached_since, rowid",
             crate::runs::UNLISTABLE_WHERE

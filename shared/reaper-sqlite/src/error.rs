@@ -300,14 +300,14 @@ mod tests {
     #[test]
     fn a_missing_table_is_a_damaged_database_named_by_its_file() {
         let conn = Connection::open_in_memory().unwrap();
-        let e = conn.execute("SELECT * FROM runs", []).unwrap_err();
+        let e = conn.execute("SELECT * FROM reaper_runs", []).unwrap_err();
         let e = name_the_file(store_err(e), Some(Path::new("/srv/reaper.db")));
         assert!(is_damaged(&e), "{e:?}");
         let StoreError::Corrupt { reason, .. } = e else {
             unreachable!()
         };
         assert!(
-            reason.starts_with("/srv/reaper.db is damaged: no such table: runs"),
+            reason.starts_with("/srv/reaper.db is damaged: no such table: reaper_runs"),
             "{reason}"
         );
         assert!(reason.contains("PRAGMA integrity_check"), "{reason}");
@@ -317,7 +317,7 @@ mod tests {
     fn damage_met_reading_a_named_row_stays_the_database_s_damage() {
         let conn = Connection::open_in_memory().unwrap();
         let e = conn
-            .execute("SELECT * FROM sandbox_instances", [])
+            .execute("SELECT * FROM reaper_sandbox_instances", [])
             .unwrap_err();
         let mapped = store_err_for("sandbox instance k")(e);
         assert!(is_damaged(&mapped), "{mapped:?}");

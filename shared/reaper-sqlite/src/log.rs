@@ -38,12 +38,12 @@ impl DeliveryLog for SqliteStore {
                         return Ok(Fenced::Superseded { observed });
                     }
                 }
-                tx.prepare_cached("INSERT INTO logs (run_id) VALUES (?1) ON CONFLICT DO NOTHING")
+                tx.prepare_cached("INSERT INTO reaper_logs (run_id) VALUES (?1) ON CONFLICT DO NOTHING")
                     .and_then(|mut s| s.execute([&run_id]))
                     .map_err(store_err)?;
                 let (closed, next_seq): (bool, i64) = tx
                     .query_row(
-                        "SELECT closed, next_seq FROM logs WHERE run_id = ?1",
+                        "SELECT closed, next_seq FROM reaper_logs WHERE run_id = ?1",
                         [&run_id],
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
@@ -54,7 +54,7 @@ impl DeliveryLog for SqliteStore {
                 insert_chunks(tx, &run_id, next_seq, &encoded)?;
                 if !encoded.is_empty() {
                     tx.prepare_cached(
-                        "UPDATE logs SET next_seq = ?2, last_append_at = ?3 WHERE run_id = ?1",
+                        "UPDATE reaper_logs SET next_seq = ?2, last_append_at = ?3 WHERE run_id = ?1",
                     )
                     .and_then(|mut s| {
                         s.execute(params![run_id, next_seq + encoded.len() as i64, now])
@@ -158,7 +158,7 @@ fn insert_chunks(
     encoded: &[String],
 ) -> Result<(), StoreError> {
     let mut stmt = tx
-        .prepare_cached("INSERT INTO log_entries (run_id, seq, chunk) VALUES (?1, ?2, ?3)")
+        .prepare_cached("INSERT INTO reaper_log_entries (run_id, seq, chunk) VALUES (?1, ?2, ?3)")
         .map_err(store_err)?;
     for (i, chunk) in encoded.iter().enumerate() {
         stmt.execute(params![run_id, first + i as i64, chunk])

@@ -327,8 +327,14 @@ pub struct DetachedRun {
 impl SqliteStore {
     /// Every run, in insertion order.
     pub async fn all_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        self.call(|c| query_runs(c, &format!("SELECT {COLUMNS} FROM runs ORDER BY rowid"), []))
-            .await
+        self.call(|c| {
+            query_runs(
+                c,
+                &format!("SELECT {COLUMNS} FROM reaper_runs ORDER BY rowid"),
+                [],
+            )
+        })
+        .await
     }
 
     /// Every `running` run with a `detached_since`, longest detached first, row by row: a row
@@ -337,7 +343,7 @@ impl SqliteStore {
     /// every other row is still listed. Only a failure of the query itself fails it.
     pub async fn list_detached(&self, now: EpochMs) -> Result<DetachedListing, StoreError> {
         let sql = format!(
-            "SELECT {COLUMNS}, rowid AS rowid FROM runs WHERE status = 'running' \
+            "SELECT {COLUMNS}, rowid AS rowid FROM reaper_runs WHERE status = 'running' \
              AND detached_since IS NOT NULL ORDER BY detached_since, rowid"
         );
         self.call(move |c| {
@@ -373,7 +379,9 @@ impl SqliteStore {
     pub async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
         self.call(|c| {
             let mut stmt = c
-                .prepare_cached("SELECT status, COUNT(*), MIN(run_id) FROM runs GROUP BY status")
+                .prepare_cached(
+                    "SELECT status, COUNT(*), MIN(run_id) FROM reaper_runs GROUP BY status",
+                )
                 .map_err(store_err)?;
             let mut rows = stmt.query([]).map_err(store_err)?;
             let mut counts = StatusCounts::default();
@@ -743,7 +751,7 @@ mod tests {
         let store = SqliteStore::open_in_memory().unwrap();
         let plan = plan(&store, sql::LIST_RECLAIMABLE);
         assert!(
-            plan.contains("USING INDEX runs_reclaimable"),
+            plan.contains("USING INDEX reaper_runs_reclaimable"),
             "query plan does not use the partial index: {plan}"
         );
     }
@@ -774,7 +782,7 @@ mod tests {
             // The seek starts at the keyset (no scan from the range's floor) and the index
             // gives the order (no sort of a same-millisecond group).
             assert!(
-                plan.contains("USING INDEX runs_reclaimable ((detached_since,run_id)>"),
+                plan.contains("USING INDEX reaper_runs_reclaimable ((detached_since,run_id)>"),
                 "the page does not seek the index to its keyset: {plan}"
             );
             assert!(!plan.contains("TEMP B-TREE"), "the page sorts: {plan}");
@@ -961,13 +969,13 @@ mod detached_view_cost {
                 let provider = if i % 10 == 0 { "docker" } else { "local" };
                 let key = format!("{provider}:{i}");
                 tx.execute(
-                    "INSERT INTO runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
+                    "INSERT INTO reaper_runs (run_id, thread_id, started_at, detached_since, sandbox_key) \
                      VALUES (?1, 't', 1, ?2, ?3)",
                     params![id, BASE + i as i64, key],
                 )
                 .unwrap();
                 tx.execute(
-                    "INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, \
+                    "INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, \
                      thread_id, updated_at) VALUES (?1, ?2, 'sbx', 't', 1)",
                     params![key, provider],
                 )
@@ -990,7 +998,7 @@ mod detached_view_cost {
             }
             for i in 0..detached {
                 tx.execute(
-                    "INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) \
+                    "INSERT INTO reaper_runs (run_id, thread_id, status, started_at, finished_at) \
                      VALUES (?1, 't', 'completed', 1, 2)",
                     params![format!("fin-{i:07}")],
                 )
@@ -1101,7 +1109,10 @@ mod detached_view_cost {
             .collect::<rusqlite::Result<Vec<_>>>()
             .unwrap()
             .join("; ");
-        assert!(plan.contains("USING INDEX runs_reclaimable"), "{plan}");
+        assert!(
+            plan.contains("USING INDEX reaper_runs_reclaimable"),
+            "{plan}"
+        );
         assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
     }
 }

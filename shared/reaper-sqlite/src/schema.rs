@@ -117,11 +117,12 @@ pub(crate) fn migrate(conn: &mut Connection, beside_app: bool) -> rusqlite::Resu
     Ok(Found::Reaper(SCHEMA_VERSION))
 }
 
-/// The whole schema as one SQL script for an application's own migration tool: every migration
-/// and its `reaper_schema` row in one transaction, so a database it ran on opens as current.
+/// The whole schema as one SQL script for an application's own migration tool: what a new
+/// database takes (the baseline and any migration after it) and each `reaper_schema` row, in
+/// one transaction, so a database it ran on opens as current.
 pub fn schema_script() -> String {
     let mut out = String::from("BEGIN;\n");
-    for m in reaper_sql::MIGRATIONS {
+    for m in pending(0) {
         out.push_str(&format!("-- version {}: {}\n", m.version, m.description));
         for sql in m.statements {
             out.push_str(sql.trim_end());
@@ -155,10 +156,7 @@ mod tests {
             .unwrap();
         // Every statement in order, less the objects a later one dropped.
         let mut ours: Vec<&str> = Vec::new();
-        for sql in reaper_sql::MIGRATIONS
-            .iter()
-            .flat_map(|m| m.statements.iter())
-        {
+        for sql in reaper_sql::schema::fresh_statements() {
             match sql.strip_prefix("DROP INDEX ") {
                 Some(name) => {
                     let create = format!("CREATE INDEX {name} ");

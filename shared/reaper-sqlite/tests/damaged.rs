@@ -1,5 +1,5 @@
 //! A damaged database is an error that says "damaged" and what to do, at open or at first use,
-//! never an empty listing (issue 12.7, 12.9): a malformed page, a `runs` table of the wrong
+//! never an empty listing (issue 12.7, 12.9): a malformed page, a `reaper_runs` table of the wrong
 //! shape, a missing table, and damage to `reaper_schema`.
 
 mod common;
@@ -94,7 +94,7 @@ async fn a_damaged_page_of_the_runs_table_fails_the_listing_as_damaged_never_emp
         let conn = Connection::open(&path).unwrap();
         let root = conn
             .query_row(
-                "SELECT rootpage FROM sqlite_master WHERE name = 'runs'",
+                "SELECT rootpage FROM sqlite_master WHERE name = 'reaper_runs'",
                 [],
                 |r| r.get(0),
             )
@@ -125,9 +125,9 @@ async fn a_runs_table_with_a_renamed_column_is_refused_as_damaged_at_open() {
     let path = fresh.path();
     Connection::open(&path)
         .unwrap()
-        .execute_batch("ALTER TABLE runs RENAME COLUMN detached_since TO detached_at")
+        .execute_batch("ALTER TABLE reaper_runs RENAME COLUMN detached_since TO detached_at")
         .unwrap();
-    open_refused_as_damaged(&path, "table runs lacks column detached_since");
+    open_refused_as_damaged(&path, "table reaper_runs lacks column detached_since");
 }
 
 #[tokio::test]
@@ -137,13 +137,13 @@ async fn a_runs_table_missing_columns_is_refused_as_damaged_naming_them() {
     Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "DROP TABLE runs; CREATE TABLE runs (run_id TEXT PRIMARY KEY, thread_id TEXT, \
+            "DROP TABLE reaper_runs; CREATE TABLE reaper_runs (run_id TEXT PRIMARY KEY, thread_id TEXT, \
              status TEXT, started_at INTEGER)",
         )
         .unwrap();
     open_refused_as_damaged(
         &path,
-        "table runs lacks columns finished_at, error_message, error_code, usage, sandbox_key, \
+        "table reaper_runs lacks columns finished_at, error_message, error_code, usage, sandbox_key, \
          detached_since, cancel_requested, driver_epoch",
     );
 }
@@ -193,7 +193,7 @@ async fn a_table_dropped_under_an_open_store_fails_its_next_use_as_damaged() {
     let path = store.path();
     Connection::open(&path)
         .unwrap()
-        .execute_batch("DROP TABLE runs")
+        .execute_batch("DROP TABLE reaper_runs")
         .unwrap();
     let e = store.list_reclaimable_listing(10, 0).await.unwrap_err();
     assert_damaged_error(&e, &path);

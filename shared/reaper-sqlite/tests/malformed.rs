@@ -1,4 +1,4 @@
-//! One malformed row never hides the others (issue 12.3): every variant of a spoilt `runs` row
+//! One malformed row never hides the others (issue 12.3): every variant of a spoilt `reaper_runs` row
 //! is reported in the listing's `corrupt` (named by its run id, or by its rowid when the id is
 //! what is spoilt) while every good row is still listed, and reading it by id is a
 //! `StoreError::Corrupt` naming the run, never a record.
@@ -11,7 +11,7 @@ use rusqlite::Connection;
 
 include!("../../reaper-sql/tests/support/malformed_rows.rs");
 
-/// A migrated file seeded with `variant`; with `loose`, its `runs` table has no constraints.
+/// A migrated file seeded with `variant`; with `loose`, its `reaper_runs` table has no constraints.
 fn seeded(variant: &Malformed, loose: bool) -> common::TempStore {
     let fresh = common::TempStore::new();
     let conn = Connection::open(fresh.path()).unwrap();
@@ -90,7 +90,7 @@ fn the_schema_s_own_constraints_refuse_the_loose_only_variants() {
             // TEXT affinity stores the number 42 as the text "42", which is a fine thread id.
             Ok(()) => {
                 conn.query_row(
-                    "SELECT typeof(thread_id) FROM runs WHERE rowid = 2",
+                    "SELECT typeof(thread_id) FROM reaper_runs WHERE rowid = 2",
                     [],
                     |r| r.get::<_, String>(0),
                 )

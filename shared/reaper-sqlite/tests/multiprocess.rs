@@ -117,7 +117,7 @@ async fn contend(path: &Path, me: &str) -> Value {
             .unwrap();
         let (owner, token): (String, String) = side
             .query_row(
-                "SELECT owner, token FROM leases WHERE key = ?1",
+                "SELECT owner, token FROM reaper_leases WHERE key = ?1",
                 [LEASE_KEY],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -292,7 +292,7 @@ async fn two_processes_contending_on_one_file_lose_no_update_and_never_share_the
     }
     let leftover: i64 = Connection::open(&path)
         .unwrap()
-        .query_row("SELECT COUNT(*) FROM leases", [], |r| r.get(0))
+        .query_row("SELECT COUNT(*) FROM reaper_leases", [], |r| r.get(0))
         .unwrap();
     assert_eq!(leftover, 0);
 

@@ -158,7 +158,7 @@ fn tables_named_like_the_reaper_s_without_its_schema_are_refused_even_by_init() 
         .unwrap()
         .execute_batch(
             "CREATE TABLE customers (id INTEGER PRIMARY KEY); \
-             CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT);",
+             CREATE TABLE reaper_runs (id INTEGER PRIMARY KEY, what TEXT);",
         )
         .unwrap();
     let before = fingerprint(&path);
@@ -169,11 +169,221 @@ fn tables_named_like_the_reaper_s_without_its_schema_are_refused_even_by_init() 
         SqliteStore::open_read_only(&path).unwrap_err(),
     ] {
         match &err {
-            OpenError::Foreign { tables, .. } => assert_eq!(tables, &vec!["runs".to_string()]),
+            OpenError::Foreign { tables, .. } => {
+                assert_eq!(tables, &vec!["reaper_runs".to_string()])
+            }
             other => panic!("expected Foreign, got {other:?}"),
         }
     }
     assert_eq!(fingerprint(&path), before);
+}
+
+/// An application's own tables with the names the reaper's had before version 7, holding rows.
+const APP_TABLES_WITH_OLD_NAMES: &str = "CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT); \
+     CREATE TABLE logs (line TEXT); \
+     CREATE TABLE transcripts (id INTEGER PRIMARY KEY, said TEXT); \
+     CREATE INDEX runs_by_thread ON runs (what); \
+     INSERT INTO runs (what) VALUES ('app run 1'), ('app run 2'); \
+     INSERT INTO logs (line) VALUES ('app log'); \
+     INSERT INTO transcripts (said) VALUES ('hello');";
+
+fn app_rows(path: &Path) -> Vec<String> {
+    let conn = Connection::open(path).unwrap();
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT what FROM runs ORDER BY id",
+        "SELECT line FROM logs ORDER BY rowid",
+        "SELECT said FROM transcripts ORDER BY id",
+    ] {
+        let rows: Vec<String> = conn
+            .prepare(sql)
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        out.extend(rows);
+    }
+    out
+}
+
+#[tokio::test]
+async fn init_adds_the_reaper_tables_beside_an_application_s_own_runs_logs_and_transcripts() {
+    let dir = temp_dir();
+    let path = dir.path().join("app.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(APP_TABLES_WITH_OLD_NAMES)
+        .unwrap();
+    let before = app_rows(&path);
+
+    // A plain open still refuses an application's database: only init writes into it.
+    assert!(matches!(
+        SqliteStore::open(&path).unwrap_err(),
+        OpenError::NotInitialised { .. }
+    ));
+    let (store, _) = SqliteStore::init(&path).unwrap();
+    store.create_or_resume(new_run("reaper-run")).await.unwrap();
+    assert!(RunStore::get(&store, "reaper-run").await.unwrap().is_some());
+    drop(store);
+
+    assert_eq!(app_rows(&path), before);
+    assert_eq!(
+        app_rows(&path),
+        ["app run 1", "app run 2", "app log", "hello"]
+    );
+    SqliteStore::open(&path).unwrap();
+    assert_eq!(SqliteStore::init(&path).unwrap().1, Initialised::Current);
+}
+
+/// The file a database at `version` (1..=6) would be, built by the released migrations up to it,
+/// with one row in each of its tables.
+fn old_version_file(path: &Path, version: u32) {
+    let conn = Connection::open(path).unwrap();
+    for m in reaper_sql::MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= version)
+    {
+        for sql in m.statements {
+            conn.execute(sql, []).unwrap();
+        }
+        conn.execute(
+            "INSERT INTO reaper_schema (version, description) VALUES (?1, ?2)",
+            rusqlite::params![m.version, m.description],
+        )
+        .unwrap();
+    }
+    conn.execute_batch(
+        "INSERT INTO runs (run_id, thread_id, status, started_at, detached_since, sandbox_key) \
+         VALUES ('old-run', 't', 'running', 1, 5, 'sb'); \
+         INSERT INTO runs (run_id, thread_id, status, started_at, finished_at) \
+         VALUES ('old-done', 't', 'completed', 1, 2); \
+         INSERT INTO leases (key, owner, token, expires_at) VALUES ('k', 'o', 'tok', 9); \
+         INSERT INTO logs (run_id, next_seq) VALUES ('old-run', 1); \
+         INSERT INTO log_entries (run_id, seq, chunk) VALUES ('old-run', 0, '{}'); \
+         INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, thread_id, \
+         updated_at) VALUES ('sb', 'local', 'p1', 't', 3); \
+         INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) \
+         VALUES ('old-done', 't', '[]', 0, 4);",
+    )
+    .unwrap();
+}
+
+/// Every row of every reaper table, as text, keyed by the table's version-7 name.
+fn reaper_rows(path: &Path, version: u32) -> Vec<(String, Vec<String>)> {
+    let conn = Connection::open(path).unwrap();
+    reaper_sql::schema::shape_at(version)
+        .map(|(table, _)| {
+            let rows: Vec<String> = conn
+                .prepare(&format!("SELECT * FROM {table} ORDER BY rowid"))
+                .unwrap()
+                .query_map([], |r| {
+                    Ok((0..r.as_ref().column_count())
+                        .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                        .collect::<Vec<_>>()
+                        .join("|"))
+                })
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            let new_name = reaper_sql::schema::TABLES
+                .into_iter()
+                .find(|t| reaper_sql::schema::name_at(t, version) == table)
+                .unwrap();
+            (new_name.to_string(), rows)
+        })
+        .filter(|(table, _)| table != reaper_sql::SCHEMA_TABLE)
+        .collect()
+}
+
+/// What SQLite keeps of the schema, quotes dropped (a rename writes the new name quoted),
+/// in name order.
+fn schema_of(path: &Path) -> Vec<(String, String, String)> {
+    let conn = Connection::open(path).unwrap();
+    let rows: Vec<(String, String, String)> = conn
+        .prepare(
+            "SELECT type, name, sql FROM sqlite_master \
+             WHERE sql IS NOT NULL ORDER BY type, name",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    rows.into_iter()
+        .map(|(t, n, sql)| (t, n, sql.replace('"', "")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_database_of_every_older_version_upgrades_to_the_prefixed_names_keeping_every_row() {
+    let dir = temp_dir();
+    let fresh = dir.path().join("fresh.db");
+    drop(SqliteStore::open(&fresh).unwrap());
+    for version in 1..=6 {
+        let path = dir.path().join(format!("v{version}.db"));
+        old_version_file(&path, version);
+        let before = reaper_rows(&path, version);
+        assert!(before
+            .iter()
+            .any(|(t, rows)| t == "reaper_runs" && rows.len() == 2));
+
+        let store = SqliteStore::open(&path).unwrap();
+        let run = RunStore::get(&store, "old-run").await.unwrap().unwrap();
+        assert_eq!(run.detached_since, Some(5));
+        drop(store);
+
+        let after = reaper_rows(&path, SCHEMA_VERSION);
+        for (table, rows) in &before {
+            let now = &after.iter().find(|(t, _)| t == table).unwrap().1;
+            assert_eq!(now, rows, "v{version}: {table}");
+        }
+        // The upgraded file has the very tables and indexes a new one has, and no old name.
+        assert_eq!(schema_of(&path), schema_of(&fresh), "v{version}");
+        let conn = Connection::open(&path).unwrap();
+        let unprefixed: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'reaper\\_%' ESCAPE '\\' \
+                 AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(unprefixed, 0, "v{version}");
+    }
+}
+
+#[test]
+fn a_failed_upgrade_to_version_seven_leaves_the_old_database_as_it_was() {
+    let dir = temp_dir();
+    let path = dir.path().join("v6.db");
+    old_version_file(&path, 6);
+    // A table already holding one of the new names makes a rename fail half way through.
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE reaper_transcripts (x);")
+        .unwrap();
+    let schema = schema_of(&path);
+    let rows = reaper_rows(&path, 6);
+
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(err.to_string().contains("reaper_transcripts"), "{err}");
+    assert_eq!(schema_of(&path), schema);
+    assert_eq!(reaper_rows(&path, 6), rows);
+    let indexes: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN \
+             ('runs_by_thread', 'runs_reclaimable', 'runs_finished', 'runs_unlistable', \
+             'transcripts_by_thread')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        indexes, 5,
+        "the dropped indexes came back with the rollback"
+    );
 }
 
 #[test]
@@ -288,7 +498,8 @@ async fn reopening_applies_no_migration_twice_and_keeps_the_data() {
     let applied: i64 = conn
         .query_row("SELECT COUNT(*) FROM reaper_schema", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(applied, i64::from(SCHEMA_VERSION));
+    // One row per migration a new file takes: the baseline, then any later one.
+    assert_eq!(applied, reaper_sql::schema::pending(0).count() as i64);
     let schema_after: String = conn
         .query_row(
             "SELECT group_concat(sql, ';') FROM sqlite_master ORDER BY name",
@@ -321,7 +532,8 @@ fn stores_opening_one_new_file_at_once_apply_the_schema_exactly_once() {
         .unwrap()
         .query_row("SELECT COUNT(*) FROM reaper_schema", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(applied, i64::from(SCHEMA_VERSION));
+    // One row per migration a new file takes: the baseline, then any later one.
+    assert_eq!(applied, reaper_sql::schema::pending(0).count() as i64);
 }
 
 #[test]
@@ -421,10 +633,11 @@ async fn a_version_one_database_is_migrated_to_the_reclaim_ledger_in_place_keepi
             (4, "listing keyset index".into()),
             (5, "unlistable rows index".into()),
             (6, "run history".into()),
-            (7, "sweep records".into())
+            (7, "reaper_ prefix on every table and index".into()),
+            (8, "sweep records".into())
         ]
     );
-    assert_eq!(SCHEMA_VERSION, 7);
+    assert_eq!(SCHEMA_VERSION, 8);
 }
 
 /// A file exactly as version 2 left it, holding one run and the sweep lease of a sweep that is
@@ -489,7 +702,7 @@ async fn a_version_two_database_is_migrated_to_lease_notes_in_place_keeping_its_
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
 }
 
 /// A file exactly as version 3 left it: the listing's index on `detached_since` alone.
@@ -531,7 +744,7 @@ async fn a_version_three_database_gets_the_listing_keyset_index_in_place_keeping
     assert!(RunStore::get(&store, "from-v1").await.unwrap().is_some());
     drop(store);
     assert_eq!(
-        index_columns(&path, "runs_reclaimable"),
+        index_columns(&path, "reaper_runs_reclaimable"),
         ["detached_since", "run_id"]
     );
 }

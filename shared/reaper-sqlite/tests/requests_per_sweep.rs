@@ -28,7 +28,7 @@ fn seeded_file(backlog: usize) -> (tempfile::TempDir, std::path::PathBuf) {
     {
         let mut insert = tx
             .prepare(
-                "INSERT INTO runs (run_id, thread_id, started_at, detached_since) \
+                "INSERT INTO reaper_runs (run_id, thread_id, started_at, detached_since) \
                  VALUES (?1, ?1, ?2, ?3)",
             )
             .unwrap();

@@ -30,7 +30,7 @@ fn insert_bad_status(path: &std::path::Path, run_id: &str, status: &str) {
     conn.pragma_update(None, "ignore_check_constraints", "ON")
         .unwrap();
     conn.execute(
-        "INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) \
+        "INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) \
          VALUES (?1, 'bad-thread', ?2, 1, 0)",
         [run_id, status],
     )
@@ -53,7 +53,7 @@ fn the_schema_refuses_an_unknown_status() {
     let conn = Connection::open(store.path()).unwrap();
     let err = conn
         .execute(
-            "INSERT INTO runs (run_id, thread_id, status, started_at) VALUES ('r', 't', 'done', 1)",
+            "INSERT INTO reaper_runs (run_id, thread_id, status, started_at) VALUES ('r', 't', 'done', 1)",
             [],
         )
         .unwrap_err();
@@ -78,7 +78,7 @@ async fn a_row_with_an_unknown_status_reads_as_corrupt_naming_the_run_and_never_
     let epoch: Option<i64> = Connection::open(store.path())
         .unwrap()
         .query_row(
-            "SELECT driver_epoch FROM runs WHERE run_id = 'proto-run'",
+            "SELECT driver_epoch FROM reaper_runs WHERE run_id = 'proto-run'",
             [],
             |r| r.get(0),
         )
@@ -114,13 +114,13 @@ async fn an_application_writing_the_documented_sql_produces_a_reclaimable_run() 
     let conn = Connection::open(store.path()).unwrap();
     // The statements SCHEMA.md gives to applications, verbatim.
     conn.execute(
-        "INSERT INTO runs (run_id, thread_id, status, started_at) \
+        "INSERT INTO reaper_runs (run_id, thread_id, status, started_at) \
          VALUES (?1, ?2, 'running', ?3) ON CONFLICT (run_id) DO NOTHING",
         rusqlite::params!["app-run", "app-thread", 1_000],
     )
     .unwrap();
     conn.execute(
-        "UPDATE runs SET detached_since = ?2, sandbox_key = ?3 WHERE run_id = ?1",
+        "UPDATE reaper_runs SET detached_since = ?2, sandbox_key = ?3 WHERE run_id = ?1",
         rusqlite::params!["app-run", 2_000, "local:sbx-1"],
     )
     .unwrap();
@@ -131,7 +131,7 @@ async fn an_application_writing_the_documented_sql_produces_a_reclaimable_run() 
     assert_eq!(listed[0].cancel_requested, None);
 
     conn.execute(
-        "UPDATE runs SET detached_since = NULL WHERE run_id = ?1",
+        "UPDATE reaper_runs SET detached_since = NULL WHERE run_id = ?1",
         ["app-run"],
     )
     .unwrap();

@@ -1,4 +1,4 @@
-// Writes src/schema.generated.ts (SQLite and D1: reaper_sql::MIGRATIONS) and
+// Writes src/schema.generated.ts (SQLite and D1: reaper_sql::MIGRATIONS and BASELINE) and
 // src/postgres-schema.generated.ts (reaper_postgres::schema) from the Rust migrations
 // (`reaper-tanstack-interop schema` / `schema-postgres`), so the package applies exactly the
 // reaper's own statements. test/schema.test.ts fails when either is stale.
@@ -13,6 +13,10 @@ export function render(schema) {
     `export const RUST_SCHEMA_VERSION = ${schema.version}\n` +
     `export const MIGRATIONS: ${MIGRATION_TYPE} = ` +
     JSON.stringify(schema.migrations, null, 2) +
+    '\n' +
+    '/** The schema a new database is created at (reaper_sql::BASELINE), then the migrations after it. */\n' +
+    'export const BASELINE: { version: number; description: string; statements: ReadonlyArray<string> } = ' +
+    JSON.stringify(schema.baseline, null, 2) +
     '\n'
   )
 }

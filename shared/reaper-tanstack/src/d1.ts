@@ -3,7 +3,7 @@
 // store, every read-modify-write is one statement or one batch (D1's only transaction) with its
 // conditions (the epoch fence, a closed log, an unexpired lease) in the SQL itself.
 import type { StreamChunk, StreamDurability } from '@tanstack/ai'
-import { MIGRATIONS } from './schema.generated.js'
+import { pendingMigrations, REAPER_TABLES } from './sql-schema.js'
 import {
   SCHEMA_VERSION,
   SchemaError,
@@ -47,7 +47,7 @@ const RUN_COLUMNS =
   'sandbox_key, detached_since, cancel_requested, driver_epoch'
 
 /** The Rust store's fence for a statement whose `?1` is the run and `?2` the held epoch. */
-const FENCE_OK = '(?2 IS NULL OR NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND driver_epoch > ?2))'
+const FENCE_OK = '(?2 IS NULL OR NOT EXISTS (SELECT 1 FROM reaper_runs WHERE run_id = ?1 AND driver_epoch > ?2))'
 
 export interface D1Options {
   /** Clock for log `last_append_at` stamps and transcript times. Default `Date.now`. */
@@ -89,7 +89,7 @@ export class ReaperD1 {
 
   close(): void {}
 
-  /** The framework's `LockStore` on the reaper's `leases` table. */
+  /** The framework's `LockStore` on the reaper's `reaper_leases` table. */
   locks(options: LeaseLockOptions = {}): LeaseLockStore {
     return new LeaseLockStore(this.leases, { now: this.now, ...options })
   }
@@ -110,7 +110,7 @@ export class ReaperD1 {
 
   private runStore(): ReaperRunStore {
     const get = async (runId: string) => {
-      const r = await this.st(`SELECT ${RUN_COLUMNS} FROM runs WHERE run_id = ?1`, runId).first<Row>()
+      const r = await this.st(`SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE run_id = ?1`, runId).first<Row>()
       return r ? toRecord(r) : null
     }
     return {
@@ -118,13 +118,13 @@ export class ReaperD1 {
         // Insert-if-absent and the read in one batch: the row read is the one that is stored.
         const [, read] = await this.db.batch<Row>([
           this.st(
-            'INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (run_id) DO NOTHING',
+            'INSERT INTO reaper_runs (run_id, thread_id, status, started_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (run_id) DO NOTHING',
             input.runId,
             input.threadId,
             input.status ?? 'running',
             input.startedAt,
           ),
-          this.st(`SELECT ${RUN_COLUMNS} FROM runs WHERE run_id = ?1`, input.runId),
+          this.st(`SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE run_id = ?1`, input.runId),
         ])
         return toRecord(read.results[0])
       },
@@ -132,13 +132,13 @@ export class ReaperD1 {
         const { set, values } = patchColumns(patch)
         if (set.length === 0) return
         // An unknown run matches no row: a no-op, as the contract says.
-        await this.st(`UPDATE runs SET ${set.join(', ')} WHERE run_id = ?`, ...values, runId).run()
+        await this.st(`UPDATE reaper_runs SET ${set.join(', ')} WHERE run_id = ?`, ...values, runId).run()
       },
       updateFenced: async (runId, held, patch) => {
         const { set, values } = patchColumns(patch)
         if (set.length === 0) set.push('run_id = run_id')
         const landed = await this.st(
-          `UPDATE runs SET ${set.join(', ')} WHERE run_id = ? AND (driver_epoch IS NULL OR driver_epoch <= ?) RETURNING run_id`,
+          `UPDATE reaper_runs SET ${set.join(', ')} WHERE run_id = ? AND (driver_epoch IS NULL OR driver_epoch <= ?) RETURNING run_id`,
           ...values,
           runId,
           held,
@@ -149,17 +149,17 @@ export class ReaperD1 {
       get,
       findActiveRun: async (threadId) => {
         const r = await this.st(
-          `SELECT ${RUN_COLUMNS} FROM runs WHERE thread_id = ?1 AND status = 'running' ORDER BY started_at DESC, rowid DESC LIMIT 1`,
+          `SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE thread_id = ?1 AND status = 'running' ORDER BY started_at DESC, rowid DESC LIMIT 1`,
           threadId,
         ).first<Row>()
         return r ? toRecord(r) : null
       },
       listByThread: async (threadId) =>
-        (await this.all(`SELECT ${RUN_COLUMNS} FROM runs WHERE thread_id = ?1 ORDER BY started_at, rowid`, threadId)).map(toRecord),
+        (await this.all(`SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE thread_id = ?1 ORDER BY started_at, rowid`, threadId)).map(toRecord),
       listReclaimable: async ({ now, ttlMs }) =>
         (
           await this.all(
-            `SELECT ${RUN_COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL ` +
+            `SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE status = 'running' AND detached_since IS NOT NULL ` +
               'AND detached_since <= ?1 ORDER BY detached_since, run_id',
             now - ttlMs,
           )
@@ -167,7 +167,7 @@ export class ReaperD1 {
       bumpEpoch: async (runId): Promise<EpochBump> => {
         // The reaper's claim statement: refuses unknown and terminal runs by matching no row.
         const r = await this.st(
-          'UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 ' +
+          'UPDATE reaper_runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 ' +
             `WHERE run_id = ?1 AND status IN ('running', 'interrupted') RETURNING ${RUN_COLUMNS}`,
           runId,
         ).first<Row>()
@@ -179,7 +179,7 @@ export class ReaperD1 {
       },
       writeTerminal: async (runId, heldEpoch, write: TerminalWrite) =>
         (await this.st(
-          'UPDATE runs SET status = ?3, finished_at = ?4, error_message = ?5, error_code = ?6 ' +
+          'UPDATE reaper_runs SET status = ?3, finished_at = ?4, error_message = ?5, error_code = ?6 ' +
             'WHERE run_id = ?1 AND (driver_epoch IS NULL OR driver_epoch <= ?2) RETURNING run_id',
           runId,
           heldEpoch,
@@ -196,11 +196,11 @@ export class ReaperD1 {
     const offset = options.offset ?? null
     const held = options.fence ?? null
     const entries = async (from: number, limit: number) =>
-      (await this.all('SELECT seq, chunk FROM log_entries WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3', runId, from, limit)).map(
+      (await this.all('SELECT seq, chunk FROM reaper_log_entries WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3', runId, from, limit)).map(
         (r) => ({ offset: String(r.seq), chunk: JSON.parse(r.chunk as string) as StreamChunk }),
       )
     const meta = () =>
-      this.st('SELECT closed, next_seq, events_pruned_at FROM logs WHERE run_id = ?1', runId).first<Row>()
+      this.st('SELECT closed, next_seq, events_pruned_at FROM reaper_logs WHERE run_id = ?1', runId).first<Row>()
     const pollMs = this.pollMs
     return {
       resumeFrom: () => offset,
@@ -215,23 +215,23 @@ export class ReaperD1 {
         // every conditional write after it sees, so the outcome decided from it is what landed.
         const statements = [
           this.st(
-            'SELECT (SELECT driver_epoch FROM runs WHERE run_id = ?1) AS epoch, ' +
-              '(SELECT closed FROM logs WHERE run_id = ?1) AS closed, (SELECT next_seq FROM logs WHERE run_id = ?1) AS next_seq',
+            'SELECT (SELECT driver_epoch FROM reaper_runs WHERE run_id = ?1) AS epoch, ' +
+              '(SELECT closed FROM reaper_logs WHERE run_id = ?1) AS closed, (SELECT next_seq FROM reaper_logs WHERE run_id = ?1) AS next_seq',
             runId,
           ),
-          this.st(`INSERT INTO logs (run_id) SELECT ?1 WHERE ${FENCE_OK} ON CONFLICT (run_id) DO NOTHING`, runId, held),
+          this.st(`INSERT INTO reaper_logs (run_id) SELECT ?1 WHERE ${FENCE_OK} ON CONFLICT (run_id) DO NOTHING`, runId, held),
         ]
         if (encoded.length > 0) {
           statements.push(
             this.st(
-              'INSERT INTO log_entries (run_id, seq, chunk) SELECT ?1, logs.next_seq + j.key, j.value ' +
-                `FROM logs, json_each(?3) AS j WHERE logs.run_id = ?1 AND logs.closed = 0 AND ${FENCE_OK}`,
+              'INSERT INTO reaper_log_entries (run_id, seq, chunk) SELECT ?1, reaper_logs.next_seq + j.key, j.value ' +
+                `FROM reaper_logs, json_each(?3) AS j WHERE reaper_logs.run_id = ?1 AND reaper_logs.closed = 0 AND ${FENCE_OK}`,
               runId,
               held,
               JSON.stringify(encoded),
             ),
             this.st(
-              `UPDATE logs SET next_seq = next_seq + ?3, last_append_at = ?4 WHERE run_id = ?1 AND closed = 0 AND ${FENCE_OK}`,
+              `UPDATE reaper_logs SET next_seq = next_seq + ?3, last_append_at = ?4 WHERE run_id = ?1 AND closed = 0 AND ${FENCE_OK}`,
               runId,
               held,
               encoded.length,
@@ -280,7 +280,7 @@ export class ReaperD1 {
       close: async () => {
         // The reaper's fenced close (reaper_sql::logs::CLOSE_FENCED): the fence in the statement.
         const r = await this.st(
-          `INSERT INTO logs (run_id, closed) SELECT ?1, 1 WHERE ${FENCE_OK} ON CONFLICT (run_id) DO UPDATE SET closed = 1`,
+          `INSERT INTO reaper_logs (run_id, closed) SELECT ?1, 1 WHERE ${FENCE_OK} ON CONFLICT (run_id) DO UPDATE SET closed = 1`,
           runId,
           held,
         ).run()
@@ -307,14 +307,14 @@ export class ReaperD1 {
     }
     return {
       get: async (runId) => {
-        const r = await this.st('SELECT run_id, thread_id, body, exit_code, saved_at FROM transcripts WHERE run_id = ?1', runId).first<Row>()
+        const r = await this.st('SELECT run_id, thread_id, body, exit_code, saved_at FROM reaper_transcripts WHERE run_id = ?1', runId).first<Row>()
         return r ? toTranscript(r) : null
       },
       save: async (t, options = {}) => {
         const held = options.fence ?? null
         // The reaper's fenced save (reaper_sql::transcripts::SAVE_FENCED), the fence in the statement.
         const r = await this.st(
-          'INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) SELECT ?1, ?3, ?4, ?5, ?6 ' +
+          'INSERT INTO reaper_transcripts (run_id, thread_id, body, exit_code, saved_at) SELECT ?1, ?3, ?4, ?5, ?6 ' +
             `WHERE ${FENCE_OK} ON CONFLICT (run_id) DO UPDATE SET thread_id = excluded.thread_id, body = excluded.body, ` +
             'exit_code = excluded.exit_code, saved_at = excluded.saved_at',
           t.runId,
@@ -329,7 +329,7 @@ export class ReaperD1 {
       listByThread: async (threadId) =>
         (
           await this.all(
-            'SELECT run_id, thread_id, body, exit_code, saved_at FROM transcripts WHERE thread_id = ?1 ORDER BY saved_at, run_id',
+            'SELECT run_id, thread_id, body, exit_code, saved_at FROM reaper_transcripts WHERE thread_id = ?1 ORDER BY saved_at, run_id',
             threadId,
           )
         ).map(toTranscript),
@@ -341,7 +341,7 @@ export class ReaperD1 {
       get: async (key) => {
         const r = await this.st(
           'SELECT key, provider, provider_sandbox_id, latest_snapshot_id, thread_id, latest_run_id, updated_at ' +
-            'FROM sandbox_instances WHERE key = ?1',
+            'FROM reaper_sandbox_instances WHERE key = ?1',
           key,
         ).first<Row>()
         if (!r) return null
@@ -359,7 +359,7 @@ export class ReaperD1 {
       upsert: async (rec) => {
         // A full replace: an omitted optional is written NULL, never kept from the old row.
         await this.st(
-          'INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, latest_snapshot_id, thread_id, latest_run_id, ' +
+          'INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, latest_snapshot_id, thread_id, latest_run_id, ' +
             'updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (key) DO UPDATE SET provider = excluded.provider, ' +
             'provider_sandbox_id = excluded.provider_sandbox_id, latest_snapshot_id = excluded.latest_snapshot_id, ' +
             'thread_id = excluded.thread_id, latest_run_id = excluded.latest_run_id, updated_at = excluded.updated_at',
@@ -373,7 +373,7 @@ export class ReaperD1 {
         ).run()
       },
       delete: async (key) => {
-        await this.st('DELETE FROM sandbox_instances WHERE key = ?1', key).run()
+        await this.st('DELETE FROM reaper_sandbox_instances WHERE key = ?1', key).run()
       },
     }
   }
@@ -384,9 +384,9 @@ export class ReaperD1 {
       acquire: async (key, owner, now, ttlMs) => {
         const expiresAt = now + ttlMs
         const r = await this.st(
-          'INSERT INTO leases (key, owner, token, expires_at) VALUES (?1, ?2, lower(hex(randomblob(16))), ?3) ' +
+          'INSERT INTO reaper_leases (key, owner, token, expires_at) VALUES (?1, ?2, lower(hex(randomblob(16))), ?3) ' +
             'ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token, ' +
-            'expires_at = excluded.expires_at WHERE leases.expires_at <= ?4 RETURNING token',
+            'expires_at = excluded.expires_at WHERE reaper_leases.expires_at <= ?4 RETURNING token',
           key,
           owner,
           expiresAt,
@@ -396,19 +396,19 @@ export class ReaperD1 {
       },
       renew: async (key, owner, token, now, ttlMs) =>
         (await this.st(
-          'UPDATE leases SET expires_at = ?4 WHERE key = ?1 AND owner = ?2 AND token = ?3 RETURNING key',
+          'UPDATE reaper_leases SET expires_at = ?4 WHERE key = ?1 AND owner = ?2 AND token = ?3 RETURNING key',
           key,
           owner,
           token,
           now + ttlMs,
         ).first()) !== null,
       release: async (key, owner, token) => {
-        await this.st('DELETE FROM leases WHERE key = ?1 AND owner = ?2 AND token = ?3', key, owner, token).run()
+        await this.st('DELETE FROM reaper_leases WHERE key = ?1 AND owner = ?2 AND token = ?3', key, owner, token).run()
       },
     }
   }
 
-  /** Applies the reaper's own migrations (reaper_sql::MIGRATIONS) in one batch, or refuses. */
+  /** Applies the reaper's own migrations (reaper_sql::schema::pending) in one batch, or refuses. */
   private async migrate(): Promise<void> {
     // D1 and wrangler keep tables of their own in every database (as reaper_d1::schema skips).
     const ours = (name: string) => !(name.startsWith('sqlite_') || name.startsWith('_cf_') || name === 'd1_migrations')
@@ -441,7 +441,7 @@ export class ReaperD1 {
     }
     const { version } = await inspect()
     if (version === SCHEMA_VERSION) return
-    const statements = MIGRATIONS.filter((m) => m.version > version).flatMap((m) => [
+    const statements = pendingMigrations(version).flatMap((m) => [
       ...m.statements.map((s) => this.st(s)),
       this.st('INSERT INTO reaper_schema (version, description) VALUES (?1, ?2)', m.version, m.description),
     ])
@@ -454,7 +454,3 @@ export class ReaperD1 {
   }
 }
 
-/** Every table the reaper's migrations create: an application's table by one of these names clashes. */
-const REAPER_TABLES = new Set(
-  MIGRATIONS.flatMap((m) => m.statements.map((s) => /^CREATE TABLE (\w+)/.exec(s)?.[1]).filter((t) => t !== undefined)),
-)

@@ -3,7 +3,7 @@
 // `reaper` CLI sweeps.
 import { DatabaseSync, type SQLInputValue } from 'node:sqlite'
 import type { StreamChunk, StreamDurability } from '@tanstack/ai'
-import { MIGRATIONS } from './schema.generated.js'
+import { pendingMigrations, REAPER_TABLES } from './sql-schema.js'
 import {
   SCHEMA_VERSION,
   SchemaError,
@@ -78,7 +78,7 @@ export class ReaperSqlite {
     this.db.close()
   }
 
-  /** The framework's `LockStore` on the reaper's `leases` table. */
+  /** The framework's `LockStore` on the reaper's `reaper_leases` table. */
   locks(options: LeaseLockOptions = {}): LeaseLockStore {
     return new LeaseLockStore(this.leases, { now: this.now, ...options })
   }
@@ -103,13 +103,13 @@ export class ReaperSqlite {
   private runStore(): ReaperRunStore {
     const db = this.db
     const get = (runId: string) => {
-      const row = db.prepare(`SELECT ${RUN_COLUMNS} FROM runs WHERE run_id = ?`).get(runId)
+      const row = db.prepare(`SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE run_id = ?`).get(runId)
       return row ? toRecord(row as Row) : null
     }
     return {
       createOrResume: async (input) => {
         db.prepare(
-          'INSERT INTO runs (run_id, thread_id, status, started_at) VALUES (?, ?, ?, ?) ' +
+          'INSERT INTO reaper_runs (run_id, thread_id, status, started_at) VALUES (?, ?, ?, ?) ' +
             'ON CONFLICT (run_id) DO NOTHING',
         ).run(input.runId, input.threadId, input.status ?? 'running', input.startedAt)
         return get(input.runId)!
@@ -118,7 +118,7 @@ export class ReaperSqlite {
         const { set, values } = patchColumns(patch)
         if (set.length === 0) return
         // An unknown run matches no row: a no-op, as the contract says.
-        db.prepare(`UPDATE runs SET ${set.join(', ')} WHERE run_id = ?`).run(...values, runId)
+        db.prepare(`UPDATE reaper_runs SET ${set.join(', ')} WHERE run_id = ?`).run(...values, runId)
       },
       updateFenced: async (runId, held, patch) => {
         const { set, values } = patchColumns(patch)
@@ -126,7 +126,7 @@ export class ReaperSqlite {
         return this.tx(() => {
           const landed = db
             .prepare(
-              `UPDATE runs SET ${set.join(', ')} WHERE run_id = ? ` +
+              `UPDATE reaper_runs SET ${set.join(', ')} WHERE run_id = ? ` +
                 'AND (driver_epoch IS NULL OR driver_epoch <= ?) RETURNING run_id',
             )
             .get(...values, runId, held)
@@ -138,7 +138,7 @@ export class ReaperSqlite {
       findActiveRun: async (threadId) => {
         const row = db
           .prepare(
-            `SELECT ${RUN_COLUMNS} FROM runs WHERE thread_id = ? AND status = 'running' ` +
+            `SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE thread_id = ? AND status = 'running' ` +
               'ORDER BY started_at DESC, rowid DESC LIMIT 1',
           )
           .get(threadId)
@@ -146,13 +146,13 @@ export class ReaperSqlite {
       },
       listByThread: async (threadId) =>
         db
-          .prepare(`SELECT ${RUN_COLUMNS} FROM runs WHERE thread_id = ? ORDER BY started_at, rowid`)
+          .prepare(`SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE thread_id = ? ORDER BY started_at, rowid`)
           .all(threadId)
           .map((r) => toRecord(r as Row)),
       listReclaimable: async ({ now, ttlMs }) =>
         db
           .prepare(
-            `SELECT ${RUN_COLUMNS} FROM runs WHERE status = 'running' AND detached_since IS NOT NULL ` +
+            `SELECT ${RUN_COLUMNS} FROM reaper_runs WHERE status = 'running' AND detached_since IS NOT NULL ` +
               'AND detached_since <= ? ORDER BY detached_since, run_id',
           )
           .all(now - ttlMs)
@@ -162,7 +162,7 @@ export class ReaperSqlite {
         // matching no row.
         const row = db
           .prepare(
-            'UPDATE runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 ' +
+            'UPDATE reaper_runs SET driver_epoch = COALESCE(driver_epoch, 0) + 1 ' +
               `WHERE run_id = ? AND status IN ('running', 'interrupted') RETURNING ${RUN_COLUMNS}`,
           )
           .get(runId)
@@ -175,7 +175,7 @@ export class ReaperSqlite {
       writeTerminal: async (runId, heldEpoch, write: TerminalWrite) => {
         const row = db
           .prepare(
-            'UPDATE runs SET status = ?, finished_at = ?, error_message = ?, error_code = ? ' +
+            'UPDATE reaper_runs SET status = ?, finished_at = ?, error_message = ?, error_code = ? ' +
               'WHERE run_id = ? AND (driver_epoch IS NULL OR driver_epoch <= ?) RETURNING run_id',
           )
           .get(
@@ -198,7 +198,7 @@ export class ReaperSqlite {
     const fence = options.fence
     const fenced = () => {
       if (fence === undefined) return
-      const row = db.prepare('SELECT driver_epoch FROM runs WHERE run_id = ?').get(runId) as
+      const row = db.prepare('SELECT driver_epoch FROM reaper_runs WHERE run_id = ?').get(runId) as
         | Row
         | undefined
       const observed = row?.driver_epoch
@@ -206,7 +206,7 @@ export class ReaperSqlite {
     }
     const entries = (from: number, limit: number) =>
       db
-        .prepare('SELECT seq, chunk FROM log_entries WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?')
+        .prepare('SELECT seq, chunk FROM reaper_log_entries WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?')
         .all(runId, from, limit)
         .map((r) => {
           const row = r as Row
@@ -214,7 +214,7 @@ export class ReaperSqlite {
         })
     const meta = () =>
       db
-        .prepare('SELECT closed, next_seq, events_pruned_at FROM logs WHERE run_id = ?')
+        .prepare('SELECT closed, next_seq, events_pruned_at FROM reaper_logs WHERE run_id = ?')
         .get(runId) as Row | undefined
     return {
       resumeFrom: () => offset,
@@ -227,16 +227,16 @@ export class ReaperSqlite {
         const encoded = chunks.map((c) => JSON.stringify(c))
         return this.tx(() => {
           fenced()
-          db.prepare('INSERT INTO logs (run_id) VALUES (?) ON CONFLICT DO NOTHING').run(runId)
+          db.prepare('INSERT INTO reaper_logs (run_id) VALUES (?) ON CONFLICT DO NOTHING').run(runId)
           const m = meta()!
           if (m.closed === 1) {
             throw new Error(`the delivery log of run ${JSON.stringify(runId)} is closed; nothing was appended`)
           }
           const first = m.next_seq as number
-          const ins = db.prepare('INSERT INTO log_entries (run_id, seq, chunk) VALUES (?, ?, ?)')
+          const ins = db.prepare('INSERT INTO reaper_log_entries (run_id, seq, chunk) VALUES (?, ?, ?)')
           encoded.forEach((text, i) => ins.run(runId, first + i, text))
           if (encoded.length > 0) {
-            db.prepare('UPDATE logs SET next_seq = ?, last_append_at = ? WHERE run_id = ?').run(
+            db.prepare('UPDATE reaper_logs SET next_seq = ?, last_append_at = ? WHERE run_id = ?').run(
               first + encoded.length,
               this.now(),
               runId,
@@ -280,15 +280,15 @@ export class ReaperSqlite {
       close: async () => {
         if (fence === undefined) {
           db.prepare(
-            'INSERT INTO logs (run_id, closed) VALUES (?, 1) ON CONFLICT (run_id) DO UPDATE SET closed = 1',
+            'INSERT INTO reaper_logs (run_id, closed) VALUES (?, 1) ON CONFLICT (run_id) DO UPDATE SET closed = 1',
           ).run(runId)
           return
         }
         // The reaper's fenced close (reaper_sql::logs::CLOSE_FENCED): the fence in the statement.
         const r = db
           .prepare(
-            'INSERT INTO logs (run_id, closed) SELECT ?, 1 WHERE NOT EXISTS ' +
-              '(SELECT 1 FROM runs WHERE run_id = ? AND driver_epoch > ?) ' +
+            'INSERT INTO reaper_logs (run_id, closed) SELECT ?, 1 WHERE NOT EXISTS ' +
+              '(SELECT 1 FROM reaper_runs WHERE run_id = ? AND driver_epoch > ?) ' +
               'ON CONFLICT (run_id) DO UPDATE SET closed = 1',
           )
           .run(runId, runId, fence)
@@ -317,7 +317,7 @@ export class ReaperSqlite {
     return {
       get: async (runId) => {
         const r = db
-          .prepare('SELECT run_id, thread_id, body, exit_code, saved_at FROM transcripts WHERE run_id = ?')
+          .prepare('SELECT run_id, thread_id, body, exit_code, saved_at FROM reaper_transcripts WHERE run_id = ?')
           .get(runId)
         return r ? toTranscript(r as Row) : null
       },
@@ -334,15 +334,15 @@ export class ReaperSqlite {
         ] as const
         if (options.fence === undefined) {
           db.prepare(
-            `INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) VALUES (?, ?, ?, ?, ?) ${upsert}`,
+            `INSERT INTO reaper_transcripts (run_id, thread_id, body, exit_code, saved_at) VALUES (?, ?, ?, ?, ?) ${upsert}`,
           ).run(...row)
           return true
         }
         // The reaper's fenced save (reaper_sql::transcripts::SAVE_FENCED).
         const r = db
           .prepare(
-            'INSERT INTO transcripts (run_id, thread_id, body, exit_code, saved_at) SELECT ?, ?, ?, ?, ? ' +
-              `WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND driver_epoch > ?) ${upsert}`,
+            'INSERT INTO reaper_transcripts (run_id, thread_id, body, exit_code, saved_at) SELECT ?, ?, ?, ?, ? ' +
+              `WHERE NOT EXISTS (SELECT 1 FROM reaper_runs WHERE run_id = ? AND driver_epoch > ?) ${upsert}`,
           )
           .run(...row, t.runId, options.fence)
         return r.changes > 0
@@ -350,7 +350,7 @@ export class ReaperSqlite {
       listByThread: async (threadId) =>
         db
           .prepare(
-            'SELECT run_id, thread_id, body, exit_code, saved_at FROM transcripts WHERE thread_id = ? ' +
+            'SELECT run_id, thread_id, body, exit_code, saved_at FROM reaper_transcripts WHERE thread_id = ? ' +
               'ORDER BY saved_at, run_id',
           )
           .all(threadId)
@@ -365,7 +365,7 @@ export class ReaperSqlite {
         const r = db
           .prepare(
             'SELECT key, provider, provider_sandbox_id, latest_snapshot_id, thread_id, latest_run_id, ' +
-              'updated_at FROM sandbox_instances WHERE key = ?',
+              'updated_at FROM reaper_sandbox_instances WHERE key = ?',
           )
           .get(key) as Row | undefined
         if (!r) return null
@@ -383,7 +383,7 @@ export class ReaperSqlite {
       upsert: async (rec) => {
         // A full replace: an omitted optional is written NULL, never kept from the old row.
         db.prepare(
-          'INSERT INTO sandbox_instances (key, provider, provider_sandbox_id, latest_snapshot_id, ' +
+          'INSERT INTO reaper_sandbox_instances (key, provider, provider_sandbox_id, latest_snapshot_id, ' +
             'thread_id, latest_run_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ' +
             'ON CONFLICT (key) DO UPDATE SET provider = excluded.provider, ' +
             'provider_sandbox_id = excluded.provider_sandbox_id, latest_snapshot_id = excluded.latest_snapshot_id, ' +
@@ -399,7 +399,7 @@ export class ReaperSqlite {
         )
       },
       delete: async (key) => {
-        db.prepare('DELETE FROM sandbox_instances WHERE key = ?').run(key)
+        db.prepare('DELETE FROM reaper_sandbox_instances WHERE key = ?').run(key)
       },
     }
   }
@@ -411,30 +411,26 @@ export class ReaperSqlite {
         const expiresAt = now + ttlMs
         const row = db
           .prepare(
-            'INSERT INTO leases (key, owner, token, expires_at) VALUES (?, ?, lower(hex(randomblob(16))), ?) ' +
+            'INSERT INTO reaper_leases (key, owner, token, expires_at) VALUES (?, ?, lower(hex(randomblob(16))), ?) ' +
               'ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token, ' +
-              'expires_at = excluded.expires_at WHERE leases.expires_at <= ? RETURNING token',
+              'expires_at = excluded.expires_at WHERE reaper_leases.expires_at <= ? RETURNING token',
           )
           .get(key, owner, expiresAt, now) as Row | undefined
         return row ? { token: row.token as string, expiresAt } : null
       },
       renew: async (key, owner, token, now, ttlMs) =>
         db
-          .prepare('UPDATE leases SET expires_at = ? WHERE key = ? AND owner = ? AND token = ? RETURNING key')
+          .prepare('UPDATE reaper_leases SET expires_at = ? WHERE key = ? AND owner = ? AND token = ? RETURNING key')
           .get(now + ttlMs, key, owner, token) !== undefined,
       release: async (key, owner, token) => {
-        db.prepare('DELETE FROM leases WHERE key = ? AND owner = ? AND token = ?').run(key, owner, token)
+        db.prepare('DELETE FROM reaper_leases WHERE key = ? AND owner = ? AND token = ?').run(key, owner, token)
       },
     }
   }
 }
 
-/** Every table the reaper's migrations create: an application's table by one of these names clashes. */
-const REAPER_TABLES = new Set(
-  MIGRATIONS.flatMap((m) => m.statements.map((s) => /^CREATE TABLE (\w+)/.exec(s)?.[1]).filter((t) => t !== undefined)),
-)
 
-/** Applies the reaper's own migrations (the statements of `reaper_sql::MIGRATIONS`), or refuses. */
+/** Applies the reaper's own migrations (the statements of `reaper_sql::schema::pending`), or refuses. */
 function migrate(db: DatabaseSync, path: string, besideAppTables: boolean): void {
   const tables = () =>
     db
@@ -476,8 +472,7 @@ function migrate(db: DatabaseSync, path: string, besideAppTables: boolean): void
     // Re-read under the write lock: another process may have migrated meanwhile.
     const at = tables().includes('reaper_schema') ? version() : 0
     if (at > SCHEMA_VERSION) throw new SchemaError(`${path} was upgraded past version ${SCHEMA_VERSION} meanwhile`)
-    for (const m of MIGRATIONS) {
-      if (m.version <= at) continue
+    for (const m of pendingMigrations(at)) {
       for (const s of m.statements) db.exec(s)
       db.prepare('INSERT INTO reaper_schema (version, description) VALUES (?, ?)').run(m.version, m.description)
     }

@@ -7,7 +7,7 @@ import type { LockStore } from '@tanstack/ai/locks'
 export type { RunRecord, RunStore, StreamChunk, LockStore }
 
 /** The SQLite schema version (`reaper_schema`) this package reads and writes. */
-export const SCHEMA_VERSION = 7
+export const SCHEMA_VERSION = 8
 
 /** The lease key of a run's driver claim: the same key the Rust reaper's claim takes. */
 export function runDriverLockKey(runId: string): string {

@@ -80,8 +80,9 @@ export default {
       const column = async (sql: string) => (await old.prepare(sql).all<Record<string, unknown>>()).results.map((r) => Object.values(r)[0])
       return json({
         versions: await column('SELECT version FROM reaper_schema ORDER BY version'),
-        runs: await column('SELECT run_id FROM runs ORDER BY run_id'),
-        indexes: await column("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND sql IS NOT NULL ORDER BY name"),
+        runs: await column('SELECT run_id FROM reaper_runs ORDER BY run_id'),
+        indexes: await column("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'reaper_runs' AND sql IS NOT NULL ORDER BY name"),
+        oldNames: await column("SELECT name FROM sqlite_master WHERE name NOT LIKE 'reaper\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\' ORDER BY name"),
       })
     }
     opened ??= ReaperD1.open(env.DB, { now: () => clock, pollMs: 10 })

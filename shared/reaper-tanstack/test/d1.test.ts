@@ -82,15 +82,26 @@ describe('contract on d1 (inside workerd)', () => {
 
 it('a D1 database at a schema version this package does not know is refused with nothing written (in workerd)', async () => {
   const r = (await call('POST', '/schema/newer')) as { refusal: string; unchanged: boolean }
-  assert.match(r.refusal, /reaper schema version 99, but this package writes version 7; nothing was written/)
+  assert.match(r.refusal, /reaper schema version 99, but this package writes version 8; nothing was written/)
   assert.equal(r.unchanged, true)
 })
 
-it('a D1 database at schema version 4 upgrades to the unlistable-rows index with every run kept (in workerd)', async () => {
-  const r = (await call('POST', '/schema/upgrade')) as { versions: Array<number>; runs: Array<string>; indexes: Array<string> }
+it('a D1 database at schema version 4 upgrades to the prefixed tables and indexes with every run kept (in workerd)', async () => {
+  const r = (await call('POST', '/schema/upgrade')) as {
+    versions: Array<number>
+    runs: Array<string>
+    indexes: Array<string>
+    oldNames: Array<string>
+  }
   assert.deepEqual(r.versions, MIGRATIONS.map((m) => m.version))
   assert.deepEqual(r.runs, ['run-done', 'run-far', 'run-ok'])
-  assert.deepEqual(r.indexes, ['runs_by_thread', 'runs_finished', 'runs_reclaimable', 'runs_unlistable'])
+  assert.deepEqual(r.indexes, [
+    'reaper_runs_by_thread',
+    'reaper_runs_finished',
+    'reaper_runs_reclaimable',
+    'reaper_runs_unlistable',
+  ])
+  assert.deepEqual(r.oldNames, [], 'ALTER TABLE … RENAME in D1 left no unprefixed table or index')
 })
 
 describe('corpus on d1 (the Rust reaper-d1 store and the TypeScript backend on one D1 binding)', () => {

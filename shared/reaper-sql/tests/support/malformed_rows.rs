@@ -1,4 +1,4 @@
-// Malformed `runs` rows, shared by the SQLite and D1 store tests (`include!`d by both, so the two
+// Malformed `reaper_runs` rows, shared by the SQLite and D1 store tests (`include!`d by both, so the two
 // backends are held to one list). Each variant takes a good detached run `bad` and spoils one
 // thing with raw SQL, the way a careless application, a hand edit or another tool might.
 
@@ -8,7 +8,7 @@ pub struct Malformed {
     pub name: &'static str,
     /// The `SET` clause applied to the row `bad` (CHECK constraints off).
     pub set: &'static str,
-    /// Needs a `runs` table without the schema's NOT NULL constraints and column types (an
+    /// Needs a `reaper_runs` table without the schema's NOT NULL constraints and column types (an
     /// application that created the table itself): the real schema refuses or converts it.
     pub loose_only: bool,
     /// The run id itself is unreadable, so the row is named by its rowid.
@@ -135,25 +135,25 @@ pub const MALFORMED: &[Malformed] = &[
 pub fn seed_sql(variant: &Malformed) -> String {
     format!(
         "PRAGMA ignore_check_constraints = ON; \
-         INSERT INTO runs (run_id, thread_id, status, started_at, detached_since) VALUES \
+         INSERT INTO reaper_runs (run_id, thread_id, status, started_at, detached_since) VALUES \
          ('good-1', 't', 'running', 1, 5), ('bad', 't', 'running', 1, 5), \
          ('good-2', 't', 'running', 1, 6); \
-         UPDATE runs SET {} WHERE rowid = 2; \
+         UPDATE reaper_runs SET {} WHERE rowid = 2; \
          PRAGMA ignore_check_constraints = OFF;",
         variant.set
     )
 }
 
-/// Replaces `runs` by a table with the same columns and no types or constraints, as an
+/// Replaces `reaper_runs` by a table with the same columns and no types or constraints, as an
 /// application creating the table by hand might.
-pub const LOOSE_RUNS: &str = "DROP TABLE runs; CREATE TABLE runs (run_id, thread_id, status, \
+pub const LOOSE_RUNS: &str = "DROP TABLE reaper_runs; CREATE TABLE reaper_runs (run_id, thread_id, status, \
                               started_at, finished_at, error_message, error_code, usage, \
                               sandbox_key, detached_since, cancel_requested, driver_epoch);";
 
 /// The key the corrupt entry must carry.
 pub fn expected_key(variant: &Malformed) -> &'static str {
     if variant.by_rowid {
-        "runs rowid 2"
+        "reaper_runs rowid 2"
     } else {
         "bad"
     }

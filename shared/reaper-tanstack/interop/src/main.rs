@@ -463,9 +463,13 @@ async fn main() -> Result<()> {
                            "statements": m.statements})
                 })
                 .collect();
+            let b = reaper_sql::BASELINE;
+            let baseline = json!({"version": b.version, "description": b.description,
+                                  "statements": b.statements});
             println!(
                 "{}",
-                json!({"version": reaper_sql::SCHEMA_VERSION, "migrations": migrations})
+                json!({"version": reaper_sql::SCHEMA_VERSION, "migrations": migrations,
+                       "baseline": baseline})
             );
         }
         "schema-postgres" => {

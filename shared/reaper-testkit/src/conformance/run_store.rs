@@ -1693,7 +1693,7 @@ pub async fn run_ids_with_quotes_newlines_and_unicode_round_trip<S: RunStore + ?
         ctx.id("it's \"quoted\" `back` \\slash"),
         ctx.id("new\nline\r\ttab"),
         ctx.id("ünïcödé-日本語-🦀"),
-        ctx.id("'; DROP TABLE runs; --"),
+        ctx.id("'; DROP TABLE reaper_runs; --"),
         ctx.id("%2F/../?#&=*"),
     ];
     round_trip_ids(store, &thread, &ids).await
