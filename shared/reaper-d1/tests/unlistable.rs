@@ -167,7 +167,7 @@ fn count(conn: &Connection, sql: &str) -> i64 {
 #[tokio::test]
 async fn a_version_4_database_upgrades_to_the_unlistable_index_keeping_every_row_and_then_reports_them(
 ) {
-    assert_eq!(SCHEMA_VERSION, 7);
+    assert_eq!(SCHEMA_VERSION, 8);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("d1.db");
     let client = Arc::new(SqliteClient::new(Connection::open(&file).unwrap()));
