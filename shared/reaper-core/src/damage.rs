@@ -175,6 +175,12 @@ impl<T: RunStore + ?Sized> RunStore for Guarded<T> {
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
         write!(self, self.inner.prune_history(before, max_entries))
     }
+    async fn write_sweep_history(
+        &self,
+        history: &crate::history::SweepHistory,
+    ) -> Result<u64, StoreError> {
+        write!(self, self.inner.write_sweep_history(history))
+    }
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         write!(self, self.inner.bump_epoch(run_id))
     }

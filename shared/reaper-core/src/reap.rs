@@ -1338,6 +1338,27 @@ async fn record_history(
         }
     }
     let history = &mut report.history;
+    let before = at.saturating_sub(options.history_retention_ms.min(i64::MAX as u64) as i64);
+    // One store call where the store can: the entries and the prune in one request.
+    let count = entries.len();
+    let write = crate::history::SweepHistory {
+        entries,
+        prune_before: before,
+        prune_max: options.history_prune_batch,
+    };
+    match deps.runs.write_sweep_history(&write).await {
+        Ok(pruned) => {
+            (history.recorded, history.pruned) = (count, pruned);
+            return;
+        }
+        Err(StoreError::Unsupported(_)) => {}
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, entries = count, "writing the runs' history failed; the sweep's outcomes stand");
+            history.error = Some(format!("writing the runs' history failed: {error}"));
+            return;
+        }
+    }
+    let entries = write.entries;
     if !entries.is_empty() {
         match deps.runs.record_history(&entries).await {
             Ok(()) => history.recorded = entries.len(),
@@ -1348,7 +1369,6 @@ async fn record_history(
             }
         }
     }
-    let before = at.saturating_sub(options.history_retention_ms.min(i64::MAX as u64) as i64);
     match deps
         .runs
         .prune_history(before, options.history_prune_batch)

@@ -1,7 +1,7 @@
 //! The run history (schema version 5) on D1, in the statements `reaper-sqlite` runs: the
 //! sweep's entries in one batch, a run's newest through the primary key, the bounded prune.
 
-use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::history::{HistoryEntry, SweepHistory, MAX_HISTORY_READ};
 use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
 
@@ -17,25 +17,25 @@ impl D1Store {
         if entries.is_empty() {
             return Ok(());
         }
-        let statements = entries
-            .iter()
-            .map(|e| {
-                let json = serde_json::to_string(e).map_err(|err| {
-                    StoreError::Backend(format!("encoding a history entry: {err}"))
-                })?;
-                Ok(Statement::new(
-                    sql::RECORD,
-                    vec![
-                        e.run_id.as_str().into(),
-                        e.sweep_id.as_str().into(),
-                        e.at.into(),
-                        json.into(),
-                    ],
-                ))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
         // One batch: D1 runs it as one transaction, one round trip for the sweep.
-        self.batch(statements).await.map(drop)
+        self.batch(record_statements(entries)?).await.map(drop)
+    }
+
+    /// A sweep's entries and the retention's prune in one batch: one D1 round trip (one
+    /// subrequest of the Worker's alarm) and one transaction, so a failed prune keeps no half
+    /// of the sweep's entries either. Returns how many entries the prune deleted.
+    pub(crate) async fn write_sweep_history_rows(
+        &self,
+        history: &SweepHistory,
+    ) -> Result<u64, StoreError> {
+        let mut statements = record_statements(&history.entries)?;
+        let max = i64::try_from(history.prune_max).unwrap_or(i64::MAX);
+        statements.push(Statement::new(
+            sql::PRUNE_RETURNING,
+            vec![history.prune_before.into(), max.into()],
+        ));
+        let out = self.batch(statements).await?;
+        Ok(out.last().map_or(0, |pruned| pruned.len() as u64))
     }
 
     pub(crate) async fn run_history_rows(
@@ -71,4 +71,24 @@ impl D1Store {
             .await?;
         Ok(rows.len() as u64)
     }
+}
+
+/// One upsert per entry, its JSON in `entry`.
+fn record_statements(entries: &[HistoryEntry]) -> Result<Vec<Statement>, StoreError> {
+    entries
+        .iter()
+        .map(|e| {
+            let json = serde_json::to_string(e)
+                .map_err(|err| StoreError::Backend(format!("encoding a history entry: {err}")))?;
+            Ok(Statement::new(
+                sql::RECORD,
+                vec![
+                    e.run_id.as_str().into(),
+                    e.sweep_id.as_str().into(),
+                    e.at.into(),
+                    json.into(),
+                ],
+            ))
+        })
+        .collect()
 }

@@ -447,6 +447,13 @@ impl RunStore for D1Store {
         self.prune_history_rows(before, max_entries).await
     }
 
+    async fn write_sweep_history(
+        &self,
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<u64, StoreError> {
+        self.write_sweep_history_rows(history).await
+    }
+
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_reclaimable: true,
