@@ -13,9 +13,13 @@ use crate::config::Config;
 
 /// Kept back from the wall limit: the report write and the final `setAlarm`.
 pub const MIN_WALL_MARGIN_MS: u64 = 5_000;
-/// Subrequests of the sweep itself, outside any run: the pause mark, the lease, the listing,
-/// the release.
-pub const SWEEP_OVERHEAD_SUBREQUESTS: u64 = 9;
+/// D1 round trips of the sweep itself, outside any run, at most: opening the store (1 when
+/// the schema is current, 2 for the full check and 1 for a migration, 2 more for the check
+/// after a lost migration race), the pause mark, the lease, the listing cursor, the ledger's
+/// due entries, the listing (at most 6 pages, the unlistable report inside the first), the
+/// backlog count, one lease renewal, the history (the entries and the prune in one batch), the
+/// ledger's counts, the cursor's write and the release. A steady-state alarm makes 12 of them.
+pub const SWEEP_OVERHEAD_SUBREQUESTS: u64 = 5 + 1 + 1 + 1 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 1;
 /// D1 round trips (subrequests) the event retention after a sweep may make, kept out of the
 /// runs' share.
 pub const RETENTION_ROUND_TRIPS: usize = 8;
@@ -28,9 +32,10 @@ pub const RETENTION_EVERY_MS: i64 = 60 * 60 * 1000;
 /// A tenth of the CPU limit stays unspent: the runtime, the report, JSON.
 pub const CPU_RESERVE_DIVISOR: u64 = 10;
 /// The bound of the backlog count (rows read per alarm): past it the figure is "at least".
-/// D1 bills rows read, and a steady-state alarm reads about 170 other rows (schema check, leases,
-/// the cursor note, the ledger, one batch), so the count's 26 keep an alarm under 200 rows at
-/// any backlog: 288 k rows a day at an alarm a minute, within D1 Free's 5 M.
+/// D1 bills rows read, and a steady-state alarm reads 42 other rows (the schema's version, the
+/// pause mark, the lease, the cursor note, the ledger, the batch's listing, the history), so
+/// with the count's 26 an alarm reads 68 rows at any backlog (`test/scale.test.mjs`): 98 k rows
+/// a day at an alarm a minute, within D1 Free's 5 M.
 pub const BACKLOG_COUNT_MAX: u64 = 25;
 /// Runs in flight, at most: a Worker keeps at most six connections open at once, and each run
 /// holds one (its provider request) next to the D1 requests. The sweep sizes its runs in flight
@@ -71,9 +76,9 @@ pub struct SweepPlan {
 ///   `REAPER_CPU_PER_RUN`: `(cpu - cpu / 10) / cpu_per_run`.
 /// - Subrequests are counted as they happen ([`crate::meter`]): the sweep stops starting runs
 ///   once the count leaves only room for the runs in flight (`REAPER_SUBREQUESTS_PER_RUN`
-///   each) and the tail (8 of the sweep's own, 8 of the event retention). Only a limit too
+///   each) and the tail (21 of the sweep's own, 8 of the event retention). Only a limit too
 ///   small to hold four runs in flight lowers concurrency to one, and one too small to hold
-///   even that falls back to the static cap `(limit - 8 - 8) / per_run`.
+///   even that falls back to the static cap `(limit - 21 - 8) / per_run`.
 /// - `max_runs` is the smallest of those and `REAPER_MAX_RUNS`, and at least 1.
 /// - The sweep lease lasts the wall limit, so a sweep killed by the runtime frees it by then.
 pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepPlan {
@@ -129,11 +134,8 @@ pub fn plan(config: &Config, owner: impl Into<String>, start: EpochMs) -> SweepP
     };
     // D1 bills rows read, and the backlog count reads up to this many each alarm.
     options.backlog_count_max = BACKLOG_COUNT_MAX;
-    // No run history here yet: its write and prune are two more D1 subrequests per alarm that
-    // SWEEP_OVERHEAD_SUBREQUESTS does not count (and 3 more rows read in scale.test.mjs, 210
-    // against 207), so the meter would stop starting runs too late. `reaper status RUN_ID` on a
-    // D1 database shows no history.
-    options.history_retention_ms = 0;
+    // The run history is on, at the core's retention: its write and prune are one D1 batch,
+    // counted in SWEEP_OVERHEAD_SUBREQUESTS.
     SweepPlan {
         options,
         start,
@@ -278,6 +280,18 @@ mod tests {
     }
 
     #[test]
+    fn the_run_history_is_kept_and_its_one_batch_is_counted_in_the_sweep_s_own_subrequests() {
+        let p = plan(&config(&[]), "o", T0);
+        assert_eq!(
+            p.options.history_retention_ms,
+            reaper_core::history::DEFAULT_HISTORY_RETENTION_MS
+        );
+        // Schema check (at most 5), pause, lease, cursor, ledger due, 6 listing pages, count,
+        // renewal, history (entries and prune in one batch), ledger counts, cursor, release.
+        assert_eq!(SWEEP_OVERHEAD_SUBREQUESTS, 21);
+    }
+
+    #[test]
     fn the_default_plan_keeps_a_tenth_of_the_wall_limit_and_caps_at_the_configured_runs() {
         let p = plan(&config(&[]), "owner", T0);
         assert_eq!(p.deadline, T0 + 900_000 - 90_000);
@@ -315,10 +329,10 @@ mod tests {
             "o",
             T0,
         );
-        // The static estimate would have capped the batch at (1000 - 17) / 124 = 7 runs.
+        // The static estimate would have capped the batch at (1000 - 29) / 124 = 7 runs.
         assert_eq!((p.max_runs, p.limited_by), (25, "configured"));
         assert_eq!(p.concurrency, WORKER_CONCURRENCY);
-        assert_eq!(p.subrequest_stop_at, Some(1000 - 17 - 4 * 124));
+        assert_eq!(p.subrequest_stop_at, Some(1000 - 29 - 4 * 124));
     }
 
     #[test]
@@ -326,13 +340,13 @@ mod tests {
         let p = plan(&config(&[("REAPER_SUBREQUESTS", "100")]), "o", T0);
         assert_eq!(p.concurrency, 1);
         assert_eq!(p.options.concurrency, 1);
-        assert_eq!(p.subrequest_stop_at, Some(100 - 17 - 36));
+        assert_eq!(p.subrequest_stop_at, Some(100 - 29 - 36));
         assert_eq!(p.limited_by, "configured");
     }
 
     #[test]
     fn the_event_retention_s_round_trips_come_out_of_the_static_cap() {
-        // Too small for even one metered run (17 + 36 > 52): the static cap, (52 - 17) / 36,
+        // Too small for even one metered run (29 + 36 > 52): the static cap, (52 - 29) / 36,
         // and never less than one run.
         let p = plan(
             &config(&[

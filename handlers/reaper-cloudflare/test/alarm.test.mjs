@@ -38,7 +38,7 @@ describe("a sweep against sandboxd", () => {
     await sandboxd?.stop();
   });
 
-  test("finalizes the finished run, expires the stale one, leaves the producing one, and re-arms", async () => {
+  test("finalizes the finished run, expires the stale one, leaves the producing one, keeps each one's history in D1, and re-arms", async () => {
     const n = token().slice(0, 8);
     const runs = {
       done: { runId: `run-done-${n}`, command: `echo '{"marker":"done-${n}"}'` },
@@ -96,6 +96,25 @@ describe("a sweep against sandboxd", () => {
       .bind(runs.done.runId)
       .first();
     assert.ok(transcript, "the finished run's transcript was saved");
+
+    // Each run's history, as `reaper status RUN_ID` reads it from the same D1 table: the sweep
+    // that finalized or expired it, how and why, and its sandbox's fate.
+    const history = async (id) =>
+      (await db.prepare("SELECT entry FROM reaper_run_history WHERE run_id = ?1 ORDER BY at").bind(id).all()).results.map((r) =>
+        JSON.parse(r.entry),
+      );
+    const [done] = await history(runs.done.runId);
+    const detail = JSON.stringify(done);
+    assert.equal(done?.outcome, "finalized", detail);
+    assert.equal(done.reasonCode, "finalized/exited", detail);
+    assert.equal(done.sandbox, "destroyed", detail);
+    assert.deepEqual(done.ledger, ["recorded", "resolved"], detail);
+    assert.match(done.host, /^cloudflare:/, detail);
+    const [stale] = await history(runs.stale.runId);
+    assert.equal(stale?.outcome, "expired", JSON.stringify(stale));
+    assert.equal(stale.sweepId, done.sweepId, "one sweep wrote both");
+    assert.equal((await history(runs.live.runId))[0]?.outcome, "producing");
+    assert.equal(report.history?.recorded, 3, JSON.stringify(report.history));
 
     // Re-armed: the alarm is set one interval on, and it fires again.
     assert.ok(first.alarm > first.lastSweep.report.startedAt, JSON.stringify(first));

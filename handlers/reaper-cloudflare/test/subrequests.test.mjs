@@ -33,7 +33,7 @@ after(async () => {
   await sandboxd?.stop();
 });
 
-test("the subrequest meter stops starting runs before the plan's limit and reports the count", async () => {
+test("the subrequest meter stops starting runs before the plan's limit with the run history on, and reports the count", async () => {
   const n = token().slice(0, 8);
   const migrated = await worker.call("POST", "/admin/migrate", { auth: admin });
   assert.equal(migrated.status, 200, migrated.text);
@@ -62,16 +62,21 @@ test("the subrequest meter stops starting runs before the plan's limit and repor
   const detail = JSON.stringify(status.lastSweep);
 
   assert.equal(report.sweep.state, "swept", detail);
-  // The sweep's own overhead: 17 subrequests (the pause mark's read among them).
-  const stopAt = LIMIT - 17 - 4 * PER_RUN;
+  // The sweep's own D1 round trips, at most 21 (the run history's one batch among them), and
+  // the event retention's 8.
+  const stopAt = LIMIT - 29 - 4 * PER_RUN;
   assert.equal(plan.subrequestStopAt, stopAt, detail);
   assert.equal(plan.concurrency, 4, detail);
   assert.equal(subrequests.stopped, true, detail);
   assert.ok(report.deferred > 0, `the rest of the batch is deferred: ${detail}`);
   assert.ok(report.considered < runs, detail);
   assert.equal(report.outcomes.producing, report.considered, detail);
-  // Every run started before the stop had room for its worst case: the limit was never reached.
+  // The run history is on: one entry per run the sweep touched, in the sweep's own count.
+  assert.equal(report.history?.recorded, report.considered, detail);
+  assert.equal(report.history?.error, undefined, detail);
+  // Every run started before the stop had room for its worst case: the limit was never reached,
+  // with the event retention's 8 round trips after the stored count.
   const used = subrequests.fetch + subrequests.d1;
-  assert.ok(used >= stopAt && used <= LIMIT, `used ${used} of ${LIMIT}: ${detail}`);
+  assert.ok(used >= stopAt && used + 8 <= LIMIT, `used ${used} of ${LIMIT}: ${detail}`);
   console.log(`subrequests: ${subrequests.fetch} fetch + ${subrequests.d1} D1 for ${report.considered} producing runs (stop at ${stopAt}, limit ${LIMIT})`);
 });

@@ -189,6 +189,12 @@ impl<T: RunStore + ?Sized> RunStore for Guarded<T> {
     ) -> Result<Vec<crate::sweeps::SweepRecord>, StoreError> {
         read!(self, self.inner.recent_sweeps(limit))
     }
+    async fn write_sweep_history(
+        &self,
+        history: &crate::history::SweepHistory,
+    ) -> Result<u64, StoreError> {
+        write!(self, self.inner.write_sweep_history(history))
+    }
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         write!(self, self.inner.bump_epoch(run_id))
     }

@@ -60,6 +60,23 @@ pub struct HistoryEntry {
     pub ledger: Vec<String>,
 }
 
+/// What one sweep writes to the history at its end: its entries and the retention's prune,
+/// handed to the store in one call ([`crate::RunStore::write_sweep_history`]) so a store that
+/// can sends them as one request (D1: one batch, one subrequest of the Worker's alarm). Built
+/// by the sweep; a store only reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepHistory {
+    /// One entry per run the sweep touched (may be empty: the prune still runs).
+    pub entries: Vec<HistoryEntry>,
+    /// Entries made before this are past the retention.
+    pub prune_before: EpochMs,
+    /// Entries the prune deletes at most.
+    pub prune_max: usize,
+    /// The sweep's own record ([`crate::sweeps::SweepRecord`]), written in the same request
+    /// with the records' own retention and cap (`None`: the entries and the prune alone).
+    pub record: Option<crate::sweeps::SweepRecord>,
+}
+
 /// Why a run id cannot name a run: empty, too long, or holding control characters. Shared by
 /// every reader of a run id an operator typed, so a hostile id is refused before any request.
 pub fn check_run_id(run_id: &str) -> Result<(), String> {

@@ -398,6 +398,17 @@ pub trait RunStore: MaybeSend + MaybeSync {
         Err(StoreError::Unsupported("recent_sweeps"))
     }
 
+    /// Writes a sweep's history entries and prunes past the retention in one request where
+    /// the store can (D1: one batch), returning how many entries the prune deleted; atomic
+    /// where the store is, so a failure may leave neither done. `Unsupported` by default: the
+    /// sweep then calls [`RunStore::record_history`] and [`RunStore::prune_history`].
+    async fn write_sweep_history(
+        &self,
+        _history: &crate::history::SweepHistory,
+    ) -> Result<u64, StoreError> {
+        Err(StoreError::Unsupported("write_sweep_history"))
+    }
+
     /// The claim's epoch bump, atomically: refuse an unknown or terminal run without writing,
     /// otherwise write `driverEpoch = (old ?? 0) + 1` and return it.
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError>;

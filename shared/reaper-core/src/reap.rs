@@ -1395,8 +1395,36 @@ async fn record_history(
         error: failure,
     };
     let history = &mut report.history;
-    // One call for the record and the entries (one round trip, one D1 subrequest); a store
-    // that keeps no sweep records gets the entries alone.
+    // One store call where the store can (D1: one batch for the entries, the record and both
+    // retentions' prunes, one subrequest of the Worker's alarm).
+    let count = entries.len();
+    let write = crate::history::SweepHistory {
+        entries,
+        prune_before: before,
+        prune_max: options.history_prune_batch,
+        record: Some(record),
+    };
+    match deps.runs.write_sweep_history(&write).await {
+        Ok(pruned) => {
+            (history.recorded, history.pruned) = (count, pruned);
+            history.sweep_recorded = true;
+            return;
+        }
+        Err(StoreError::Unsupported(_)) => {}
+        Err(error) => {
+            tracing::warn!(target: "reaper", %error, entries = count, "writing the runs' history and the sweep's record failed; the sweep's outcomes stand");
+            history.error = Some(format!(
+                "writing the runs' history failed (the sweep's record with it): {error}"
+            ));
+            return;
+        }
+    }
+    let crate::history::SweepHistory {
+        entries, record, ..
+    } = write;
+    let Some(record) = record else { return };
+    // Otherwise one call for the record and the entries; a store that keeps no sweep records
+    // gets the entries alone, and the prune follows.
     let written = match deps.runs.record_sweep(&record, &entries, before).await {
         Err(StoreError::Unsupported(_)) if entries.is_empty() => Ok(false),
         Err(StoreError::Unsupported(_)) => deps.runs.record_history(&entries).await.map(|()| false),

@@ -236,3 +236,61 @@ async fn two_single_flight_sweeps_write_two_entries_under_different_sweep_ids() 
     assert_eq!(entries.len(), 2, "{entries:?}");
     assert_ne!(entries[0].sweep_id, entries[1].sweep_id);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_takes_the_history_in_one_call_gets_the_sweeps_entries_and_prune_together() {
+    let mut h = Harness::new();
+    h.store = h.store.clone().with_history_in_one_call();
+    h.seed("done", Some(FRESH), None);
+    h.probe.finished("done", 0);
+    h.seed("old", Some(LONG_AGO), None);
+    let report = h.sweep().await;
+    let history_ops: Vec<Op> = h
+        .store
+        .ops()
+        .into_iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Op::RecordHistory(_) | Op::PruneHistory | Op::WriteSweepHistory(_)
+            )
+        })
+        .collect();
+    assert_eq!(history_ops.len(), 1, "one call: {history_ops:?}");
+    let Op::WriteSweepHistory(runs) = &history_ops[0] else {
+        panic!("{history_ops:?}")
+    };
+    let mut runs = runs.clone();
+    runs.sort();
+    assert_eq!(runs, ["done", "old"]);
+    assert_eq!(report.history.recorded, 2, "{:?}", report.history);
+    assert_eq!(history(&h, "old").await[0].outcome, "expired");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_one_call_history_write_is_reported_and_the_runs_outcomes_stand() {
+    let mut h = Harness::new();
+    h.store = h.store.clone().with_history_in_one_call();
+    h.seed("done", Some(FRESH), None);
+    h.probe.finished("done", 0);
+    h.store.fail_when(|op, _| {
+        matches!(op, Op::WriteSweepHistory(_))
+            .then(|| StoreError::Unavailable("the history table is locked".into()))
+    });
+    let report = h.sweep().await;
+    assert_eq!(entry(&report, "done").outcome, ReapOutcome::Finalized);
+    assert_eq!(h.record("done").await.status, RunStatus::Completed);
+    assert_eq!(report.history.recorded, 0);
+    let error = report.history.error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("writing the runs' history failed")
+            && error.contains("the history table is locked"),
+        "{error}"
+    );
+    // Not retried in two calls behind the store's back.
+    assert!(!h
+        .store
+        .ops()
+        .iter()
+        .any(|o| matches!(o, Op::RecordHistory(_) | Op::PruneHistory)));
+}

@@ -2,7 +2,7 @@
 //! statements `reaper-sqlite` runs: the sweep's entries, its record and the records' prune and
 //! cap in one batch (one subrequest), a run's newest through the primary key, the bounded prune.
 
-use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::history::{HistoryEntry, SweepHistory, MAX_HISTORY_READ};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
@@ -20,9 +20,29 @@ impl D1Store {
         if entries.is_empty() {
             return Ok(());
         }
-        let statements = history_statements(entries)?;
         // One batch: D1 runs it as one transaction, one round trip for the sweep.
-        self.batch(statements).await.map(drop)
+        self.batch(history_statements(entries)?).await.map(drop)
+    }
+
+    /// A sweep's entries, its record (with the records' retention and cap) and the history's
+    /// retention prune in one batch: one D1 round trip (one subrequest of the Worker's alarm)
+    /// and one transaction, so a failed prune keeps no half of the sweep's writes either.
+    /// Returns how many entries the history's prune deleted (its statement comes last).
+    pub(crate) async fn write_sweep_history_rows(
+        &self,
+        history: &SweepHistory,
+    ) -> Result<u64, StoreError> {
+        let mut statements = history_statements(&history.entries)?;
+        if let Some(sweep) = &history.record {
+            statements.extend(sweep_statements(sweep, history.prune_before)?);
+        }
+        let max = i64::try_from(history.prune_max).unwrap_or(i64::MAX);
+        statements.push(Statement::new(
+            sql::PRUNE_RETURNING,
+            vec![history.prune_before.into(), max.into()],
+        ));
+        let out = self.batch(statements).await?;
+        Ok(out.last().map_or(0, |pruned| pruned.len() as u64))
     }
 
     pub(crate) async fn record_sweep_rows(
@@ -31,25 +51,8 @@ impl D1Store {
         entries: &[HistoryEntry],
         prune_before: EpochMs,
     ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(sweep)
-            .map_err(|err| StoreError::Backend(format!("encoding a sweep record: {err}")))?;
         let mut statements = history_statements(entries)?;
-        statements.push(Statement::new(
-            sweeps_sql::RECORD,
-            vec![
-                sweep.sweep_id.as_str().into(),
-                sweep.finished_at.into(),
-                json.into(),
-            ],
-        ));
-        statements.push(Statement::new(
-            sweeps_sql::PRUNE,
-            vec![prune_before.into(), (SWEEP_PRUNE_BATCH as i64).into()],
-        ));
-        statements.push(Statement::new(
-            sweeps_sql::CAP,
-            vec![(MAX_SWEEPS_KEPT as i64).into()],
-        ));
+        statements.extend(sweep_statements(sweep, prune_before)?);
         // The entries and the record in one batch: one transaction, one subrequest.
         self.batch(statements).await.map(drop)
     }
@@ -109,7 +112,31 @@ impl D1Store {
     }
 }
 
-/// One upsert per history entry.
+/// A sweep's record, then the records' retention prune and count cap.
+fn sweep_statements(
+    sweep: &SweepRecord,
+    prune_before: EpochMs,
+) -> Result<[Statement; 3], StoreError> {
+    let json = serde_json::to_string(sweep)
+        .map_err(|err| StoreError::Backend(format!("encoding a sweep record: {err}")))?;
+    Ok([
+        Statement::new(
+            sweeps_sql::RECORD,
+            vec![
+                sweep.sweep_id.as_str().into(),
+                sweep.finished_at.into(),
+                json.into(),
+            ],
+        ),
+        Statement::new(
+            sweeps_sql::PRUNE,
+            vec![prune_before.into(), (SWEEP_PRUNE_BATCH as i64).into()],
+        ),
+        Statement::new(sweeps_sql::CAP, vec![(MAX_SWEEPS_KEPT as i64).into()]),
+    ])
+}
+
+/// One upsert per history entry, its JSON in `entry`.
 fn history_statements(entries: &[HistoryEntry]) -> Result<Vec<Statement>, StoreError> {
     entries
         .iter()

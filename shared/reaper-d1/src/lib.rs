@@ -151,6 +151,35 @@ impl D1Store {
         Ok(D1Store { client })
     }
 
+    /// Opens the store for a periodic caller (the Worker's alarm): one statement reading only
+    /// the recorded version, one row read, and when it is [`SCHEMA_VERSION`] the store is used
+    /// as is. Anything else (no `reaper_schema`, an older or newer version, an error) falls back
+    /// to [`D1Store::open`]'s full check and migration. The full shape check reads every
+    /// table's columns (143 rows on a version 6 database, D1 bills rows read); a table or
+    /// column lost after the last full check is still met as damage by the first statement
+    /// that needs it ([`is_damaged`]), before any terminal write depends on it.
+    pub async fn open_current(client: Arc<dyn SqlClient>) -> Result<Self, OpenError> {
+        let version = client
+            .batch(vec![Statement::new(
+                reaper_sql::schema::CURRENT_VERSION,
+                vec![],
+            )])
+            .await
+            .ok()
+            .and_then(|mut out| out.pop())
+            .and_then(|mut rows| rows.pop())
+            .and_then(|row| {
+                use crate::row::RowExt;
+                row.opt_int("version", reaper_sql::SCHEMA_TABLE)
+                    .ok()
+                    .flatten()
+            });
+        if version == Some(i64::from(SCHEMA_VERSION)) {
+            return Ok(D1Store { client });
+        }
+        Self::open(client).await
+    }
+
     /// Wraps a database known to be at [`SCHEMA_VERSION`] without checking (one round trip
     /// less per invocation once a deployment has migrated).
     pub fn assume_current(client: Arc<dyn SqlClient>) -> Self {

@@ -463,6 +463,13 @@ impl RunStore for D1Store {
         self.recent_sweep_rows(limit).await
     }
 
+    async fn write_sweep_history(
+        &self,
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<u64, StoreError> {
+        self.write_sweep_history_rows(history).await
+    }
+
     fn capabilities(&self) -> RunStoreCapabilities {
         RunStoreCapabilities {
             list_reclaimable: true,

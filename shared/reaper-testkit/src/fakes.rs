@@ -109,6 +109,9 @@ pub enum Op {
     RunHistory(String),
     /// `prune_history`.
     PruneHistory,
+    /// `write_sweep_history`: the entries (their run ids) and the prune in one call, on a spy
+    /// made with [`SpyStore::with_history_in_one_call`].
+    WriteSweepHistory(Vec<String>),
 }
 
 impl Op {
@@ -134,7 +137,8 @@ impl Op {
             | Op::DueIntents
             | Op::LedgerCounts
             | Op::RecordHistory(_)
-            | Op::PruneHistory => None,
+            | Op::PruneHistory
+            | Op::WriteSweepHistory(_) => None,
         }
     }
 
@@ -153,6 +157,7 @@ impl Op {
                 | Op::ResolveIntent(_)
                 | Op::RecordHistory(_)
                 | Op::PruneHistory
+                | Op::WriteSweepHistory(_)
         )
     }
 }
@@ -171,6 +176,7 @@ pub struct SpyStore {
     before: Arc<Mutex<Option<Arc<HookFn>>>>,
     growing: Arc<Mutex<HashMap<String, u64>>>,
     no_listing: bool,
+    history_in_one_call: bool,
     appended_chunks: Arc<Mutex<HashMap<String, usize>>>,
     hidden: Arc<Mutex<HashSet<String>>>,
     corrupt: Arc<Mutex<Vec<String>>>,
@@ -192,10 +198,18 @@ impl SpyStore {
             before: Default::default(),
             growing: Default::default(),
             no_listing: false,
+            history_in_one_call: false,
             appended_chunks: Default::default(),
             hidden: Default::default(),
             corrupt: Default::default(),
         }
+    }
+
+    /// A store that takes a sweep's history entries and prune in one call
+    /// (`write_sweep_history`, as D1 does in one batch) instead of answering `Unsupported`.
+    pub fn with_history_in_one_call(mut self) -> Self {
+        self.history_in_one_call = true;
+        self
     }
 
     /// A store without the optional `list_reclaimable` capability.
@@ -433,6 +447,31 @@ impl RunStore for SpyStore {
         limit: usize,
     ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
         self.inner.recent_sweeps(limit).await
+    }
+    async fn write_sweep_history(
+        &self,
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<u64, StoreError> {
+        if !self.history_in_one_call {
+            return Err(StoreError::Unsupported("write_sweep_history"));
+        }
+        self.enter(Op::WriteSweepHistory(
+            history.entries.iter().map(|e| e.run_id.clone()).collect(),
+        ))?;
+        match &history.record {
+            Some(record) => {
+                self.inner
+                    .record_sweep(record, &history.entries, history.prune_before)
+                    .await?
+            }
+            None if !history.entries.is_empty() => {
+                self.inner.record_history(&history.entries).await?
+            }
+            None => {}
+        }
+        self.inner
+            .prune_history(history.prune_before, history.prune_max)
+            .await
     }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         reaper_core::ports::RunStoreCapabilities {
@@ -1008,6 +1047,13 @@ impl<S: RunStore> RunStore for CountingRuns<S> {
     ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
         self.count();
         self.inner.recent_sweeps(limit).await
+    }
+    async fn write_sweep_history(
+        &self,
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<u64, StoreError> {
+        self.count();
+        self.inner.write_sweep_history(history).await
     }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         self.inner.capabilities()

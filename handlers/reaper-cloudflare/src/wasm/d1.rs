@@ -59,12 +59,18 @@ impl SqlClient for D1Client {
             .map_err(|e| classify_d1_error(&message(&e)))?;
         results
             .iter()
-            .map(|r| {
+            .zip(&statements)
+            .map(|(r, _s)| {
                 if let Some(error) = r.error() {
                     return Err(classify_d1_error(&error));
                 }
                 if let (Some(meter), Ok(Some(meta))) = (&self.1, r.meta()) {
-                    meter.rows_read(meta.rows_read.unwrap_or(0) as u64);
+                    let rows = meta.rows_read.unwrap_or(0) as u64;
+                    meter.rows_read(rows);
+                    // The test build names each metered statement's rows (scale.test.mjs
+                    // prints them): what D1 bills, per query.
+                    #[cfg(feature = "test-hooks")]
+                    tracing::info!(target: crate::logging::TARGET, sql = %_s.sql, rows_read = rows, "d1 statement");
                 }
                 r.results::<Row>()
                     .map_err(|e| StoreError::Backend(format!("d1 row does not decode: {e}")))
