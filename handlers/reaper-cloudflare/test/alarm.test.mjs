@@ -38,7 +38,7 @@ describe("a sweep against sandboxd", () => {
     await sandboxd?.stop();
   });
 
-  test("finalizes the finished run, expires the stale one, leaves the producing one, keeps each one's history in D1, and re-arms", async () => {
+  test("finalizes the finished run, expires the stale one, leaves the producing one, keeps the sweep's record and the history of what it did in D1, and re-arms", async () => {
     const n = token().slice(0, 8);
     const runs = {
       done: { runId: `run-done-${n}`, command: `echo '{"marker":"done-${n}"}'` },
@@ -113,8 +113,18 @@ describe("a sweep against sandboxd", () => {
     const [stale] = await history(runs.stale.runId);
     assert.equal(stale?.outcome, "expired", JSON.stringify(stale));
     assert.equal(stale.sweepId, done.sweepId, "one sweep wrote both");
-    assert.equal((await history(runs.live.runId))[0]?.outcome, "producing");
-    assert.equal(report.history?.recorded, 3, JSON.stringify(report.history));
+    // A run left producing gets no entry (a write per working run and sweep for no
+    // information); the sweep's record, in the same batch, counts it.
+    assert.deepEqual(await history(runs.live.runId), []);
+    assert.equal(report.history?.recorded, 2, JSON.stringify(report.history));
+    assert.equal(report.history?.sweepRecorded, true, JSON.stringify(report.history));
+    const record = await db
+      .prepare("SELECT record FROM reaper_sweeps WHERE sweep_id = ?1")
+      .bind(done.sweepId)
+      .first();
+    assert.ok(record, "the sweep's record is in D1");
+    const counts = JSON.parse(record.record).outcomes;
+    assert.deepEqual([counts.finalized, counts.expired, counts.producing], [1, 1, 1], record.record);
 
     // Re-armed: the alarm is set one interval on, and it fires again.
     assert.ok(first.alarm > first.lastSweep.report.startedAt, JSON.stringify(first));
