@@ -1,4 +1,4 @@
-//! The run history (schema version 6) and the sweep records (version 7) on D1, in the
+//! The run history (schema version 6) and the sweep records (version 8) on D1, in the
 //! statements `reaper-sqlite` runs: the sweep's entries, its record and the records' prune and
 //! cap in one batch (one subrequest), a run's newest through the primary key, the bounded prune.
 

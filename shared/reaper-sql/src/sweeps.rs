@@ -1,4 +1,4 @@
-//! The `reaper_sweeps` table (version 7): one row per sweep, the record kept as its JSON
+//! The `reaper_sweeps` table (version 8): one row per sweep, the record kept as its JSON
 //! (`reaper_core::sweeps::SweepRecord`). `seq` is the write order (SQLite's rowid), so the count
 //! cap deletes the oldest writes through the primary key; the index by finish time serves the
 //! newest-first read and the retention's bounded prune.

@@ -1,5 +1,5 @@
 //! The run history (schema version 6) on SQLite: one row per run and sweep, the entry as JSON;
-//! and the sweep records (version 7), written in the same transaction as the sweep's entries.
+//! and the sweep records (version 8), written in the same transaction as the sweep's entries.
 
 use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
