@@ -161,7 +161,7 @@ async fn a_secret_with_surrounding_whitespace_stops_the_function_at_start_up() {
         let (status, output) = run_to_exit(&world.env(Some(&padded)), world.tmp.path()).await;
         assert_eq!(status.code(), Some(2), "{output}");
         assert!(
-            output.contains("CRON_SECRET has leading or trailing whitespace"),
+            output.contains("CRON_SECRET has whitespace before or after it"),
             "{output}"
         );
         assert!(!output.contains(&value), "the secret was echoed: {output}");
