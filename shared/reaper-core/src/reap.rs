@@ -1395,8 +1395,6 @@ async fn record_history(
         error: failure,
     };
     let history = &mut report.history;
-    // One store call where the store can (D1: one batch for the entries, the record and both
-    // retentions' prunes, one subrequest of the Worker's alarm).
     let count = entries.len();
     let write = crate::history::SweepHistory {
         entries,
@@ -1404,11 +1402,21 @@ async fn record_history(
         prune_max: options.history_prune_batch,
         record: Some(record),
     };
-    match deps.runs.write_sweep_history(&write).await {
+    // One store call where the store can (D1: one batch for the entries, the record and both
+    // retentions' prunes, one subrequest of the Worker's alarm); otherwise the record with the
+    // entries, then the prune. A failed single call wrote nothing, so nothing is pruned after it.
+    let (written, pruned) = match deps.runs.write_sweep_history(&write).await {
+        Err(StoreError::Unsupported(_)) => (record_sweep_apart(deps, &write).await, false),
         Ok(pruned) => {
-            (history.recorded, history.pruned) = (count, pruned);
-            history.sweep_recorded = true;
-            return;
+            history.pruned = pruned;
+            (Ok(true), true)
+        }
+        Err(error) => (Err(error), true),
+    };
+    match written {
+        Ok(sweep_recorded) => {
+            history.recorded = count;
+            history.sweep_recorded = sweep_recorded;
         }
         Err(StoreError::Unsupported(_)) => {}
         Err(error) => {
@@ -1416,32 +1424,10 @@ async fn record_history(
             history.error = Some(format!(
                 "writing the runs' history failed (the sweep's record with it): {error}"
             ));
-            return;
         }
     }
-    let crate::history::SweepHistory {
-        entries, record, ..
-    } = write;
-    let Some(record) = record else { return };
-    // Otherwise one call for the record and the entries; a store that keeps no sweep records
-    // gets the entries alone, and the prune follows.
-    let written = match deps.runs.record_sweep(&record, &entries, before).await {
-        Err(StoreError::Unsupported(_)) if entries.is_empty() => Ok(false),
-        Err(StoreError::Unsupported(_)) => deps.runs.record_history(&entries).await.map(|()| false),
-        other => other.map(|()| true),
-    };
-    match written {
-        Ok(sweep_recorded) => {
-            history.recorded = entries.len();
-            history.sweep_recorded = sweep_recorded;
-        }
-        Err(StoreError::Unsupported(_)) => {}
-        Err(error) => {
-            tracing::warn!(target: "reaper", %error, entries = entries.len(), "writing the runs' history and the sweep's record failed; the sweep's outcomes stand");
-            history.error = Some(format!(
-                "writing the runs' history failed (the sweep's record with it): {error}"
-            ));
-        }
+    if pruned {
+        return;
     }
     match deps
         .runs
@@ -1457,6 +1443,32 @@ async fn record_history(
                 .get_or_insert_with(|| format!("pruning the runs' history failed: {error}"));
         }
     }
+}
+
+/// A sweep's write for a store without [`crate::RunStore::write_sweep_history`]: the record with the
+/// entries in one call, or the entries alone where the store keeps no sweep records. `Ok(true)`
+/// when the record was written.
+async fn record_sweep_apart(
+    deps: &ReapDeps,
+    write: &crate::history::SweepHistory,
+) -> Result<bool, StoreError> {
+    if let Some(record) = &write.record {
+        match deps
+            .runs
+            .record_sweep(record, &write.entries, write.prune_before)
+            .await
+        {
+            Err(StoreError::Unsupported(_)) => {}
+            other => return other.map(|()| true),
+        }
+    }
+    if write.entries.is_empty() {
+        return Ok(false);
+    }
+    deps.runs
+        .record_history(&write.entries)
+        .await
+        .map(|()| false)
 }
 
 /// Whether the batch must stop before its next item: a shutdown, damage, or too little time
