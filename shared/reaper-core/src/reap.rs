@@ -2,6 +2,7 @@
 //! finished, expire the overdue, reclaim what became terminal — one run at a time, every
 //! per-run problem an entry in the report, never an error for the whole sweep.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -264,7 +265,7 @@ impl ReapRunEntry {
             error: None,
             sandbox: None,
             kept_because: None,
-            reason: Reason::new(ReasonCode::ProducingNoExitYet, String::new()),
+            reason: Reason::new(ReasonCode::ProducingNoExitYet, ""),
             started_for_read: false,
             planned: false,
             proof: None,
@@ -296,95 +297,100 @@ impl ReapRunEntry {
             Some(SandboxFate::NotReclaimed) => "; its sandbox is not reclaimed by this handler",
             Some(SandboxFate::Kept) | None => "",
         };
-        let (code, message) = match (self.outcome, self.error.as_deref()) {
-            (ReapOutcome::Finalized, _) => {
-                (
+        let (code, message): (ReasonCode, Cow<'static, str>) =
+            match (self.outcome, self.error.as_deref()) {
+                (ReapOutcome::Finalized, _) => (
                     ReasonCode::FinalizedExited,
                     format!(
                     "the agent exited{} (journal sentinel); its output was replayed and the run \
                      recorded {status}{sandbox}",
                     self.exit_code.map(|c| format!(" with code {c}")).unwrap_or_default()
-                ),
                 )
-            }
-            (ReapOutcome::Expired, _) => (
-                ReasonCode::ExpiredTtl,
-                format!(
-                    "detached for longer than the TTL: cancelled, driven under the run budget \
-                     and recorded {status}{sandbox}"
+                    .into(),
                 ),
-            ),
-            (ReapOutcome::Producing, _) => (
-                ReasonCode::ProducingNoExitYet,
-                "the journal has no exit sentinel yet: the agent is still working; left alone"
+                (ReapOutcome::Expired, _) => (
+                    ReasonCode::ExpiredTtl,
+                    format!(
+                        "detached for longer than the TTL: cancelled, driven under the run budget \
+                     and recorded {status}{sandbox}"
+                    )
                     .into(),
-            ),
-            (ReapOutcome::Unknown, _) => (
-                ReasonCode::UnknownProbeError,
-                format!("the exit probe could not tell: {}; left alone", error()),
-            ),
-            (ReapOutcome::BudgetExceeded, _) if self.terminalized_anyway == Some(true) => (
-                ReasonCode::BudgetExceededTerminalizedAnyway,
-                format!("the run budget ran out; the run was recorded {status} anyway{sandbox}"),
-            ),
-            (ReapOutcome::BudgetExceeded, _) => (
-                ReasonCode::BudgetExceededReplayIncomplete,
-                "the run budget ran out mid-replay; what landed stays and the next sweep \
+                ),
+                (ReapOutcome::Producing, _) => (
+                    ReasonCode::ProducingNoExitYet,
+                    "the journal has no exit sentinel yet: the agent is still working; left alone"
+                        .into(),
+                ),
+                (ReapOutcome::Unknown, _) => (
+                    ReasonCode::UnknownProbeError,
+                    format!("the exit probe could not tell: {}; left alone", error()).into(),
+                ),
+                (ReapOutcome::BudgetExceeded, _) if self.terminalized_anyway == Some(true) => (
+                    ReasonCode::BudgetExceededTerminalizedAnyway,
+                    format!(
+                        "the run budget ran out; the run was recorded {status} anyway{sandbox}"
+                    )
+                    .into(),
+                ),
+                (ReapOutcome::BudgetExceeded, _) => (
+                    ReasonCode::BudgetExceededReplayIncomplete,
+                    "the run budget ran out mid-replay; what landed stays and the next sweep \
                  resumes the replay"
-                    .into(),
-            ),
-            (ReapOutcome::NotClaimed, Some(ReapError::ClaimNotAcquired { reason, .. })) => {
-                match reason {
-                    ClaimRefusal::Busy => (
-                        ReasonCode::NotClaimedBusy,
-                        "another sweep holds the run's claim; left to it".into(),
-                    ),
-                    ClaimRefusal::Terminal => (
-                        ReasonCode::NotClaimedTerminal,
-                        "the run was already terminal when claimed; nothing to do".into(),
-                    ),
-                    ClaimRefusal::Unknown => (
-                        ReasonCode::NotClaimedRunMissing,
-                        "the run's record is gone; nothing to do".into(),
-                    ),
-                    ClaimRefusal::Superseded => (
-                        ReasonCode::NotClaimedViewerReturned,
-                        "a viewer came back before the claim: the run is attached again; left \
+                        .into(),
+                ),
+                (ReapOutcome::NotClaimed, Some(ReapError::ClaimNotAcquired { reason, .. })) => {
+                    match reason {
+                        ClaimRefusal::Busy => (
+                            ReasonCode::NotClaimedBusy,
+                            "another sweep holds the run's claim; left to it".into(),
+                        ),
+                        ClaimRefusal::Terminal => (
+                            ReasonCode::NotClaimedTerminal,
+                            "the run was already terminal when claimed; nothing to do".into(),
+                        ),
+                        ClaimRefusal::Unknown => (
+                            ReasonCode::NotClaimedRunMissing,
+                            "the run's record is gone; nothing to do".into(),
+                        ),
+                        ClaimRefusal::Superseded => (
+                            ReasonCode::NotClaimedViewerReturned,
+                            "a viewer came back before the claim: the run is attached again; left \
                          alone"
-                            .into(),
-                    ),
-                }
-            }
-            (ReapOutcome::NotClaimed, Some(ReapError::ClaimLost { .. })) => (
-                ReasonCode::NotClaimedClaimLost,
-                format!("{}; the newer holder finishes the run", error()),
-            ),
-            (ReapOutcome::NotClaimed, _) => (
-                ReasonCode::NotClaimedStillRunning,
-                format!("the drive ended but the store shows the run {status}; left alone"),
-            ),
-            (ReapOutcome::ReclaimFailed, Some(ReapError::ReclaimFailed(_))) => {
-                (ReasonCode::ReclaimFailedDestroyFailed, error())
-            }
-            (ReapOutcome::ReclaimFailed, _) => (
-                ReasonCode::ReclaimFailedError,
-                format!("{}; the reclaim ledger retries it every sweep", error()),
-            ),
-            (ReapOutcome::Failed, Some(e)) => (
-                match e {
-                    ReapError::TerminalNotConfirmed { .. } => {
-                        ReasonCode::FailedTerminalNotConfirmed
+                                .into(),
+                        ),
                     }
-                    ReapError::Probe(_) => ReasonCode::FailedProbeError,
-                    ReapError::NeverQuiesced { .. } => ReasonCode::FailedNeverQuiesced,
-                    ReapError::Drive(_) => ReasonCode::FailedDriveError,
-                    ReapError::Ledger(_) => ReasonCode::FailedLedgerUnavailable,
-                    _ => ReasonCode::FailedStoreError,
-                },
-                error(),
-            ),
-            (ReapOutcome::Failed, None) => (ReasonCode::FailedStoreError, String::new()),
-        };
+                }
+                (ReapOutcome::NotClaimed, Some(ReapError::ClaimLost { .. })) => (
+                    ReasonCode::NotClaimedClaimLost,
+                    format!("{}; the newer holder finishes the run", error()).into(),
+                ),
+                (ReapOutcome::NotClaimed, _) => (
+                    ReasonCode::NotClaimedStillRunning,
+                    format!("the drive ended but the store shows the run {status}; left alone")
+                        .into(),
+                ),
+                (ReapOutcome::ReclaimFailed, Some(ReapError::ReclaimFailed(_))) => {
+                    (ReasonCode::ReclaimFailedDestroyFailed, error().into())
+                }
+                (ReapOutcome::ReclaimFailed, _) => (
+                    ReasonCode::ReclaimFailedError,
+                    format!("{}; the reclaim ledger retries it every sweep", error()).into(),
+                ),
+                (ReapOutcome::Failed, Some(e)) => (
+                    match e {
+                        ReapError::TerminalNotConfirmed { .. } => {
+                            ReasonCode::FailedTerminalNotConfirmed
+                        }
+                        ReapError::Probe(_) => ReasonCode::FailedProbeError,
+                        ReapError::NeverQuiesced { .. } => ReasonCode::FailedNeverQuiesced,
+                        ReapError::Drive(_) => ReasonCode::FailedDriveError,
+                        ReapError::Ledger(_) => ReasonCode::FailedLedgerUnavailable,
+                        _ => ReasonCode::FailedStoreError,
+                    },
+                    error().into(),
+                ),
+                (ReapOutcome::Failed, None) => (ReasonCode::FailedStoreError, "".into()),
+            };
         Reason::new(code, message)
     }
 }
@@ -580,7 +586,7 @@ pub struct CorruptRow {
 impl ReapReport {
     pub(crate) fn push(&mut self, entry: ReapRunEntry) {
         // One line per run with its reason, so a log alone tells why a run was left or reaped.
-        let (code, why) = (entry.reason.code.as_str(), entry.reason.message.as_str());
+        let (code, why) = (entry.reason.code.as_str(), &*entry.reason.message);
         match entry.outcome {
             ReapOutcome::Producing | ReapOutcome::NotClaimed => {
                 tracing::debug!(target: "reaper", run_id = %entry.run_id, outcome = %entry.outcome, reason = code, why, "run left alone")
@@ -1338,7 +1344,7 @@ async fn record_history(
             &run.run_id,
             run.outcome.as_str(),
             run.reason.code.as_str(),
-            run.reason.message.clone(),
+            run.reason.message.to_string(),
         );
         e.sandbox = run.sandbox.map(|f| f.as_str().to_string());
         // A terminal run's sandbox fate is settled through its ledger entry: recorded before the
@@ -1812,6 +1818,12 @@ struct RunCounts {
     provider_failed: bool,
 }
 
+/// What one call to the exit probe gave: `None` when it ran past its deadline.
+type Answer = Option<Result<RunExitProbe, crate::error::ProbeError>>;
+
+/// One run of the batch. Every run in flight carries this future, so the common case (inside
+/// the TTL, the probe answered) stays small; a run whose sandbox may be stopped and the claimed
+/// path are boxed.
 async fn reap_one(
     deps: &ReapDeps,
     options: &ReapOptions,
@@ -1820,65 +1832,114 @@ async fn reap_one(
     starts_left: &AtomicUsize,
     counts: &mut RunCounts,
 ) -> ReapRunEntry {
-    let expired = record.detached_since.is_some_and(|d| d <= cutoff);
+    if record.detached_since.is_some_and(|d| d <= cutoff) {
+        return Box::pin(reap_waking(
+            deps,
+            options,
+            record,
+            cutoff,
+            starts_left,
+            counts,
+            None,
+        ))
+        .await;
+    }
+    let answer = probe(deps, options, record, counts).await;
+    // A probe that timed out, could not read, or found no running sandbox (a paused or stopped
+    // one looks gone to a provider that opens only running sandboxes) may be a stopped sandbox.
+    if options.start_stopped_inside_ttl
+        && matches!(
+            answer,
+            None | Some(Ok(RunExitProbe::Unknown { .. }
+                | RunExitProbe::Unreachable(Unreachable::SandboxGone { .. })))
+        )
+    {
+        return Box::pin(reap_waking(
+            deps,
+            options,
+            record,
+            cutoff,
+            starts_left,
+            counts,
+            Some(answer),
+        ))
+        .await;
+    }
+    match leave_alone(&record.run_id, answer, options.step_timeout_ms) {
+        // Boxed: the claimed path's state (claim, pipe, reclaim) is kilobytes, and a future
+        // that carried it inline would be copied into the in-flight set for every run, the
+        // many left alone included.
+        Ok(code) => {
+            Box::pin(reap_claimed(
+                deps,
+                options,
+                record,
+                cutoff,
+                false,
+                Some(code),
+            ))
+            .await
+        }
+        Err(entry) => entry,
+    }
+}
+
+/// A run whose sandbox may be stopped: past its TTL (`answer` is `None`), or inside it with a
+/// probe that could not read (`answer`). `wake` asks the provider's state before starting
+/// anything; a sandbox started here to read the journal is put back afterwards.
+async fn reap_waking(
+    deps: &ReapDeps,
+    options: &ReapOptions,
+    record: &RunRecord,
+    cutoff: EpochMs,
+    starts_left: &AtomicUsize,
+    counts: &mut RunCounts,
+    answer: Option<Answer>,
+) -> ReapRunEntry {
+    let expired = answer.is_none();
     let mut woken = None;
     let mut exit_code = None;
-    if expired {
-        // Past its TTL the run is settled whatever its sandbox's state. A stopped sandbox is
-        // started first, so a journal that proves the run finished finalizes it with its whole
-        // output instead of an aborted drive that reads nothing. Past the cap, the run waits
-        // for a later sweep rather than lose that output.
-        // Boxed, like the claimed path: rare, and kept out of every in-flight run's future.
-        match Box::pin(wake(deps, options, record, starts_left, counts)).await {
-            Wake::Started(sandbox) => {
-                if let Some(Ok(RunExitProbe::Finished { exit_code: code })) =
-                    probe(deps, options, record, counts).await
-                {
-                    exit_code = Some(code);
+    match answer {
+        None => {
+            // Past its TTL the run is settled whatever its sandbox's state. A stopped sandbox
+            // is started first, so a journal that proves the run finished finalizes it with
+            // its whole output instead of an aborted drive that reads nothing. Past the cap,
+            // the run waits for a later sweep rather than lose that output.
+            match wake(deps, options, record, starts_left, counts).await {
+                Wake::Started(sandbox) => {
+                    if let Some(Ok(RunExitProbe::Finished { exit_code: code })) =
+                        probe(deps, options, record, counts).await
+                    {
+                        exit_code = Some(code);
+                    }
+                    woken = Some(sandbox);
                 }
-                woken = Some(sandbox);
+                Wake::Capped => {
+                    const CAPPED: &str = "the run's sandbox is stopped and this sweep may start \
+                                          no more sandboxes (max_starts_per_sweep, or the \
+                                          deadline); a later sweep starts it";
+                    let mut entry = ReapRunEntry::new(&record.run_id, ReapOutcome::Unknown)
+                        .with_error(ReapError::ProbeUnknown(CAPPED.into()));
+                    entry.reason = Reason::new(ReasonCode::UnknownSandboxStopped, CAPPED);
+                    return entry;
+                }
+                Wake::NotStopped | Wake::Failed => {}
             }
-            Wake::Capped => {
-                const CAPPED: &str = "the run's sandbox is stopped and this sweep may start no \
-                                      more sandboxes (max_starts_per_sweep, or the deadline); a \
-                                      later sweep starts it";
-                let mut entry = ReapRunEntry::new(&record.run_id, ReapOutcome::Unknown)
-                    .with_error(ReapError::ProbeUnknown(CAPPED.into()));
-                entry.reason = Reason::new(ReasonCode::UnknownSandboxStopped, CAPPED);
-                return entry;
-            }
-            Wake::NotStopped | Wake::Failed => {}
         }
-    } else {
-        let mut answer = probe(deps, options, record, counts).await;
-        // A probe that timed out, could not read, or found no running sandbox (a paused or
-        // stopped one looks gone to a provider that opens only running sandboxes) may be a
-        // stopped sandbox: `wake` asks the provider's state before starting anything.
-        if options.start_stopped_inside_ttl
-            && matches!(
-                answer,
-                None | Some(Ok(RunExitProbe::Unknown { .. }
-                    | RunExitProbe::Unreachable(Unreachable::SandboxGone { .. })))
-            )
-        {
-            if let Wake::Started(sandbox) =
-                Box::pin(wake(deps, options, record, starts_left, counts)).await
-            {
+        Some(mut answer) => {
+            if let Wake::Started(sandbox) = wake(deps, options, record, starts_left, counts).await {
                 answer = probe(deps, options, record, counts).await;
                 woken = Some(sandbox);
             }
-        }
-        match leave_alone(&record.run_id, answer, options.step_timeout_ms) {
-            Ok(code) => exit_code = Some(code),
-            Err(entry) => return restored(deps, options, woken, entry, counts).await,
+            match leave_alone(&record.run_id, answer, options.step_timeout_ms) {
+                Ok(code) => exit_code = Some(code),
+                Err(entry) => return restored(deps, options, woken, entry, counts).await,
+            }
         }
     }
     // A woken expired run whose journal proved it finished is finalized as a finished run:
     // its output is replayed whole, never cut and aborted.
     let expired = expired && exit_code.is_none();
-    // Boxed: the claimed path's state (claim, pipe, reclaim) is kilobytes, and a future that
-    // carried it inline would be copied into the in-flight set for every run, the many left
-    // alone included.
     let entry = Box::pin(reap_claimed(
         deps, options, record, cutoff, expired, exit_code,
     ))
@@ -1892,7 +1953,7 @@ async fn probe(
     options: &ReapOptions,
     record: &RunRecord,
     counts: &mut RunCounts,
-) -> Option<Result<RunExitProbe, crate::error::ProbeError>> {
+) -> Answer {
     counts.probed += 1;
     let started = deps.clock.now_ms();
     let answer = within(
@@ -2180,7 +2241,7 @@ pub(crate) async fn reap_claimed(
                     kept.message
                 ),
             );
-            entry.kept_because = Some(kept.message);
+            entry.kept_because = Some(kept.message.into_owned());
             reason
         }
         None => entry.explain(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use common::{entry, Harness, NOW, TTL};
@@ -144,6 +145,28 @@ async fn finalized_expired_producing_and_failed_runs_each_carry_their_reason() {
     for e in &report.runs {
         assert!(!e.reason.message.is_empty(), "{e:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_left_alone_share_one_fixed_sentence_instead_of_each_owning_a_copy() {
+    // 10,000 working runs in one report would otherwise hold 10,000 copies of it.
+    let h = Harness::new();
+    for run in ["working-1", "working-2"] {
+        h.seed(run, Some(FRESH), None);
+    }
+    h.seed("done", Some(FRESH), None);
+    h.probe.finished("done", 3);
+    let report = h.sweep().await;
+    let sentence = |run: &str| entry(&report, run).reason.message.clone();
+    assert!(matches!(sentence("working-1"), Cow::Borrowed(_)));
+    assert_eq!(sentence("working-1"), sentence("working-2"));
+    assert_eq!(
+        sentence("working-1").as_ptr(),
+        sentence("working-2").as_ptr(),
+        "the same static text"
+    );
+    // A sentence that names the run's own facts is its own.
+    assert!(matches!(sentence("done"), Cow::Owned(ref s) if s.contains("code 3")));
 }
 
 #[tokio::test(start_paused = true)]
