@@ -369,7 +369,10 @@ impl RunStore for MemoryStore {
             .range((start, Bound::Unbounded))
             .take_while(|((since, _), _)| *since <= query.detached_until)
             .map(|(_, r)| r)
-            .filter(|r| query.admits(r))
+            // The keyset holds exactly the running detached runs and the range starts past the
+            // cursor: every record it walks is admitted, so none is read to check (at 1M runs
+            // each read is a cache miss).
+            .inspect(|r| debug_assert!(query.admits(r), "the keyset and the contract agree"))
             .take(query.limit)
             .cloned()
             .collect();
