@@ -1,7 +1,8 @@
 //! One stateless sweep on a real SQLite file at 1k, 100k and 1M detached runs (issue 27: the
 //! cost of a sweep stays flat with the backlog). Each size: 20 warm-up sweeps, then
-//! `REAPER_BENCH_ROUNDS` rounds (default 5) of 200 sweeps; a round's figure is its median sweep,
-//! and the printed figure the median of the rounds with their range.
+//! `REAPER_BENCH_ROUNDS` rounds (default 5) of 200 sweeps, the sizes taking turns within a
+//! round; a round's figure is its median sweep, and the printed figure the median of the rounds
+//! with their range.
 //!
 //! Run: `cargo bench -p reaper-sqlite --bench scale` (seeding 1M runs takes a few seconds).
 
@@ -63,62 +64,66 @@ fn main() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut table = Vec::new();
-    for backlog in [1_000, 100_000, 1_000_000] {
-        let path = seeded_file(dir.path(), backlog);
-        let store = SqliteStore::open(&path).unwrap();
-        let deps = ReapDeps {
-            runs: Arc::new(store.clone()),
-            logs: Arc::new(store.clone()),
-            leases: Arc::new(store.clone()),
-            ledger: Arc::new(store.clone()),
-            probe: Arc::new(ScriptedProbe::new()),
-            drive: Arc::new(ScriptedDrive::new(Arc::new(TokioSleeper))),
-            reclaim: None,
-            clock: Arc::new(ManualClock::new(NOW)),
-            sleeper: Arc::new(TokioSleeper),
-            damage: Default::default(),
-        };
-        let mut options = ReapOptions::new(TTL, "bench");
-        options.now = Some(NOW);
-        let (medians, backlog_seen) = rt.block_on(async {
-            let mut seen = (0, false);
+    let sizes = [1_000, 100_000, 1_000_000];
+    let stores: Vec<(SqliteStore, ReapDeps)> = sizes
+        .iter()
+        .map(|&backlog| {
+            let store = SqliteStore::open(seeded_file(dir.path(), backlog)).unwrap();
+            let deps = ReapDeps {
+                runs: Arc::new(store.clone()),
+                logs: Arc::new(store.clone()),
+                leases: Arc::new(store.clone()),
+                ledger: Arc::new(store.clone()),
+                probe: Arc::new(ScriptedProbe::new()),
+                drive: Arc::new(ScriptedDrive::new(Arc::new(TokioSleeper))),
+                reclaim: None,
+                clock: Arc::new(ManualClock::new(NOW)),
+                sleeper: Arc::new(TokioSleeper),
+                damage: Default::default(),
+            };
+            (store, deps)
+        })
+        .collect();
+    let mut options = ReapOptions::new(TTL, "bench");
+    options.now = Some(NOW);
+    // The sizes take turns within each round, so a disk or a neighbour that slows down for a
+    // while slows every size alike instead of the one measured at that moment.
+    let mut medians = vec![Vec::new(); sizes.len()];
+    let mut seen = vec![(0, false); sizes.len()];
+    rt.block_on(async {
+        for (_, deps) in &stores {
             for _ in 0..20 {
-                sweep(&deps, &options, 60_000).await;
+                sweep(deps, &options, 60_000).await;
             }
-            let mut medians = Vec::new();
-            for _ in 0..rounds {
+        }
+        for _ in 0..rounds {
+            for (i, (_, deps)) in stores.iter().enumerate() {
                 let mut times = Vec::with_capacity(200);
                 for _ in 0..200 {
                     let t0 = Instant::now();
-                    let report = sweep(&deps, &options, 60_000).await;
+                    let report = sweep(deps, &options, 60_000).await;
                     times.push(t0.elapsed().as_secs_f64() * 1e6);
                     assert_eq!(report.report.outcomes.producing, 25);
-                    seen = (report.report.slo.backlog, report.report.slo.backlog_exact);
+                    seen[i] = (report.report.slo.backlog, report.report.slo.backlog_exact);
                 }
-                medians.push(median(&mut times));
+                medians[i].push(median(&mut times));
             }
-            (medians, seen)
-        });
+        }
+    });
+    let mut table = Vec::new();
+    for ((backlog, mut medians), seen) in sizes.into_iter().zip(medians).zip(seen) {
         let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let mut m = medians.clone();
-        let m = median(&mut m);
+        let m = median(&mut medians);
         println!(
             "  backlog={backlog}: one sweep {m:.0} us (median of {rounds} rounds of 200, range \
              {lo:.0}–{hi:.0}), backlog figure {}{}",
-            backlog_seen.0,
-            if backlog_seen.1 {
-                " (exact)"
-            } else {
-                " (at least)"
-            }
+            seen.0,
+            if seen.1 { " (exact)" } else { " (at least)" }
         );
         table.push(m);
-        drop(deps);
-        drop(store);
-        let _ = std::fs::remove_file(&path);
     }
+    drop(stores);
     println!(
         "\n| one SQLite sweep, batch 25 | 1k | 100k | 1M | 1M / 1k |\n|---|---|---|---|---|\n\
          | median µs | {:.0} | {:.0} | {:.0} | {:.2} |",
