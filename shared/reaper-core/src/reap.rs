@@ -1819,7 +1819,7 @@ struct RunCounts {
 }
 
 /// What one call to the exit probe gave: `None` when it ran past its deadline.
-type Answer = Option<Result<RunExitProbe, crate::error::ProbeError>>;
+pub(crate) type Answer = Option<Result<RunExitProbe, crate::error::ProbeError>>;
 
 /// One run of the batch. Every run in flight carries this future, so the common case (inside
 /// the TTL, the probe answered) stays small; a run whose sandbox may be stopped and the claimed
@@ -1971,7 +1971,7 @@ async fn probe(
 /// A finished run's exit code, or the entry of a run the probe says to leave alone.
 pub(crate) fn leave_alone(
     run_id: &str,
-    answer: Option<Result<RunExitProbe, crate::error::ProbeError>>,
+    answer: Answer,
     step_timeout_ms: u64,
 ) -> Result<i64, ReapRunEntry> {
     let Some(answer) = answer else {
