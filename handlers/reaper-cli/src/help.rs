@@ -262,6 +262,7 @@ mod tests {
         let mut ours: Vec<&str> = SETTINGS.iter().flat_map(row_vars).collect();
         // Read by the HTTP providers the CLI serves; named in the providers row's text.
         ours.extend(["REAPER_SANDBOXD_URL", "REAPER_SANDBOXD_TOKEN"]);
+        ours.extend(reaper_providers::ProviderKind::Cloudflare.variables());
         ours.sort();
         let mut registered: Vec<&str> = REGISTRY
             .iter()

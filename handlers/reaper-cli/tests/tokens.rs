@@ -51,3 +51,20 @@ fn a_bad_sandboxd_token_is_refused_with_the_shared_sentence_instead_of_trimmed()
         );
     }
 }
+
+#[test]
+fn a_bad_cloudflare_bridge_token_is_refused_with_the_shared_sentence_instead_of_trimmed() {
+    let site = Site::new();
+    for bad in BAD {
+        let mut cmd = site.reaper("sweep");
+        cmd.args(["--provider", "local,cloudflare", "--detached-ttl", "10m"])
+            .env("CLOUDFLARE_SANDBOX_BRIDGE_URL", "http://127.0.0.1:9")
+            .env("CLOUDFLARE_SANDBOX_BRIDGE_TOKEN", bad);
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 1, "{bad:?}: {stdout}\n{stderr}");
+        assert!(
+            stderr.contains(&sentence("CLOUDFLARE_SANDBOX_BRIDGE_TOKEN", bad)),
+            "{bad:?}: {stderr}"
+        );
+    }
+}

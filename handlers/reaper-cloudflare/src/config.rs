@@ -498,6 +498,59 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_cloudflare_bridge_token_is_refused_with_the_sentence_every_binary_gives() {
+        let bridge = reaper_providers::CLOUDFLARE_BRIDGE_TOKEN_VAR;
+        let settings = |token| {
+            [
+                (DETACHED_TTL, "30m"),
+                (PROVIDERS, "cloudflare"),
+                (
+                    reaper_providers::CLOUDFLARE_BRIDGE_URL_VAR,
+                    "https://bridge.example.workers.dev",
+                ),
+                (bridge, token),
+            ]
+        };
+        for bad in [
+            "short-token",
+            "0123456789abcdef-token\n",
+            "0123456789abcdef token",
+        ] {
+            let e = Config::from_lookup(lookup(&settings(bad))).unwrap_err();
+            let sentence = reaper_core::settings::check_token(bridge, bad)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(e.problems.len(), 1, "{bad:?}: {e}");
+            assert!(e.problems[0].contains(&sentence), "{bad:?}: {e}");
+        }
+        assert!(Config::from_lookup(lookup(&settings("0123456789abcdef-token"))).is_ok());
+    }
+
+    /// The Sandbox bridge (TypeScript, tested in workerd by `test/sandbox-bridge.test.mjs`)
+    /// refuses a bad `BRIDGE_TOKEN` with the core's words: this keeps its copy of them true.
+    #[test]
+    fn the_sandbox_bridge_checks_its_token_with_the_cores_rule_and_words() {
+        use reaper_core::settings::{TokenProblem, TOKEN_ADVICE, TOKEN_MIN_CHARS};
+        let bridge = include_str!("../sandbox-bridge/src/index.ts");
+        assert!(
+            bridge.contains(&format!("\"{TOKEN_ADVICE}\"")),
+            "TOKEN_ADVICE"
+        );
+        assert!(bridge.contains(&format!("TOKEN_MIN_CHARS = {TOKEN_MIN_CHARS};")));
+        for problem in [
+            TokenProblem::Padded,
+            TokenProblem::Space,
+            TokenProblem::Charset,
+        ] {
+            assert!(bridge.contains(&format!("\"{problem}\"")), "{problem}");
+        }
+        let short = TokenProblem::TooShort { chars: 0 }.to_string();
+        let short = short.replace("0)", "${value.length})");
+        assert!(bridge.contains(&format!("`{short}`")), "{short}");
+        assert!(bridge.contains("`${setting} ${problem}: ${TOKEN_ADVICE}`"));
+    }
+
+    #[test]
     fn a_listed_provider_missing_its_secret_is_named_with_the_other_problems() {
         let e = Config::from_lookup(lookup(&[
             (DETACHED_TTL, "30m"),
@@ -643,6 +696,8 @@ mod tests {
         use reaper_core::settings::{Binary, Value, SETTINGS as REGISTRY};
         let mut ours: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
         ours.extend([STATUS_TOKEN, SANDBOXD_TOKEN, ADMIN_TOKEN]);
+        // Read by the cloudflare provider when the providers list it (`check_hosted`).
+        ours.extend(reaper_providers::ProviderKind::Cloudflare.variables());
         ours.sort();
         let mut registered: Vec<&str> = REGISTRY
             .iter()

@@ -108,6 +108,34 @@ test("a bridge deployed without BRIDGE_TOKEN serves nothing and says how to set 
   }
 });
 
+// The values every reaper binary's token tests refuse, and the sentence each gives
+// (reaper_core::settings::check_token), here for the bridge's own setting.
+const ADVICE =
+  "a token is 16 or more printable ASCII characters without spaces and nothing around it (no trailing newline); make one with `openssl rand -hex 32`";
+const BAD_TOKENS = [
+  ["short-token", "BRIDGE_TOKEN is too short (length 11)"],
+  ["0123456789abcdef-token\n", "BRIDGE_TOKEN has whitespace before or after it (a newline stored with it?)"],
+  ["0123456789abcdef token", "BRIDGE_TOKEN contains a space"],
+];
+
+test("a bridge whose BRIDGE_TOKEN breaks the token rule serves nothing and says why in the shared sentence", async () => {
+  for (const [bad, said] of BAD_TOKENS) {
+    const weak = start({ BRIDGE_TOKEN: bad });
+    try {
+      const base = await weak.ready;
+      assert.equal((await call("GET", "/v1/healthz", { auth: null, base })).status, 200);
+      // Even a request carrying exactly that value is refused: the bridge never runs on it.
+      const res = await call("GET", "/v1/sandboxes/abc", { auth: bad.trim(), base });
+      assert.equal(res.status, 503, JSON.stringify(bad));
+      assert.ok(res.json.error.message.startsWith(`${said}: ${ADVICE}`), res.json.error.message);
+      assert.match(res.json.error.message, /wrangler secret put BRIDGE_TOKEN/);
+      assert.ok(!res.json.error.message.includes(bad.trim()), "never the value");
+    } finally {
+      await weak.dispose();
+    }
+  }
+});
+
 test("status and exec of a sandbox that is not running are not-found and start no container", async () => {
   const before = containers();
   const status = await call("GET", "/v1/sandboxes/never-started-1");

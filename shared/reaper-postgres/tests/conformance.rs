@@ -15,3 +15,11 @@ fn conformance_needs_a_postgres() {
          with `eval \"$(shared/reaper-postgres/server/start.sh /tmp/reaper-pg)\"` and run again"
     );
 }
+
+/// The sweep records' cap, on a schema of its own (the cap is store-wide).
+#[cfg(reaper_test_postgres)]
+#[tokio::test]
+async fn at_most_a_thousand_sweep_records_are_kept_the_oldest_dropped_first() {
+    let store = crate::common::fresh_store("sweep-cap").await;
+    reaper_testkit::conformance::sweep_cap::run(&*store).await;
+}

@@ -429,10 +429,17 @@ fn cloudflare_config(
     let url = get(CLOUDFLARE_BRIDGE_URL_VAR).ok_or_else(|| {
         ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_URL_VAR} is not set"))
     })?;
-    let token = get(CLOUDFLARE_BRIDGE_TOKEN_VAR).ok_or_else(|| {
+    // Empty is unset (templates spell an unset value empty); anything else follows the one
+    // token rule the bridge applies too, named here before any request instead of trimmed.
+    let token = reaper_core::settings::read_token(
+        CLOUDFLARE_BRIDGE_TOKEN_VAR,
+        lookup(CLOUDFLARE_BRIDGE_TOKEN_VAR),
+    )
+    .map_err(|e| ProvidersError::Cloudflare(e.to_string()))?
+    .ok_or_else(|| {
         ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_TOKEN_VAR} is not set"))
     })?;
-    let mut config = reaper_http_sandbox::HttpProviderConfig::new(url.trim(), token.trim());
+    let mut config = reaper_http_sandbox::HttpProviderConfig::new(url.trim(), &token);
     config.name = CLOUDFLARE_PROVIDER_NAME.into();
     Ok(config)
 }
@@ -610,5 +617,68 @@ mod rate_limit_tests {
         assert_eq!((both.provider.as_str(), both.requests), ("e2b", 40_000));
         let one = strictest_rate_limit(&[ProviderKind::Vercel, ProviderKind::Daytona]).unwrap();
         assert_eq!(one.provider, "daytona");
+    }
+}
+
+#[cfg(test)]
+mod bridge_token_tests {
+    use super::*;
+
+    /// Values every binary refuses: too short, a trailing newline, a space inside.
+    const BAD: [&str; 3] = [
+        "short-token",
+        "0123456789abcdef-token\n",
+        "0123456789abcdef token",
+    ];
+
+    fn bridge(token: Option<&'static str>) -> impl Fn(&str) -> Option<String> {
+        move |name| match name {
+            CLOUDFLARE_BRIDGE_URL_VAR => Some("https://bridge.example.workers.dev".into()),
+            CLOUDFLARE_BRIDGE_TOKEN_VAR => token.map(String::from),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_bad_bridge_token_is_refused_with_the_sentence_every_binary_gives() {
+        for bad in BAD {
+            let e = check_hosted(ProviderKind::Cloudflare, bridge(Some(bad))).unwrap_err();
+            let sentence = reaper_core::settings::check_token(CLOUDFLARE_BRIDGE_TOKEN_VAR, bad)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(e, ProvidersError::Cloudflare(sentence), "{bad:?}");
+            assert!(!e.to_string().contains(bad.trim()), "never the value: {e}");
+        }
+        assert!(check_hosted(
+            ProviderKind::Cloudflare,
+            bridge(Some("0123456789abcdef-token"))
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn an_empty_bridge_token_is_unset_and_says_so() {
+        for unset in [None, Some("")] {
+            let e = check_hosted(ProviderKind::Cloudflare, bridge(unset)).unwrap_err();
+            assert_eq!(
+                e,
+                ProvidersError::Cloudflare(format!("{CLOUDFLARE_BRIDGE_TOKEN_VAR} is not set"))
+            );
+        }
+    }
+
+    #[test]
+    fn the_bridge_settings_are_registered_and_the_token_follows_the_token_rule() {
+        use reaper_core::settings::{setting, Binary, Value};
+        let token = setting(CLOUDFLARE_BRIDGE_TOKEN_VAR).expect("registered");
+        assert_eq!(token.value, Value::Token);
+        let url = setting(CLOUDFLARE_BRIDGE_URL_VAR).expect("registered");
+        for s in [token, url] {
+            // Every handler serves the cloudflare provider, so every sweeper reads them.
+            for binary in [Binary::Cli, Binary::Lambda, Binary::Vercel, Binary::Worker] {
+                assert!(s.is_read_by(binary), "{} by {binary:?}", s.name);
+            }
+            assert!(ProviderKind::Cloudflare.variables().contains(&s.name));
+        }
     }
 }

@@ -219,7 +219,7 @@ fn sprites_and_cloudflare_are_built_from_their_own_settings_with_clear_errors() 
     let settings = |n: &str| match n {
         "SPRITES_TOKEN" => Some("tok".to_string()),
         "CLOUDFLARE_SANDBOX_BRIDGE_URL" => Some("https://bridge.example.workers.dev".to_string()),
-        "CLOUDFLARE_SANDBOX_BRIDGE_TOKEN" => Some("bridge-token".to_string()),
+        "CLOUDFLARE_SANDBOX_BRIDGE_TOKEN" => Some("bridge-token-0123456789abcdef".to_string()),
         _ => None,
     };
     let transport: Arc<dyn reaper_http_sandbox::HttpTransport> =

@@ -1045,6 +1045,8 @@ mod tests {
             .map(|s| s.name)
             .filter(|n| n.starts_with("REAPER_"))
             .collect();
+        // The bridge's, read by the cloudflare provider when the providers list it.
+        let bridge = reaper_providers::ProviderKind::Cloudflare.variables();
         let registered: Vec<&str> = REGISTRY
             .iter()
             .filter(|s| s.is_read_by(Binary::Lambda) || s.is_read_by(Binary::Vercel))
@@ -1052,6 +1054,7 @@ mod tests {
             .filter(|n| *n != "REAPER_STATUS_TOKEN" && *n != "REAPER_METRICS_NAMESPACE")
             .collect();
         let (mut a, mut b) = (ours.clone(), registered.clone());
+        a.extend(bridge);
         a.sort();
         b.sort();
         assert_eq!(
@@ -1121,6 +1124,43 @@ mod tests {
         ]);
         assert!(e.names(SANDBOXD_URL) && e.names(SANDBOXD_TOKEN), "{e}");
         assert!(e.to_string().contains("lists sandboxd"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_cloudflare_bridge_token_is_refused_with_the_sentence_every_binary_gives() {
+        let bridge = reaper_providers::CLOUDFLARE_BRIDGE_TOKEN_VAR;
+        for bad in [
+            "short-token",
+            "0123456789abcdef-token\n",
+            "0123456789abcdef token",
+        ] {
+            let e = error_for(&[
+                (TABLE, "reaper-runs"),
+                (DETACHED_TTL, "30m"),
+                (PROVIDERS, "cloudflare"),
+                (
+                    "CLOUDFLARE_SANDBOX_BRIDGE_URL",
+                    "https://bridge.example.workers.dev",
+                ),
+                (bridge, bad),
+            ]);
+            let sentence = reaper_core::settings::check_token(bridge, bad)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(e.problems.len(), 1, "{e}");
+            assert!(e.problems[0].to_string().contains(&sentence), "{e}");
+        }
+        let c = ServerlessConfig::from_env(env(&[
+            (TABLE, "reaper-runs"),
+            (DETACHED_TTL, "30m"),
+            (PROVIDERS, "cloudflare"),
+            (
+                "CLOUDFLARE_SANDBOX_BRIDGE_URL",
+                "https://bridge.example.workers.dev",
+            ),
+            (bridge, "0123456789abcdef-token"),
+        ]));
+        assert!(c.is_ok(), "{c:?}");
     }
 
     #[test]

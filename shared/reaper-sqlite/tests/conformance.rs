@@ -33,3 +33,11 @@ mod shared_file {
 
     reaper_testkit::store_conformance!(async { open_shared() });
 }
+
+/// The sweep records' cap, on a file of its own (the cap is store-wide, so not on the shared
+/// file, where it would drop the other cases' records).
+#[tokio::test]
+async fn at_most_a_thousand_sweep_records_are_kept_the_oldest_dropped_first() {
+    let store = common::TempStore::new();
+    reaper_testkit::conformance::sweep_cap::run(&*store).await;
+}

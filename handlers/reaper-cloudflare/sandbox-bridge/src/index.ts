@@ -7,6 +7,9 @@
 // Rules it keeps (each has a test in ../test/sandbox-bridge.test.mjs):
 // - Every route but GET /v1/healthz needs `Authorization: Bearer <BRIDGE_TOKEN>`, compared in
 //   constant time; a bridge without BRIDGE_TOKEN refuses everything (503), it never runs open.
+// - BRIDGE_TOKEN follows the reaper's one token rule (reaper_core::settings::check_token: 16 or
+//   more printable ASCII characters, no space, nothing around it); a bad one refuses everything
+//   (503) with the sentence every reaper binary gives, never the value.
 // - It never starts a sandbox: status and exec first ask the container's state, and a sandbox
 //   that is not running (destroyed, never started, or asleep: a Cloudflare container's disk does
 //   not survive a stop) is `sandbox-not-found`. exec on it would boot an empty container.
@@ -80,6 +83,24 @@ function positive(value: string | undefined, fallback: number, name: string): nu
   return n;
 }
 
+// The reaper's token rule and sentence (reaper_core::settings::check_token and TOKEN_ADVICE;
+// a Rust test in ../../src/config.rs checks this file still carries the same words).
+const TOKEN_MIN_CHARS = 16;
+const TOKEN_ADVICE =
+  "a token is 16 or more printable ASCII characters without spaces and nothing around it (no trailing newline); make one with `openssl rand -hex 32`";
+// Rust's char::is_whitespace (Unicode White_Space), which is what `str::trim` strips there.
+const EDGE_SPACE = /^[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$/;
+
+/** Why `value` is no token, as one sentence naming `setting`; null when it is one. */
+export function tokenProblem(setting: string, value: string): string | null {
+  let problem: string | null = null;
+  if (EDGE_SPACE.test(value)) problem = "has whitespace before or after it (a newline stored with it?)";
+  else if (value.includes(" ")) problem = "contains a space";
+  else if (!/^[\x21-\x7e]*$/.test(value)) problem = "contains a control or non-ASCII character";
+  else if (value.length < TOKEN_MIN_CHARS) problem = `is too short (length ${value.length})`;
+  return problem === null ? null : `${setting} ${problem}: ${TOKEN_ADVICE}`;
+}
+
 /** Constant-time token check: equal-length digests compared with timingSafeEqual. */
 async function authorized(request: Request, expected: string): Promise<boolean> {
   const header = request.headers.get("authorization") ?? "";
@@ -112,6 +133,10 @@ export default {
     }
     if (!env.BRIDGE_TOKEN) {
       return error(503, "internal", "the bridge has no BRIDGE_TOKEN: set it with `wrangler secret put BRIDGE_TOKEN`; until then it serves nothing");
+    }
+    const bad = tokenProblem("BRIDGE_TOKEN", env.BRIDGE_TOKEN);
+    if (bad !== null) {
+      return error(503, "internal", `${bad}; set a good one with \`wrangler secret put BRIDGE_TOKEN\` (the reapers send it as CLOUDFLARE_SANDBOX_BRIDGE_TOKEN); until then the bridge serves nothing`);
     }
     if (!(await authorized(request, env.BRIDGE_TOKEN))) {
       return error(401, "unauthorized", "send Authorization: Bearer <the bridge's BRIDGE_TOKEN> (CLOUDFLARE_SANDBOX_BRIDGE_TOKEN on the reaper)", { "www-authenticate": "Bearer" });

@@ -75,6 +75,7 @@ pub mod run_store;
 pub mod sandbox_instance_store;
 #[cfg(test)]
 mod self_test;
+pub mod sweep_cap;
 
 /// What a case concluded when it did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
