@@ -758,13 +758,11 @@ impl RunStore for WatchedRuns {
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
         self.inner.prune_history(before, max_entries).await
     }
-    async fn record_sweep(
+    async fn write_sweep_history(
         &self,
-        sweep: &reaper_core::sweeps::SweepRecord,
-        entries: &[reaper_core::history::HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.inner.record_sweep(sweep, entries, prune_before).await
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<reaper_core::history::SweepWritten, StoreError> {
+        self.inner.write_sweep_history(history).await
     }
     async fn recent_sweeps(
         &self,

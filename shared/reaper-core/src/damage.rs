@@ -175,25 +175,23 @@ impl<T: RunStore + ?Sized> RunStore for Guarded<T> {
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
         write!(self, self.inner.prune_history(before, max_entries))
     }
-    async fn record_sweep(
-        &self,
-        sweep: &crate::sweeps::SweepRecord,
-        entries: &[crate::history::HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        write!(self, self.inner.record_sweep(sweep, entries, prune_before))
-    }
     async fn recent_sweeps(
         &self,
         limit: usize,
     ) -> Result<Vec<crate::sweeps::SweepRecord>, StoreError> {
         read!(self, self.inner.recent_sweeps(limit))
     }
+    /// Forwarded whole (the provided method would lose the inner store's sweep record and its
+    /// one transaction); a part's failure the inner store reports is checked for damage too.
     async fn write_sweep_history(
         &self,
         history: &crate::history::SweepHistory,
-    ) -> Result<u64, StoreError> {
-        write!(self, self.inner.write_sweep_history(history))
+    ) -> Result<crate::history::SweepWritten, StoreError> {
+        let done = write!(self, self.inner.write_sweep_history(history))?;
+        for error in [&done.write_error, &done.prune_error].into_iter().flatten() {
+            self.damage.note(error);
+        }
+        Ok(done)
     }
     async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
         write!(self, self.inner.bump_epoch(run_id))

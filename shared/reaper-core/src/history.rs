@@ -60,10 +60,10 @@ pub struct HistoryEntry {
     pub ledger: Vec<String>,
 }
 
-/// What one sweep writes to the history at its end: its entries and the retention's prune,
-/// handed to the store in one call ([`crate::RunStore::write_sweep_history`]) so a store that
-/// can sends them as one request (D1: one batch, one subrequest of the Worker's alarm). Built
-/// by the sweep; a store only reads it.
+/// What one sweep writes at its end: its entries, its own record, and both retentions' prunes,
+/// handed to the store in one call ([`crate::RunStore::write_sweep_history`]) so a store sends
+/// them as one request or transaction where it can (D1: one batch, one subrequest of the
+/// Worker's alarm). Built by the sweep; a store only reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepHistory {
     /// One entry per run the sweep touched (may be empty: the prune still runs).
@@ -73,8 +73,40 @@ pub struct SweepHistory {
     /// Entries the prune deletes at most.
     pub prune_max: usize,
     /// The sweep's own record ([`crate::sweeps::SweepRecord`]), written in the same request
-    /// with the records' own retention and cap (`None`: the entries and the prune alone).
+    /// with the records' prune (before `prune_before`, at most
+    /// [`crate::sweeps::SWEEP_PRUNE_BATCH`]) and cap ([`crate::sweeps::MAX_SWEEPS_KEPT`])
+    /// (`None`: the entries and the history's prune alone).
     pub record: Option<crate::sweeps::SweepRecord>,
+}
+
+/// What [`crate::RunStore::write_sweep_history`] did. A store that writes atomically fails the
+/// whole call instead (`Err`: nothing written, nothing pruned); only a store that sends the
+/// write and the prune apart (the provided default, DynamoDB) reports a part's failure here,
+/// beside what the other part did.
+#[derive(Debug, Clone, Default)]
+pub struct SweepWritten {
+    /// History entries written: all of [`SweepHistory::entries`], or none (a failed write, a
+    /// store that keeps no history).
+    pub recorded: usize,
+    /// Whether the sweep's record was written (`false` without one, or where the store keeps
+    /// no sweep records).
+    pub sweep_recorded: bool,
+    /// History entries the prune deleted.
+    pub pruned: u64,
+    /// Why the entries and the record were not written, when the prune went on apart.
+    pub write_error: Option<crate::StoreError>,
+    /// Why the prune failed, when it was sent apart from the write.
+    pub prune_error: Option<crate::StoreError>,
+}
+
+impl SweepWritten {
+    /// A whole call that failed: nothing written, nothing pruned.
+    pub fn failed(error: crate::StoreError) -> Self {
+        SweepWritten {
+            write_error: Some(error),
+            ..SweepWritten::default()
+        }
+    }
 }
 
 /// Why a run id cannot name a run: empty, too long, or holding control characters. Shared by

@@ -14,7 +14,7 @@ use crate::domain::{
     RunRecord, SandboxInstanceRecord, TerminalWrite, Transcript,
 };
 use crate::error::StoreError;
-use crate::history::{HistoryEntry, MAX_HISTORY_READ};
+use crate::history::{HistoryEntry, SweepHistory, SweepWritten, MAX_HISTORY_READ};
 use crate::ports::{
     Appended, BoundedCount, DeliveryLog, EpochBump, Fenced, Lease, LeaseGrant, LeaseStore,
     MessageStore, ReclaimLedger, ReclaimableCursor, ReclaimablePage, ReclaimableQuery, RunStore,
@@ -106,6 +106,79 @@ fn lowest_after(after: Option<EpochMs>) -> Option<(EpochMs, Id)> {
 }
 
 impl State {
+    /// Adds (or replaces, by key) history entries.
+    fn record_history(&mut self, entries: &[HistoryEntry]) {
+        for entry in entries {
+            self.history_oldest = Some(self.history_oldest.map_or(entry.at, |at| at.min(entry.at)));
+            let list = match self.history.get_mut(entry.run_id.as_str()) {
+                Some(list) => list,
+                None => self.history.entry(entry.run_id.clone()).or_default(),
+            };
+            // Kept sorted by (at, sweep) without re-sorting the run's whole history per entry;
+            // an entry with the same key replaces the one there.
+            match list.binary_search_by(|e| {
+                (e.at, e.sweep_id.as_str()).cmp(&(entry.at, entry.sweep_id.as_str()))
+            }) {
+                Ok(i) => list[i] = entry.clone(),
+                Err(i) => list.insert(i, entry.clone()),
+            }
+        }
+    }
+
+    /// Deletes at most `max_entries` entries made before `before`, oldest first.
+    fn prune_history(&mut self, before: EpochMs, max_entries: usize) -> u64 {
+        if self.history_oldest.is_none_or(|oldest| oldest >= before) {
+            return 0;
+        }
+        let mut old: Vec<(EpochMs, String, String)> = self
+            .history
+            .values()
+            .flatten()
+            .filter(|e| e.at < before)
+            .map(|e| (e.at, e.run_id.clone(), e.sweep_id.clone()))
+            .collect();
+        old.sort();
+        old.truncate(max_entries);
+        for (at, run_id, sweep_id) in &old {
+            if let Some(list) = self.history.get_mut(run_id) {
+                list.retain(|e| (e.at, &e.sweep_id) != (*at, sweep_id));
+                if list.is_empty() {
+                    self.history.remove(run_id);
+                }
+            }
+        }
+        self.history_oldest = self
+            .history
+            .values()
+            .filter_map(|l| l.first())
+            .map(|e| e.at)
+            .min();
+        old.len() as u64
+    }
+
+    /// Writes a sweep's record (replacing one with its id), then the records' prune and cap.
+    fn record_sweep(&mut self, sweep: &SweepRecord, prune_before: EpochMs) {
+        self.sweeps.retain(|r| r.sweep_id != sweep.sweep_id);
+        self.sweeps.push_back(sweep.clone());
+        let mut old: Vec<(EpochMs, String)> = self
+            .sweeps
+            .iter()
+            .filter(|r| r.finished_at < prune_before)
+            .map(|r| (r.finished_at, r.sweep_id.clone()))
+            .collect();
+        old.sort();
+        old.truncate(SWEEP_PRUNE_BATCH);
+        if !old.is_empty() {
+            self.sweeps.retain(|r| {
+                !old.iter()
+                    .any(|(at, id)| *at == r.finished_at && *id == r.sweep_id)
+            });
+        }
+        while self.sweeps.len() as u64 > MAX_SWEEPS_KEPT {
+            self.sweeps.pop_front();
+        }
+    }
+
     /// Stores `record` (new or replacing), keeping the listing's keyset in step.
     fn put(&mut self, record: RunRecord) {
         let id = match self.runs.get_key_value(record.run_id.as_str()) {
@@ -162,22 +235,7 @@ fn superseded(s: &State, run_id: &str, fence: Option<u64>) -> Option<u64> {
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
 impl RunStore for MemoryStore {
     async fn record_history(&self, entries: &[HistoryEntry]) -> Result<(), StoreError> {
-        let mut s = self.lock();
-        for entry in entries {
-            s.history_oldest = Some(s.history_oldest.map_or(entry.at, |at| at.min(entry.at)));
-            let list = match s.history.get_mut(entry.run_id.as_str()) {
-                Some(list) => list,
-                None => s.history.entry(entry.run_id.clone()).or_default(),
-            };
-            // Kept sorted by (at, sweep) without re-sorting the run's whole history per entry;
-            // an entry with the same key replaces the one there.
-            match list.binary_search_by(|e| {
-                (e.at, e.sweep_id.as_str()).cmp(&(entry.at, entry.sweep_id.as_str()))
-            }) {
-                Ok(i) => list[i] = entry.clone(),
-                Err(i) => list.insert(i, entry.clone()),
-            }
-        }
+        self.lock().record_history(entries);
         Ok(())
     }
 
@@ -199,64 +257,25 @@ impl RunStore for MemoryStore {
     }
 
     async fn prune_history(&self, before: EpochMs, max_entries: usize) -> Result<u64, StoreError> {
-        let mut s = self.lock();
-        if s.history_oldest.is_none_or(|oldest| oldest >= before) {
-            return Ok(0);
-        }
-        let mut old: Vec<(EpochMs, String, String)> = s
-            .history
-            .values()
-            .flatten()
-            .filter(|e| e.at < before)
-            .map(|e| (e.at, e.run_id.clone(), e.sweep_id.clone()))
-            .collect();
-        old.sort();
-        old.truncate(max_entries);
-        for (at, run_id, sweep_id) in &old {
-            if let Some(list) = s.history.get_mut(run_id) {
-                list.retain(|e| (e.at, &e.sweep_id) != (*at, sweep_id));
-                if list.is_empty() {
-                    s.history.remove(run_id);
-                }
-            }
-        }
-        s.history_oldest = s
-            .history
-            .values()
-            .filter_map(|l| l.first())
-            .map(|e| e.at)
-            .min();
-        Ok(old.len() as u64)
+        Ok(self.lock().prune_history(before, max_entries))
     }
 
-    async fn record_sweep(
+    /// Under one lock: no reader sees the entries without the record or before the prune.
+    async fn write_sweep_history(
         &self,
-        sweep: &SweepRecord,
-        entries: &[HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.record_history(entries).await?;
+        history: &SweepHistory,
+    ) -> Result<SweepWritten, StoreError> {
         let mut s = self.lock();
-        s.sweeps.retain(|r| r.sweep_id != sweep.sweep_id);
-        s.sweeps.push_back(sweep.clone());
-        let mut old: Vec<(EpochMs, String)> = s
-            .sweeps
-            .iter()
-            .filter(|r| r.finished_at < prune_before)
-            .map(|r| (r.finished_at, r.sweep_id.clone()))
-            .collect();
-        old.sort();
-        old.truncate(SWEEP_PRUNE_BATCH);
-        if !old.is_empty() {
-            s.sweeps.retain(|r| {
-                !old.iter()
-                    .any(|(at, id)| *at == r.finished_at && *id == r.sweep_id)
-            });
+        s.record_history(&history.entries);
+        if let Some(sweep) = &history.record {
+            s.record_sweep(sweep, history.prune_before);
         }
-        while s.sweeps.len() as u64 > MAX_SWEEPS_KEPT {
-            s.sweeps.pop_front();
-        }
-        Ok(())
+        Ok(SweepWritten {
+            recorded: history.entries.len(),
+            sweep_recorded: history.record.is_some(),
+            pruned: s.prune_history(history.prune_before, history.prune_max),
+            ..SweepWritten::default()
+        })
     }
 
     async fn recent_sweeps(&self, limit: usize) -> Result<Vec<SweepRecord>, StoreError> {

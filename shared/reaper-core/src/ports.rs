@@ -371,26 +371,10 @@ pub trait RunStore: MaybeSend + MaybeSync {
         crate::detached::detached_view_by_listing(self, instances, query).await
     }
 
-    /// Writes one sweep's record ([`crate::sweeps`]) and its runs' history `entries` (as
-    /// [`RunStore::record_history`] would) in one call: one transaction, batch or request
-    /// where the backend allows, so a sweep pays one round trip for both. In the same call it
-    /// deletes at most [`crate::sweeps::SWEEP_PRUNE_BATCH`] records that finished before
-    /// `prune_before` (the history's retention) and the oldest records past
-    /// [`crate::sweeps::MAX_SWEEPS_KEPT`]. A record with the same `sweep_id` is replaced.
-    /// Optional (`Unsupported` by default: the sweep then writes the history alone); the sweep
-    /// never fails for it.
-    async fn record_sweep(
-        &self,
-        _sweep: &crate::sweeps::SweepRecord,
-        _entries: &[crate::history::HistoryEntry],
-        _prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Unsupported("record_sweep"))
-    }
-
     /// Up to `limit` (capped at [`crate::sweeps::MAX_SWEEPS_READ`]) sweep records of every
-    /// host, newest first (by `finished_at`, then `sweep_id`). Optional, like
-    /// [`RunStore::record_sweep`].
+    /// host, newest first (by `finished_at`, then `sweep_id`). Optional (`Unsupported` by
+    /// default: a store that keeps no sweep records); a store that answers it writes the
+    /// records in [`RunStore::write_sweep_history`].
     async fn recent_sweeps(
         &self,
         _limit: usize,
@@ -398,15 +382,44 @@ pub trait RunStore: MaybeSend + MaybeSync {
         Err(StoreError::Unsupported("recent_sweeps"))
     }
 
-    /// Writes a sweep's history entries and prunes past the retention in one request where
-    /// the store can (D1: one batch), returning how many entries the prune deleted; atomic
-    /// where the store is, so a failure may leave neither done. `Unsupported` by default: the
-    /// sweep then calls [`RunStore::record_history`] and [`RunStore::prune_history`].
+    /// Everything a sweep writes at its end, in one call: its runs' history entries (as
+    /// [`RunStore::record_history`] would), its record when it has one ([`crate::sweeps`]; a
+    /// record with the same `sweep_id` is replaced) with the records' prune (at most
+    /// [`crate::sweeps::SWEEP_PRUNE_BATCH`] that finished before `prune_before`, oldest first)
+    /// and cap (the oldest past [`crate::sweeps::MAX_SWEEPS_KEPT`]), then the history's prune (as
+    /// [`RunStore::prune_history`] with `prune_before` and `prune_max`). Returns what it did.
+    ///
+    /// A store sends it as one transaction, batch or request where the backend allows, so a
+    /// sweep pays one round trip and a failure (`Err`) leaves nothing half done. A store that
+    /// sends the parts apart reports a part's failure in [`crate::history::SweepWritten`] beside
+    /// what the other part did.
+    ///
+    /// Provided for a store that implements only [`RunStore::record_history`] and
+    /// [`RunStore::prune_history`] (or neither: `Unsupported` there writes nothing and is no
+    /// failure): the entries, then the prune, apart; it keeps no sweep record. A store that keeps
+    /// sweep records ([`RunStore::recent_sweeps`]) must override it, and so must a wrapper
+    /// store forward it. The sweep never fails for it.
     async fn write_sweep_history(
         &self,
-        _history: &crate::history::SweepHistory,
-    ) -> Result<u64, StoreError> {
-        Err(StoreError::Unsupported("write_sweep_history"))
+        history: &crate::history::SweepHistory,
+    ) -> Result<crate::history::SweepWritten, StoreError> {
+        let mut done = crate::history::SweepWritten::default();
+        if !history.entries.is_empty() {
+            match self.record_history(&history.entries).await {
+                Ok(()) => done.recorded = history.entries.len(),
+                Err(StoreError::Unsupported(_)) => {}
+                Err(error) => done.write_error = Some(error),
+            }
+        }
+        match self
+            .prune_history(history.prune_before, history.prune_max)
+            .await
+        {
+            Ok(pruned) => done.pruned = pruned,
+            Err(StoreError::Unsupported(_)) => {}
+            Err(error) => done.prune_error = Some(error),
+        }
+        Ok(done)
     }
 
     /// The claim's epoch bump, atomically: refuse an unknown or terminal run without writing,

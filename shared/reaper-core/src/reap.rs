@@ -1400,81 +1400,38 @@ async fn record_history(
         failed: failure.is_some(),
         error: failure,
     };
-    let history = &mut report.history;
-    let count = entries.len();
     let write = crate::history::SweepHistory {
         entries,
         prune_before: before,
         prune_max: options.history_prune_batch,
         record: Some(record),
     };
-    // One store call where the store can (D1: one batch for the entries, the record and both
-    // retentions' prunes, one subrequest of the Worker's alarm); otherwise the record with the
-    // entries, then the prune. A failed single call wrote nothing, so nothing is pruned after it.
-    let (written, pruned) = match deps.runs.write_sweep_history(&write).await {
-        Err(StoreError::Unsupported(_)) => (record_sweep_apart(deps, &write).await, false),
-        Ok(pruned) => {
-            history.pruned = pruned;
-            (Ok(true), true)
-        }
-        Err(error) => (Err(error), true),
-    };
-    match written {
-        Ok(sweep_recorded) => {
-            history.recorded = count;
-            history.sweep_recorded = sweep_recorded;
-        }
-        Err(StoreError::Unsupported(_)) => {}
-        Err(error) => {
-            tracing::warn!(target: "reaper", %error, entries = count, "writing the runs' history and the sweep's record failed; the sweep's outcomes stand");
-            history.error = Some(format!(
-                "writing the runs' history failed (the sweep's record with it): {error}"
-            ));
-        }
-    }
-    if pruned {
-        return;
-    }
-    match deps
+    // One store call for the entries, the record and both retentions' prunes (D1: one batch,
+    // one subrequest of the Worker's alarm; SQL stores: one transaction). A failed call wrote
+    // nothing; a store that sends the parts apart says which failed.
+    let done = deps
         .runs
-        .prune_history(before, options.history_prune_batch)
+        .write_sweep_history(&write)
         .await
-    {
-        Ok(pruned) => history.pruned = pruned,
-        Err(StoreError::Unsupported(_)) => {}
-        Err(error) => {
-            tracing::warn!(target: "reaper", %error, "pruning the runs' history failed; a later sweep prunes it");
-            history
-                .error
-                .get_or_insert_with(|| format!("pruning the runs' history failed: {error}"));
-        }
+        .unwrap_or_else(crate::history::SweepWritten::failed);
+    let history = &mut report.history;
+    history.recorded = done.recorded;
+    history.sweep_recorded = done.sweep_recorded;
+    history.pruned = done.pruned;
+    // `Unsupported`: the store keeps no history, which is no failure.
+    let failed = |e: Option<StoreError>| e.filter(|e| !matches!(e, StoreError::Unsupported(_)));
+    if let Some(error) = failed(done.write_error) {
+        tracing::warn!(target: "reaper", %error, entries = write.entries.len(), "writing the runs' history and the sweep's record failed; the sweep's outcomes stand");
+        history.error = Some(format!(
+            "writing the runs' history failed (the sweep's record with it): {error}"
+        ));
     }
-}
-
-/// A sweep's write for a store without [`crate::RunStore::write_sweep_history`]: the record with the
-/// entries in one call, or the entries alone where the store keeps no sweep records. `Ok(true)`
-/// when the record was written.
-async fn record_sweep_apart(
-    deps: &ReapDeps,
-    write: &crate::history::SweepHistory,
-) -> Result<bool, StoreError> {
-    if let Some(record) = &write.record {
-        match deps
-            .runs
-            .record_sweep(record, &write.entries, write.prune_before)
-            .await
-        {
-            Err(StoreError::Unsupported(_)) => {}
-            other => return other.map(|()| true),
-        }
+    if let Some(error) = failed(done.prune_error) {
+        tracing::warn!(target: "reaper", %error, "pruning the runs' history failed; a later sweep prunes it");
+        history
+            .error
+            .get_or_insert_with(|| format!("pruning the runs' history failed: {error}"));
     }
-    if write.entries.is_empty() {
-        return Ok(false);
-    }
-    deps.runs
-        .record_history(&write.entries)
-        .await
-        .map(|()| false)
 }
 
 /// Whether the batch must stop before its next item: a shutdown, damage, or too little time

@@ -3,7 +3,7 @@
 //! the dashboard and `reaper status` see every host's sweeps, not only their own process's.
 //!
 //! The sweep writes its record in the same store call as its runs' history
-//! ([`crate::RunStore::record_sweep`]): one round trip (one D1 subrequest) for both. Records
+//! ([`crate::RunStore::write_sweep_history`]): one round trip (one D1 subrequest) for both. Records
 //! follow the history's retention and are also capped at [`MAX_SWEEPS_KEPT`] per store. Like the
 //! history, a failed write is reported ([`crate::reap::ReapReport::history`]) and never fatal.
 //! A dry run and a paused sweep write nothing, so they leave no record.

@@ -95,3 +95,32 @@ async fn an_ordinary_store_error_is_not_damage_and_the_sweep_goes_on() {
     assert!(report.damaged.is_none());
     assert_eq!(h.record("r2").await.status, RunStatus::Completed);
 }
+
+#[tokio::test]
+async fn damage_a_store_reports_for_one_part_of_a_sweeps_end_write_sets_the_latch() {
+    use reaper_core::damage::{Damage, Guarded};
+    use reaper_core::history::SweepHistory;
+    use reaper_core::ports::RunStore;
+
+    let h = Harness::new();
+    h.store
+        .fail_when(|op, _| matches!(op, Op::PruneHistory).then(damaged));
+    let damage = Damage::default();
+    let guarded = Guarded::new(std::sync::Arc::new(h.store.clone()), &damage);
+    let write = SweepHistory {
+        entries: Vec::new(),
+        prune_before: NOW,
+        prune_max: 10,
+        record: None,
+    };
+    let done = guarded.write_sweep_history(&write).await.unwrap();
+    assert!(done.prune_error.is_some(), "{done:?}");
+    assert!(
+        damage.seen().is_some_and(|d| d.contains("malformed")),
+        "the prune's damage, reported beside the write, is seen"
+    );
+    assert!(
+        guarded.write_sweep_history(&write).await.is_err(),
+        "and every later write is refused"
+    );
+}

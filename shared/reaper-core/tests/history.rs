@@ -294,3 +294,28 @@ async fn a_failed_one_call_history_write_is_reported_and_the_runs_outcomes_stand
         .iter()
         .any(|o| matches!(o, Op::RecordHistory(_) | Op::PruneHistory)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_prune_sent_apart_is_reported_and_the_entries_and_record_written_before_it_stand()
+{
+    let h = Harness::new();
+    h.seed("done", Some(FRESH), None);
+    h.probe.finished("done", 0);
+    h.store.fail_when(|op, _| {
+        matches!(op, Op::PruneHistory)
+            .then(|| StoreError::Unavailable("the history index is rebuilding".into()))
+    });
+    let report = h.sweep().await;
+    assert_eq!(entry(&report, "done").outcome, ReapOutcome::Finalized);
+    assert_eq!(report.history.recorded, 1, "{:?}", report.history);
+    assert!(report.history.sweep_recorded, "{:?}", report.history);
+    assert_eq!(report.history.pruned, 0);
+    let error = report.history.error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("pruning the runs' history failed")
+            && error.contains("the history index is rebuilding"),
+        "{error}"
+    );
+    assert_eq!(history(&h, "done").await.len(), 1);
+    assert_eq!(h.memory.recent_sweeps(10).await.unwrap().len(), 1);
+}

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{entry, Harness, NOW, TTL};
+use reaper_core::history::SweepHistory;
 use reaper_core::memory::MemoryStore;
 use reaper_core::ports::RunStore;
 use reaper_core::reap::ReapOutcome;
@@ -142,7 +143,13 @@ fn record(i: u64) -> SweepRecord {
 async fn the_memory_store_keeps_at_most_max_sweeps_kept_records_dropping_the_oldest() {
     let store = MemoryStore::new();
     for i in 0..MAX_SWEEPS_KEPT + 3 {
-        store.record_sweep(&record(i), &[], i64::MIN).await.unwrap();
+        let write = SweepHistory {
+            entries: Vec::new(),
+            prune_before: i64::MIN,
+            prune_max: 0,
+            record: Some(record(i)),
+        };
+        store.write_sweep_history(&write).await.unwrap();
     }
     let all = store.recent_sweeps(usize::MAX).await.unwrap();
     assert_eq!(all.len() as u64, MAX_SWEEPS_KEPT);

@@ -1,8 +1,9 @@
 //! The run history (schema version 6) and the sweep records (version 8) on D1, in the
-//! statements `reaper-sqlite` runs: the sweep's entries, its record and the records' prune and
-//! cap in one batch (one subrequest), a run's newest through the primary key, the bounded prune.
+//! statements `reaper-sqlite` runs: the sweep's entries, its record with the records' prune and
+//! cap, and the history's prune in one batch (one subrequest), a run's newest through the
+//! primary key, the bounded prune.
 
-use reaper_core::history::{HistoryEntry, SweepHistory, MAX_HISTORY_READ};
+use reaper_core::history::{HistoryEntry, SweepHistory, SweepWritten, MAX_HISTORY_READ};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
@@ -27,11 +28,11 @@ impl D1Store {
     /// A sweep's entries, its record (with the records' retention and cap) and the history's
     /// retention prune in one batch: one D1 round trip (one subrequest of the Worker's alarm)
     /// and one transaction, so a failed prune keeps no half of the sweep's writes either.
-    /// Returns how many entries the history's prune deleted (its statement comes last).
+    /// Says how many entries the history's prune deleted (its statement comes last).
     pub(crate) async fn write_sweep_history_rows(
         &self,
         history: &SweepHistory,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<SweepWritten, StoreError> {
         let mut statements = history_statements(&history.entries)?;
         if let Some(sweep) = &history.record {
             statements.extend(sweep_statements(sweep, history.prune_before)?);
@@ -42,19 +43,12 @@ impl D1Store {
             vec![history.prune_before.into(), max.into()],
         ));
         let out = self.batch(statements).await?;
-        Ok(out.last().map_or(0, |pruned| pruned.len() as u64))
-    }
-
-    pub(crate) async fn record_sweep_rows(
-        &self,
-        sweep: &SweepRecord,
-        entries: &[HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        let mut statements = history_statements(entries)?;
-        statements.extend(sweep_statements(sweep, prune_before)?);
-        // The entries and the record in one batch: one transaction, one subrequest.
-        self.batch(statements).await.map(drop)
+        Ok(SweepWritten {
+            recorded: history.entries.len(),
+            sweep_recorded: history.record.is_some(),
+            pruned: out.last().map_or(0, |pruned| pruned.len() as u64),
+            ..SweepWritten::default()
+        })
     }
 
     pub(crate) async fn recent_sweep_rows(

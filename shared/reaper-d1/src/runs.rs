@@ -447,15 +447,6 @@ impl RunStore for D1Store {
         self.prune_history_rows(before, max_entries).await
     }
 
-    async fn record_sweep(
-        &self,
-        sweep: &reaper_core::sweeps::SweepRecord,
-        entries: &[reaper_core::history::HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.record_sweep_rows(sweep, entries, prune_before).await
-    }
-
     async fn recent_sweeps(
         &self,
         limit: usize,
@@ -466,7 +457,7 @@ impl RunStore for D1Store {
     async fn write_sweep_history(
         &self,
         history: &reaper_core::history::SweepHistory,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<reaper_core::history::SweepWritten, StoreError> {
         self.write_sweep_history_rows(history).await
     }
 

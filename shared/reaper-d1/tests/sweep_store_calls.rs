@@ -138,9 +138,11 @@ async fn a_sweeps_history_its_record_and_the_retentions_prunes_are_one_batch() {
         prune_max: 500,
         record: Some(record.clone()),
     };
-    let pruned = store.write_sweep_history(&write).await.unwrap();
+    let done = store.write_sweep_history(&write).await.unwrap();
 
-    assert_eq!(pruned, 1, "the entry made before the cutoff");
+    assert_eq!(done.pruned, 1, "the entry made before the cutoff");
+    assert_eq!(done.recorded, 2, "{done:?}");
+    assert!(done.sweep_recorded, "{done:?}");
     let batches = client.take();
     assert_eq!(batches.len(), 1, "one round trip: {batches:?}");
     assert_eq!(
@@ -167,6 +169,10 @@ async fn a_sweeps_history_its_record_and_the_retentions_prunes_are_one_batch() {
         prune_max: 1,
         record: None,
     };
-    assert_eq!(store.write_sweep_history(&none).await.unwrap(), 1);
+    let done = store.write_sweep_history(&none).await.unwrap();
+    assert_eq!(
+        (done.recorded, done.sweep_recorded, done.pruned),
+        (0, false, 1)
+    );
     assert_eq!(client.take().len(), 1);
 }

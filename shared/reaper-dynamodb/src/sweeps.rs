@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{
     AttributeValue, DeleteRequest, PutRequest, ReturnConsumedCapacity, ReturnValue, WriteRequest,
 };
-use reaper_core::history::HistoryEntry;
+use reaper_core::history::{HistoryEntry, SweepHistory, SweepWritten};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{EpochMs, StoreError};
 
@@ -105,10 +105,44 @@ impl DynamoStore {
         }
     }
 
+    /// A sweep's end write: its entries with its record (as [`Self::record_sweep_items`]), or
+    /// the entries alone without one; then the history's prune. DynamoDB has no transaction
+    /// for these (a `BatchWriteItem` is not one, and a prune reads before it deletes), so the
+    /// prune goes apart, and runs even after a failed write: each part's failure is reported
+    /// beside what the other did.
+    pub(crate) async fn write_sweep_history_items(
+        &self,
+        history: &SweepHistory,
+    ) -> Result<SweepWritten, StoreError> {
+        let mut done = SweepWritten::default();
+        let written = match &history.record {
+            Some(sweep) => {
+                self.record_sweep_items(sweep, &history.entries, history.prune_before)
+                    .await
+            }
+            None => self.record_history_items(&history.entries).await,
+        };
+        match written {
+            Ok(()) => {
+                done.recorded = history.entries.len();
+                done.sweep_recorded = history.record.is_some();
+            }
+            Err(error) => done.write_error = Some(error),
+        }
+        match self
+            .prune_history_items(history.prune_before, history.prune_max)
+            .await
+        {
+            Ok(pruned) => done.pruned = pruned,
+            Err(error) => done.prune_error = Some(error),
+        }
+        Ok(done)
+    }
+
     /// The sweep's entries and its record (one `BatchWriteItem` per 25), after one `UpdateItem`
     /// for its sequence number; then at most one Query each for records past the retention and
     /// past the cap, and one `BatchWriteItem` deleting them.
-    pub(crate) async fn record_sweep_items(
+    async fn record_sweep_items(
         &self,
         sweep: &SweepRecord,
         entries: &[HistoryEntry],

@@ -1,8 +1,9 @@
 //! The `run_history` table (schema version 2): what each sweep did to each run, one row per run
 //! and sweep, the entry kept as its JSON text; and the `sweeps` table (version 3), one record
-//! per sweep, written in the same transaction as the sweep's entries.
+//! per sweep, written in the same transaction as the sweep's entries and both retentions'
+//! prunes.
 
-use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::history::{HistoryEntry, SweepHistory, SweepWritten, MAX_HISTORY_READ};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{EpochMs, StoreError};
 
@@ -42,15 +43,22 @@ const PRUNE_SWEEPS: &str = "DELETE FROM @.sweeps WHERE seq IN (SELECT seq FROM @
 const CAP_SWEEPS: &str = "DELETE FROM @.sweeps WHERE seq <= (SELECT max(seq) FROM @.sweeps) - $1";
 
 impl PostgresStore {
-    pub(crate) async fn record_sweep_rows(
+    /// A sweep's end write in one transaction: its entries, its record with the records' prune
+    /// and cap, then the history's prune. A failure rolls all of it back.
+    pub(crate) async fn write_sweep_history_rows(
         &self,
-        sweep: &SweepRecord,
-        entries: &[HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        let body = serde_json::to_string(sweep)
-            .map_err(|e| StoreError::Backend(format!("encoding a sweep record: {e}")))?;
-        let batch = HistoryBatch::of(entries)?;
+        history: &SweepHistory,
+    ) -> Result<SweepWritten, StoreError> {
+        let body = history
+            .record
+            .as_ref()
+            .map(|sweep| {
+                serde_json::to_string(sweep)
+                    .map_err(|e| StoreError::Backend(format!("encoding a sweep record: {e}")))
+            })
+            .transpose()?;
+        let batch = HistoryBatch::of(&history.entries)?;
+        let prune_max = i64::try_from(history.prune_max).unwrap_or(i64::MAX);
         let mut client = self.client().await?;
         let tx = self.begin(&mut client).await?;
         if let Some(b) = &batch {
@@ -61,21 +69,36 @@ impl PostgresStore {
             )
             .await?;
         }
-        self.execute(
-            Conn::Tx(&tx),
-            RECORD_SWEEP,
-            &[&sweep.sweep_id, &sweep.finished_at, &body],
-        )
-        .await?;
-        self.execute(
-            Conn::Tx(&tx),
-            PRUNE_SWEEPS,
-            &[&prune_before, &(SWEEP_PRUNE_BATCH as i64)],
-        )
-        .await?;
-        self.execute(Conn::Tx(&tx), CAP_SWEEPS, &[&(MAX_SWEEPS_KEPT as i64)])
+        if let (Some(sweep), Some(body)) = (&history.record, &body) {
+            self.execute(
+                Conn::Tx(&tx),
+                RECORD_SWEEP,
+                &[&sweep.sweep_id, &sweep.finished_at, body],
+            )
             .await?;
-        self.commit(tx, true).await
+            self.execute(
+                Conn::Tx(&tx),
+                PRUNE_SWEEPS,
+                &[&history.prune_before, &(SWEEP_PRUNE_BATCH as i64)],
+            )
+            .await?;
+            self.execute(Conn::Tx(&tx), CAP_SWEEPS, &[&(MAX_SWEEPS_KEPT as i64)])
+                .await?;
+        }
+        let pruned = if prune_max > 0 {
+            self.execute(Conn::Tx(&tx), PRUNE, &[&history.prune_before, &prune_max])
+                .await?
+        } else {
+            0
+        };
+        let wrote = batch.is_some() || body.is_some() || pruned > 0;
+        self.commit(tx, wrote).await?;
+        Ok(SweepWritten {
+            recorded: history.entries.len(),
+            sweep_recorded: history.record.is_some(),
+            pruned,
+            ..SweepWritten::default()
+        })
     }
 
     pub(crate) async fn recent_sweep_rows(

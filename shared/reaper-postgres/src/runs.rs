@@ -568,13 +568,11 @@ impl RunStore for PostgresStore {
         self.prune_history_rows(before, max_entries).await
     }
 
-    async fn record_sweep(
+    async fn write_sweep_history(
         &self,
-        sweep: &reaper_core::sweeps::SweepRecord,
-        entries: &[reaper_core::history::HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.record_sweep_rows(sweep, entries, prune_before).await
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<reaper_core::history::SweepWritten, StoreError> {
+        self.write_sweep_history_rows(history).await
     }
 
     async fn recent_sweeps(

@@ -1,7 +1,8 @@
 //! The run history (schema version 6) on SQLite: one row per run and sweep, the entry as JSON;
-//! and the sweep records (version 8), written in the same transaction as the sweep's entries.
+//! and the sweep records (version 8), written in the same transaction as the sweep's entries
+//! and both retentions' prunes.
 
-use reaper_core::history::{HistoryEntry, MAX_HISTORY_READ};
+use reaper_core::history::{HistoryEntry, SweepHistory, SweepWritten, MAX_HISTORY_READ};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ, SWEEP_PRUNE_BATCH};
 use reaper_core::{EpochMs, StoreError};
 use reaper_sql::history as sql;
@@ -16,26 +17,39 @@ impl SqliteStore {
         &self,
         entries: &[HistoryEntry],
     ) -> Result<(), StoreError> {
-        self.record_rows(None, entries, 0).await
+        self.write_rows(None, entries, 0, 0).await.map(drop)
     }
 
-    pub(crate) async fn record_sweep_rows(
+    pub(crate) async fn write_sweep_history_rows(
         &self,
-        sweep: &SweepRecord,
-        entries: &[HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.record_rows(Some(sweep), entries, prune_before).await
+        history: &SweepHistory,
+    ) -> Result<SweepWritten, StoreError> {
+        let pruned = self
+            .write_rows(
+                history.record.as_ref(),
+                &history.entries,
+                history.prune_before,
+                history.prune_max,
+            )
+            .await?;
+        Ok(SweepWritten {
+            recorded: history.entries.len(),
+            sweep_recorded: history.record.is_some(),
+            pruned,
+            ..SweepWritten::default()
+        })
     }
 
-    /// The sweep's entries, its record when given, and the records' prune and cap: one
-    /// transaction, one fsync.
-    async fn record_rows(
+    /// The sweep's entries, its record when given with the records' prune and cap, then at
+    /// most `prune_max` history entries made before `prune_before`: one transaction, one fsync.
+    /// Returns how many entries the history's prune deleted.
+    async fn write_rows(
         &self,
         sweep: Option<&SweepRecord>,
         entries: &[HistoryEntry],
         prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
+        prune_max: usize,
+    ) -> Result<u64, StoreError> {
         let record = sweep
             .map(|r| {
                 serde_json::to_string(r)
@@ -51,6 +65,7 @@ impl SqliteStore {
                     .map_err(|e| StoreError::Backend(format!("encoding a history entry: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let prune_max = i64::try_from(prune_max).unwrap_or(i64::MAX);
         // One transaction for the sweep's batch: one fsync, not one per run.
         self.call(move |c| {
             immediate(c, |tx| {
@@ -72,7 +87,13 @@ impl SqliteStore {
                         .and_then(|mut s| s.execute(params![MAX_SWEEPS_KEPT as i64]))
                         .map_err(store_err)?;
                 }
-                Ok(())
+                if prune_max == 0 {
+                    return Ok(0);
+                }
+                tx.prepare_cached(sql::PRUNE)
+                    .and_then(|mut s| s.execute(params![prune_before, prune_max]))
+                    .map(|n| n as u64)
+                    .map_err(store_err)
             })
         })
         .await

@@ -443,7 +443,13 @@ async fn sqlite_keeps_at_most_max_sweeps_kept_sweep_records_deleting_the_oldest_
             failed: false,
             error: None,
         };
-        store.record_sweep(&record, &[], i64::MIN).await.unwrap();
+        let write = reaper_core::history::SweepHistory {
+            entries: Vec::new(),
+            prune_before: i64::MIN,
+            prune_max: 0,
+            record: Some(record),
+        };
+        store.write_sweep_history(&write).await.unwrap();
     }
     let all = store.recent_sweeps(usize::MAX).await.unwrap();
     assert_eq!(all.len(), 1_000.min(MAX_SWEEPS_KEPT as usize));

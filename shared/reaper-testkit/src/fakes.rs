@@ -103,14 +103,16 @@ pub enum Op {
     DueIntents,
     /// `ledger_counts`.
     LedgerCounts,
-    /// A batch of history entries (their run ids).
+    /// A batch of history entries (their run ids): `record_history`, or a sweep's write of its
+    /// entries and record on a spy that writes and prunes apart.
     RecordHistory(Vec<String>),
     /// `run_history` for a run.
     RunHistory(String),
     /// `prune_history`.
     PruneHistory,
-    /// `write_sweep_history`: the entries (their run ids) and the prune in one call, on a spy
-    /// made with [`SpyStore::with_history_in_one_call`].
+    /// `write_sweep_history` (the entries' run ids) as one call, on a spy made with
+    /// [`SpyStore::with_history_in_one_call`]; otherwise a sweep's write shows as
+    /// [`Op::RecordHistory`] then [`Op::PruneHistory`].
     WriteSweepHistory(Vec<String>),
 }
 
@@ -205,8 +207,8 @@ impl SpyStore {
         }
     }
 
-    /// A store that takes a sweep's history entries and prune in one call
-    /// (`write_sweep_history`, as D1 does in one batch) instead of answering `Unsupported`.
+    /// A store that takes a sweep's whole end write in one call (`write_sweep_history`, as D1
+    /// does in one batch) instead of writing and pruning apart.
     pub fn with_history_in_one_call(mut self) -> Self {
         self.history_in_one_call = true;
         self
@@ -430,48 +432,47 @@ impl RunStore for SpyStore {
         self.enter(Op::PruneHistory)?;
         self.inner.prune_history(before, max_entries).await
     }
-    // The sweep's record rides with its history: one fault fails both, as one call would.
-    async fn record_sweep(
-        &self,
-        sweep: &reaper_core::sweeps::SweepRecord,
-        entries: &[reaper_core::history::HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.enter(Op::RecordHistory(
-            entries.iter().map(|e| e.run_id.clone()).collect(),
-        ))?;
-        self.inner.record_sweep(sweep, entries, prune_before).await
-    }
     async fn recent_sweeps(
         &self,
         limit: usize,
     ) -> Result<Vec<reaper_core::sweeps::SweepRecord>, StoreError> {
         self.inner.recent_sweeps(limit).await
     }
+    /// Made with [`SpyStore::with_history_in_one_call`]: one call ([`Op::WriteSweepHistory`])
+    /// that one fault fails whole, as D1's batch. Otherwise the write and the prune go apart,
+    /// as a store without one transaction sends them: the entries with the sweep's record
+    /// ([`Op::RecordHistory`], one fault fails both), then the prune ([`Op::PruneHistory`]),
+    /// each part's failure reported beside what the other did.
     async fn write_sweep_history(
         &self,
         history: &reaper_core::history::SweepHistory,
-    ) -> Result<u64, StoreError> {
-        if !self.history_in_one_call {
-            return Err(StoreError::Unsupported("write_sweep_history"));
+    ) -> Result<reaper_core::history::SweepWritten, StoreError> {
+        let runs = || history.entries.iter().map(|e| e.run_id.clone()).collect();
+        if self.history_in_one_call {
+            self.enter(Op::WriteSweepHistory(runs()))?;
+            return self.inner.write_sweep_history(history).await;
         }
-        self.enter(Op::WriteSweepHistory(
-            history.entries.iter().map(|e| e.run_id.clone()).collect(),
-        ))?;
-        match &history.record {
-            Some(record) => {
-                self.inner
-                    .record_sweep(record, &history.entries, history.prune_before)
+        let mut done = match self.enter(Op::RecordHistory(runs())) {
+            // The inner store's write without its history prune (a batch of none).
+            Ok(()) => {
+                let write = reaper_core::history::SweepHistory {
+                    prune_max: 0,
+                    ..history.clone()
+                };
+                self.inner.write_sweep_history(&write).await?
+            }
+            Err(error) => reaper_core::history::SweepWritten::failed(error),
+        };
+        match self.enter(Op::PruneHistory) {
+            Ok(()) => {
+                done.pruned = self
+                    .inner
+                    .prune_history(history.prune_before, history.prune_max)
                     .await?
             }
-            None if !history.entries.is_empty() => {
-                self.inner.record_history(&history.entries).await?
-            }
-            None => {}
+            Err(error) => done.prune_error = Some(error),
         }
-        self.inner
-            .prune_history(history.prune_before, history.prune_max)
-            .await
+        Ok(done)
     }
     fn capabilities(&self) -> reaper_core::ports::RunStoreCapabilities {
         reaper_core::ports::RunStoreCapabilities {
@@ -1032,15 +1033,6 @@ impl<S: RunStore> RunStore for CountingRuns<S> {
         self.count();
         self.inner.prune_history(before, max_entries).await
     }
-    async fn record_sweep(
-        &self,
-        sweep: &reaper_core::sweeps::SweepRecord,
-        entries: &[reaper_core::history::HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.count();
-        self.inner.record_sweep(sweep, entries, prune_before).await
-    }
     async fn recent_sweeps(
         &self,
         limit: usize,
@@ -1051,7 +1043,7 @@ impl<S: RunStore> RunStore for CountingRuns<S> {
     async fn write_sweep_history(
         &self,
         history: &reaper_core::history::SweepHistory,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<reaper_core::history::SweepWritten, StoreError> {
         self.count();
         self.inner.write_sweep_history(history).await
     }

@@ -109,13 +109,11 @@ impl RunStore for Counted {
         self.add(entries.len());
         Ok(entries)
     }
-    async fn record_sweep(
+    async fn write_sweep_history(
         &self,
-        sweep: &reaper_core::sweeps::SweepRecord,
-        entries: &[reaper_core::history::HistoryEntry],
-        prune_before: EpochMs,
-    ) -> Result<(), StoreError> {
-        self.inner.record_sweep(sweep, entries, prune_before).await
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<reaper_core::history::SweepWritten, StoreError> {
+        self.inner.write_sweep_history(history).await
     }
     async fn recent_sweeps(
         &self,
@@ -213,7 +211,10 @@ async fn seeded(runs: usize, leaks: usize) -> (Arc<Counted>, Dashboard) {
     // As many sweep records as runs, from two hosts: more than any page shows.
     for i in 0..runs {
         let record = sweep_record(i, if i % 2 == 0 { "cron-host" } else { "lambda" });
-        inner.record_sweep(&record, &[], 0).await.unwrap();
+        inner
+            .write_sweep_history(&record_alone(record))
+            .await
+            .unwrap();
     }
     let counted = Arc::new(Counted {
         inner: inner.clone(),
@@ -259,6 +260,16 @@ fn sweep_record(i: usize, host: &str) -> reaper_core::sweeps::SweepRecord {
         dry_run: false,
         failed: false,
         error: None,
+    }
+}
+
+/// A sweep's end write of its record alone, pruning nothing.
+fn record_alone(record: reaper_core::sweeps::SweepRecord) -> reaper_core::history::SweepHistory {
+    reaper_core::history::SweepHistory {
+        entries: Vec::new(),
+        prune_before: 0,
+        prune_max: 0,
+        record: Some(record),
     }
 }
 
@@ -427,7 +438,11 @@ async fn the_sweeps_page_lists_the_store_s_newest_sweeps_of_every_host_with_thei
     failed.failed = true;
     failed.error = Some("the listing failed: disk I/O error".into());
     failed.outcomes = Default::default();
-    counted.inner.record_sweep(&failed, &[], 0).await.unwrap();
+    counted
+        .inner
+        .write_sweep_history(&record_alone(failed))
+        .await
+        .unwrap();
     counted.take();
     let (status, body) = get(&d, "/sweeps").await;
     assert_eq!(status, StatusCode::OK, "{body}");

@@ -6,7 +6,7 @@
 //! agree (`Unsupported`) and report a skip; an undeclared gap is a failure.
 
 use futures::future::join_all;
-use reaper_core::history::HistoryEntry;
+use reaper_core::history::{HistoryEntry, SweepHistory};
 use reaper_core::ports::{
     BoundedCount, EpochBump, Fenced, ReclaimableCursor, ReclaimableQuery, RunStore,
 };
@@ -85,6 +85,7 @@ macro_rules! __reaper_run_store_cases {
             a_sweep_record_round_trips_every_field_and_writes_its_history_with_it_when_supported,
             recent_sweeps_are_newest_first_up_to_their_limit_and_a_rewrite_replaces_when_supported,
             sweep_records_past_the_retention_are_pruned_oldest_first_by_a_later_write_when_supported,
+            one_sweep_write_records_the_entries_the_sweep_record_and_prunes_both_retentions_when_supported,
         ] }
     };
 }
@@ -2118,6 +2119,21 @@ async fn sweeps_gate<S: RunStore + ?Sized>(store: &S) -> Result<Option<Verdict>,
 /// A cutoff that prunes nothing (other cases' records may share the table).
 const NO_PRUNE: EpochMs = EpochMs::MIN;
 
+/// A sweep's end write of `record` and `entries` whose records' prune cuts at `prune_before`
+/// and whose history prune deletes nothing (other cases' entries may share the table).
+fn sweep_write(
+    record: Option<SweepRecord>,
+    entries: Vec<HistoryEntry>,
+    prune_before: EpochMs,
+) -> SweepHistory {
+    SweepHistory {
+        entries,
+        prune_before,
+        prune_max: 0,
+        record,
+    }
+}
+
 /// Far past any clock a real sweep reads, so this case's records are the store's newest.
 const FUTURE: EpochMs = 4_000_000_000_000_000;
 
@@ -2136,11 +2152,11 @@ pub async fn a_sweep_record_round_trips_every_field_and_writes_its_history_with_
     let run = ctx.id("run");
     let record = sweep_record(&sweep, FUTURE + 7);
     store
-        .record_sweep(
-            &record,
-            &[history_entry(&run, &sweep, FUTURE + 7)],
+        .write_sweep_history(&sweep_write(
+            Some(record.clone()),
+            vec![history_entry(&run, &sweep, FUTURE + 7)],
             NO_PRUNE,
-        )
+        ))
         .await?;
     ensure_eq!(
         own_sweeps(store, ctx, MAX_SWEEPS_READ).await?,
@@ -2156,7 +2172,9 @@ pub async fn a_sweep_record_round_trips_every_field_and_writes_its_history_with_
     ensure_eq!(history[0].sweep_id, sweep, "the entry's sweep");
     // A sweep that touched no run writes its record alone.
     let idle = sweep_record(&ctx.id("sweep-idle"), FUTURE + 8);
-    store.record_sweep(&idle, &[], NO_PRUNE).await?;
+    store
+        .write_sweep_history(&sweep_write(Some(idle), Vec::new(), NO_PRUNE))
+        .await?;
     ensure_eq!(
         own_sweeps(store, ctx, MAX_SWEEPS_READ).await?.len(),
         2,
@@ -2178,8 +2196,9 @@ pub async fn recent_sweeps_are_newest_first_up_to_their_limit_and_a_rewrite_repl
     }
     let base = FUTURE + 1_000_000;
     for (name, at) in [("b", 2), ("d", 4), ("a", 1), ("c2", 3), ("c1", 3)] {
+        let record = sweep_record(&ctx.id(name), base + at);
         store
-            .record_sweep(&sweep_record(&ctx.id(name), base + at), &[], NO_PRUNE)
+            .write_sweep_history(&sweep_write(Some(record), Vec::new(), NO_PRUNE))
             .await?;
     }
     let ids = |v: Vec<SweepRecord>| v.into_iter().map(|r| r.sweep_id).collect::<Vec<_>>();
@@ -2204,7 +2223,9 @@ pub async fn recent_sweeps_are_newest_first_up_to_their_limit_and_a_rewrite_repl
     let mut again = sweep_record(&ctx.id("b"), base + 2);
     again.failed = false;
     again.error = None;
-    store.record_sweep(&again, &[], NO_PRUNE).await?;
+    store
+        .write_sweep_history(&sweep_write(Some(again.clone()), Vec::new(), NO_PRUNE))
+        .await?;
     let all = own_sweeps(store, ctx, MAX_SWEEPS_READ).await?;
     ensure_eq!(all.len(), 5, "a rewrite adds no record");
     ensure!(
@@ -2228,16 +2249,15 @@ pub async fn sweep_records_past_the_retention_are_pruned_oldest_first_by_a_later
     // Below any real clock and any other case's records, so this cutoff prunes only its own.
     let old = -5_000_000_000_000_000;
     for i in 0..3 {
+        let record = sweep_record(&ctx.id(&format!("old-{i}")), old + i);
         store
-            .record_sweep(
-                &sweep_record(&ctx.id(&format!("old-{i}")), old + i),
-                &[],
-                NO_PRUNE,
-            )
+            .write_sweep_history(&sweep_write(Some(record), Vec::new(), NO_PRUNE))
             .await?;
     }
     let fresh = sweep_record(&ctx.id("fresh"), FUTURE + 2_000_000);
-    store.record_sweep(&fresh, &[], old + 2).await?;
+    store
+        .write_sweep_history(&sweep_write(Some(fresh), Vec::new(), old + 2))
+        .await?;
     let left: Vec<String> = own_sweeps(store, ctx, MAX_SWEEPS_READ)
         .await?
         .into_iter()
@@ -2249,5 +2269,118 @@ pub async fn sweep_records_past_the_retention_are_pruned_oldest_first_by_a_later
         "the records before the cutoff are gone; the one at it stays"
     );
     ensure!(SWEEP_PRUNE_BATCH >= 2, "the batch holds at least two");
+    Ok(Verdict::Passed)
+}
+
+/// One `write_sweep_history` call is a sweep's whole end write and says what it did: the
+/// entries are in their runs' histories, the sweep's record is kept, the records that finished
+/// before the cutoff are gone, and at most `prune_max` entries made before it went, oldest
+/// first, after the write. The old entries ride in the call itself (a sweep's own are never
+/// that old), so no neighbour sharing the table can prune them between the write and the count.
+/// Without a record the call writes no record. A store that keeps no sweep records says it
+/// wrote none.
+pub async fn one_sweep_write_records_the_entries_the_sweep_record_and_prunes_both_retentions_when_supported<
+    S: RunStore + ?Sized,
+>(
+    store: &S,
+    ctx: &CaseContext,
+) -> CaseResult {
+    if let Some(skip) = history_gate(store, ctx).await? {
+        return Ok(skip);
+    }
+    let keeps_sweeps = sweeps_gate(store).await?.is_none();
+    // Below every other case's entries and records, so this cutoff prunes only this case's.
+    let cutoff: EpochMs = -6_000_000_000_000_000;
+    if keeps_sweeps {
+        for i in 0..2 {
+            let old = sweep_record(&ctx.id(&format!("old-{i}")), cutoff - 2 + i);
+            let done = store
+                .write_sweep_history(&sweep_write(Some(old), Vec::new(), NO_PRUNE))
+                .await?;
+            ensure!(
+                done.sweep_recorded && done.recorded == 0 && done.pruned == 0,
+                "an old record written alone: {done:?}"
+            );
+        }
+    }
+    let sweep = ctx.id("sweep");
+    let run = ctx.id("run");
+    let old_run = ctx.id("old-run");
+    let fresh = history_entry(&run, &sweep, FUTURE + 3);
+    let record = sweep_record(&sweep, FUTURE + 3);
+    let write = SweepHistory {
+        entries: vec![
+            fresh.clone(),
+            history_entry(&old_run, "old-a", cutoff - 3),
+            history_entry(&old_run, "old-b", cutoff - 2),
+            history_entry(&old_run, "old-c", cutoff - 1),
+        ],
+        prune_before: cutoff,
+        prune_max: 2,
+        record: Some(record.clone()),
+    };
+    let done = store.write_sweep_history(&write).await?;
+    ensure!(
+        done.write_error.is_none() && done.prune_error.is_none(),
+        "no part failed: {done:?}"
+    );
+    ensure_eq!(done.recorded, 4, "every entry written");
+    ensure_eq!(
+        done.sweep_recorded,
+        keeps_sweeps,
+        "the record is written where the store keeps records"
+    );
+    ensure_eq!(
+        done.pruned,
+        2,
+        "the prune deletes at most its batch, after the write"
+    );
+    ensure_eq!(
+        store.run_history(&run, 10).await?,
+        vec![fresh],
+        "the sweep's entry"
+    );
+    let old_left: Vec<String> = store
+        .run_history(&old_run, 10)
+        .await?
+        .into_iter()
+        .map(|e| e.sweep_id)
+        .collect();
+    ensure!(
+        !old_left.iter().any(|s| s == "old-a" || s == "old-b"),
+        "the oldest entries went first: {old_left:?} left"
+    );
+    if keeps_sweeps {
+        ensure_eq!(
+            own_sweeps(store, ctx, MAX_SWEEPS_READ).await?,
+            vec![record],
+            "the sweep's record is kept and the records past the retention are gone"
+        );
+    }
+    // Without a record: the history's prune alone, which takes this case's last old entry.
+    let done = store
+        .write_sweep_history(&SweepHistory {
+            entries: Vec::new(),
+            prune_before: cutoff,
+            prune_max: 100,
+            record: None,
+        })
+        .await?;
+    ensure!(
+        !done.sweep_recorded && done.recorded == 0 && done.pruned <= 100,
+        "a write without a record: {done:?}"
+    );
+    ensure_eq!(
+        store.run_history(&old_run, 10).await?.len(),
+        0,
+        "every entry before the cutoff is gone"
+    );
+    if keeps_sweeps {
+        ensure_eq!(
+            own_sweeps(store, ctx, MAX_SWEEPS_READ).await?.len(),
+            1,
+            "a write without a record adds none"
+        );
+    }
     Ok(Verdict::Passed)
 }

@@ -731,13 +731,11 @@ impl RunStore for WithoutListByThread {
     ) -> Result<u64, StoreError> {
         self.0.prune_history(before, max_entries).await
     }
-    async fn record_sweep(
+    async fn write_sweep_history(
         &self,
-        sweep: &reaper_core::sweeps::SweepRecord,
-        entries: &[reaper_core::history::HistoryEntry],
-        prune_before: reaper_core::EpochMs,
-    ) -> Result<(), StoreError> {
-        self.0.record_sweep(sweep, entries, prune_before).await
+        history: &reaper_core::history::SweepHistory,
+    ) -> Result<reaper_core::history::SweepWritten, StoreError> {
+        self.0.write_sweep_history(history).await
     }
     async fn recent_sweeps(
         &self,
@@ -793,3 +791,93 @@ crate::run_store_conformance!(
     async { Arc::new(WithoutListByThread::default()) },
     lacks = [list_by_thread],
 );
+
+/// A store written before the one end write: it keeps history through `record_history` and
+/// `prune_history` only, no sweep records, and takes `write_sweep_history` as provided.
+#[derive(Debug, Default)]
+struct HistoryOnly(MemoryStore);
+
+#[async_trait::async_trait]
+impl RunStore for HistoryOnly {
+    async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
+        self.0.create_or_resume(new).await
+    }
+    async fn update(&self, run_id: &str, patch: RunPatch) -> Result<(), StoreError> {
+        self.0.update(run_id, patch).await
+    }
+    async fn update_fenced(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        patch: RunPatch,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.0.update_fenced(run_id, held_epoch, patch).await
+    }
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        RunStore::get(&self.0, run_id).await
+    }
+    async fn find_active_run(&self, thread_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.0.find_active_run(thread_id).await
+    }
+    async fn list_reclaimable_page(
+        &self,
+        query: ReclaimableQuery,
+    ) -> Result<ReclaimablePage, StoreError> {
+        self.0.list_reclaimable_page(query).await
+    }
+    async fn count_reclaimable(
+        &self,
+        detached_after: Option<EpochMs>,
+        detached_until: EpochMs,
+        at_most: u64,
+    ) -> Result<BoundedCount, StoreError> {
+        self.0
+            .count_reclaimable(detached_after, detached_until, at_most)
+            .await
+    }
+    async fn record_history(
+        &self,
+        entries: &[reaper_core::history::HistoryEntry],
+    ) -> Result<(), StoreError> {
+        self.0.record_history(entries).await
+    }
+    async fn run_history(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<reaper_core::history::HistoryEntry>, StoreError> {
+        self.0.run_history(run_id, limit).await
+    }
+    async fn prune_history(
+        &self,
+        before: reaper_core::EpochMs,
+        max_entries: usize,
+    ) -> Result<u64, StoreError> {
+        self.0.prune_history(before, max_entries).await
+    }
+    async fn bump_epoch(&self, run_id: &str) -> Result<EpochBump, StoreError> {
+        self.0.bump_epoch(run_id).await
+    }
+    async fn write_terminal(
+        &self,
+        run_id: &str,
+        held_epoch: u64,
+        write: &TerminalWrite,
+    ) -> Result<Fenced<bool>, StoreError> {
+        self.0.write_terminal(run_id, held_epoch, write).await
+    }
+}
+
+#[tokio::test]
+async fn a_store_with_only_the_history_methods_does_a_sweeps_end_write_through_the_provided_method()
+{
+    let backend = HistoryOnly::default();
+    let case = super::run_store::cases::<HistoryOnly>()
+        .into_iter()
+        .find(|c| {
+            c.name == "one_sweep_write_records_the_entries_the_sweep_record_and_prunes_both_retentions_when_supported"
+        })
+        .expect("the case exists");
+    let reports = run_cases(&backend, &[case], "apart", RunStoreCapabilities::default()).await;
+    assert_eq!(reports[0].result, Ok(Verdict::Passed), "{reports:?}");
+}

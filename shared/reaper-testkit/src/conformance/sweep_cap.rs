@@ -1,5 +1,5 @@
 //! The sweep records' count cap ([`MAX_SWEEPS_KEPT`]), one case every store keeping sweep
-//! records runs on a store of its own:
+//! records runs on a store of its own, written through [`RunStore::write_sweep_history`]:
 //!
 //! ```text
 //! #[tokio::test]
@@ -13,6 +13,7 @@
 //! and drops every other one in the store, which would take records from under other cases in a
 //! runner sharing one store between cases running at once (SQLite's shared file).
 
+use reaper_core::history::SweepHistory;
 use reaper_core::ports::{RunStore, RunStoreCapabilities};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ};
 use reaper_core::{EpochMs, StoreError};
@@ -54,6 +55,23 @@ fn record(sweep_id: String, finished_at: EpochMs) -> SweepRecord {
     }
 }
 
+/// One sweep's end write holding only its record; nothing is past the retention, so only the
+/// cap deletes.
+async fn write<S: RunStore + ?Sized>(store: &S, record: SweepRecord) -> Result<(), StoreError> {
+    let written = store
+        .write_sweep_history(&SweepHistory {
+            entries: Vec::new(),
+            prune_before: EpochMs::MIN,
+            prune_max: 0,
+            record: Some(record),
+        })
+        .await?;
+    match written.write_error {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
 /// A store keeps at most [`MAX_SWEEPS_KEPT`] sweep records: each write past the cap drops the
 /// records written longest ago, whenever they finished. The records are written newest-finished
 /// first, so a record the cap should have dropped would be the first [`RunStore::recent_sweeps`]
@@ -83,10 +101,7 @@ pub async fn at_most_a_thousand_sweep_records_are_kept_the_oldest_dropped_first<
     let dropped = 3;
     let written = MAX_SWEEPS_KEPT + dropped;
     for i in 0..written {
-        // Nothing is past the retention: only the cap deletes.
-        store
-            .record_sweep(&record(id(i), BASE - i as EpochMs), &[], EpochMs::MIN)
-            .await?;
+        write(store, record(id(i), BASE - i as EpochMs)).await?;
     }
     let kept = ids(store.recent_sweeps(MAX_SWEEPS_READ).await?);
     ensure_eq!(
@@ -111,9 +126,7 @@ pub async fn at_most_a_thousand_sweep_records_are_kept_the_oldest_dropped_first<
     );
 
     // One more write, finishing after all of them, drops exactly the oldest written.
-    store
-        .record_sweep(&record(id(written), BASE + 1), &[], EpochMs::MIN)
-        .await?;
+    write(store, record(id(written), BASE + 1)).await?;
     let kept = ids(store.recent_sweeps(MAX_SWEEPS_READ).await?);
     ensure_eq!(kept.len() as u64, MAX_SWEEPS_KEPT, "still the cap's worth");
     ensure_eq!(kept.first(), Some(&id(written)), "the new record is kept");
