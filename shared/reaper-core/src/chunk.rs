@@ -552,7 +552,13 @@ mod tests {
         // A repeated `type` is settled through the map and the chunk re-serialized: a number
         // must come back as the same f64 (a parser that is not correctly rounded reads
         // 9.031e173 one unit in the last place away from its own shortest printing).
-        for number in ["9.031e173", "1.7976931348623157e308", "5e-324", "0.1", "123.456e-7"] {
+        for number in [
+            "9.031e173",
+            "1.7976931348623157e308",
+            "5e-324",
+            "0.1",
+            "123.456e-7",
+        ] {
             let text = format!(r#"{{"type":"T","type":"T","n":{number}}}"#);
             let map: Map<String, Value> = serde_json::from_str(&text).unwrap();
             let chunk = Chunk::from_json(&text).expect("a map reads it");
