@@ -100,6 +100,31 @@ pub struct SweepWritten {
 }
 
 impl SweepWritten {
+    /// What a store that sends the write and the prune apart did: `written` is the write's
+    /// answer (`Ok(true)` when it held the sweep's record), `pruned` the prune's. A part the
+    /// store does not support (`Unsupported`) wrote nothing and is no failure.
+    pub fn apart(
+        history: &SweepHistory,
+        written: Result<bool, crate::StoreError>,
+        pruned: Result<u64, crate::StoreError>,
+    ) -> Self {
+        let mut done = SweepWritten::default();
+        match written {
+            Ok(sweep_recorded) => {
+                done.recorded = history.entries.len();
+                done.sweep_recorded = sweep_recorded;
+            }
+            Err(crate::StoreError::Unsupported(_)) => {}
+            Err(error) => done.write_error = Some(error),
+        }
+        match pruned {
+            Ok(pruned) => done.pruned = pruned,
+            Err(crate::StoreError::Unsupported(_)) => {}
+            Err(error) => done.prune_error = Some(error),
+        }
+        done
+    }
+
     /// A whole call that failed: nothing written, nothing pruned.
     pub fn failed(error: crate::StoreError) -> Self {
         SweepWritten {

@@ -403,23 +403,17 @@ pub trait RunStore: MaybeSend + MaybeSync {
         &self,
         history: &crate::history::SweepHistory,
     ) -> Result<crate::history::SweepWritten, StoreError> {
-        let mut done = crate::history::SweepWritten::default();
-        if !history.entries.is_empty() {
-            match self.record_history(&history.entries).await {
-                Ok(()) => done.recorded = history.entries.len(),
-                Err(StoreError::Unsupported(_)) => {}
-                Err(error) => done.write_error = Some(error),
-            }
-        }
-        match self
+        let written = if history.entries.is_empty() {
+            Ok(false)
+        } else {
+            self.record_history(&history.entries).await.map(|()| false)
+        };
+        let pruned = self
             .prune_history(history.prune_before, history.prune_max)
-            .await
-        {
-            Ok(pruned) => done.pruned = pruned,
-            Err(StoreError::Unsupported(_)) => {}
-            Err(error) => done.prune_error = Some(error),
-        }
-        Ok(done)
+            .await;
+        Ok(crate::history::SweepWritten::apart(
+            history, written, pruned,
+        ))
     }
 
     /// The claim's epoch bump, atomically: refuse an unknown or terminal run without writing,

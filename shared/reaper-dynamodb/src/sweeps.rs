@@ -114,29 +114,20 @@ impl DynamoStore {
         &self,
         history: &SweepHistory,
     ) -> Result<SweepWritten, StoreError> {
-        let mut done = SweepWritten::default();
         let written = match &history.record {
-            Some(sweep) => {
-                self.record_sweep_items(sweep, &history.entries, history.prune_before)
-                    .await
-            }
-            None => self.record_history_items(&history.entries).await,
+            Some(sweep) => self
+                .record_sweep_items(sweep, &history.entries, history.prune_before)
+                .await
+                .map(|()| true),
+            None => self
+                .record_history_items(&history.entries)
+                .await
+                .map(|()| false),
         };
-        match written {
-            Ok(()) => {
-                done.recorded = history.entries.len();
-                done.sweep_recorded = history.record.is_some();
-            }
-            Err(error) => done.write_error = Some(error),
-        }
-        match self
+        let pruned = self
             .prune_history_items(history.prune_before, history.prune_max)
-            .await
-        {
-            Ok(pruned) => done.pruned = pruned,
-            Err(error) => done.prune_error = Some(error),
-        }
-        Ok(done)
+            .await;
+        Ok(SweepWritten::apart(history, written, pruned))
     }
 
     /// The sweep's entries and its record (one `BatchWriteItem` per 25), after one `UpdateItem`
