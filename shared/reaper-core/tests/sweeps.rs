@@ -5,11 +5,8 @@
 mod common;
 
 use common::{entry, Harness, NOW, TTL};
-use reaper_core::history::SweepHistory;
-use reaper_core::memory::MemoryStore;
 use reaper_core::ports::RunStore;
 use reaper_core::reap::ReapOutcome;
-use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT};
 use reaper_core::{RunStatus, StoreError};
 use reaper_testkit::fakes::Op;
 
@@ -118,45 +115,4 @@ async fn a_dry_run_leaves_no_record() {
     let report = reaper_core::reap::sweep(&h.deps(), &h.options, 60_000).await;
     assert_eq!(report.sweep, reaper_core::reap::SweepStatus::DryRun);
     assert!(h.memory.recent_sweeps(10).await.unwrap().is_empty());
-}
-
-fn record(i: u64) -> SweepRecord {
-    SweepRecord {
-        sweep_id: format!("sweep-{i:06}"),
-        host: "h".into(),
-        started_at: i as i64,
-        finished_at: i as i64,
-        duration_ms: 0,
-        considered: 0,
-        outcomes: Default::default(),
-        reclaims_retried: 0,
-        reclaims_settled: 0,
-        concurrency: 0,
-        concurrency_cap: 0,
-        dry_run: false,
-        failed: false,
-        error: None,
-    }
-}
-
-#[tokio::test]
-async fn the_memory_store_keeps_at_most_max_sweeps_kept_records_dropping_the_oldest() {
-    let store = MemoryStore::new();
-    for i in 0..MAX_SWEEPS_KEPT + 3 {
-        let write = SweepHistory {
-            entries: Vec::new(),
-            prune_before: i64::MIN,
-            prune_max: 0,
-            record: Some(record(i)),
-        };
-        store.write_sweep_history(&write).await.unwrap();
-    }
-    let all = store.recent_sweeps(usize::MAX).await.unwrap();
-    assert_eq!(all.len() as u64, MAX_SWEEPS_KEPT);
-    assert_eq!(all[0].sweep_id, format!("sweep-{:06}", MAX_SWEEPS_KEPT + 2));
-    assert_eq!(
-        all.last().unwrap().sweep_id,
-        "sweep-000003",
-        "the three oldest went"
-    );
 }
