@@ -2063,7 +2063,7 @@ pub async fn prune_history_deletes_entries_before_the_cutoff_oldest_first_in_bou
 }
 
 /// A sweep record as a sweep writes it; `finished_at` decides its place.
-fn sweep_record(sweep_id: &str, finished_at: EpochMs) -> SweepRecord {
+pub(super) fn sweep_record(sweep_id: &str, finished_at: EpochMs) -> SweepRecord {
     SweepRecord {
         sweep_id: sweep_id.to_string(),
         host: "host-b pid 7 \"cron\" ✓".into(),
@@ -2107,7 +2107,9 @@ async fn own_sweeps<S: RunStore + ?Sized>(
 }
 
 /// `None` when the store keeps sweep records; a skip when it answers `Unsupported`.
-async fn sweeps_gate<S: RunStore + ?Sized>(store: &S) -> Result<Option<Verdict>, Failure> {
+pub(super) async fn sweeps_gate<S: RunStore + ?Sized>(
+    store: &S,
+) -> Result<Option<Verdict>, Failure> {
     match store.recent_sweeps(1).await {
         Err(StoreError::Unsupported(_)) => Ok(Some(Verdict::Skipped(
             "sweep records are not supported by this store".into(),
@@ -2117,11 +2119,11 @@ async fn sweeps_gate<S: RunStore + ?Sized>(store: &S) -> Result<Option<Verdict>,
 }
 
 /// A cutoff that prunes nothing (other cases' records may share the table).
-const NO_PRUNE: EpochMs = EpochMs::MIN;
+pub(super) const NO_PRUNE: EpochMs = EpochMs::MIN;
 
 /// A sweep's end write of `record` and `entries` whose records' prune cuts at `prune_before`
 /// and whose history prune deletes nothing (other cases' entries may share the table).
-fn sweep_write(
+pub(super) fn sweep_write(
     record: Option<SweepRecord>,
     entries: Vec<HistoryEntry>,
     prune_before: EpochMs,

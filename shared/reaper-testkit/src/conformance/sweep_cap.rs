@@ -13,11 +13,11 @@
 //! and drops every other one in the store, which would take records from under other cases in a
 //! runner sharing one store between cases running at once (SQLite's shared file).
 
-use reaper_core::history::SweepHistory;
 use reaper_core::ports::{RunStore, RunStoreCapabilities};
 use reaper_core::sweeps::{SweepRecord, MAX_SWEEPS_KEPT, MAX_SWEEPS_READ};
 use reaper_core::{EpochMs, StoreError};
 
+use super::run_store::{sweep_record, sweep_write, sweeps_gate, NO_PRUNE};
 use super::{conclude, native_nonce, CaseContext, CaseResult, Verdict};
 
 /// The case's name, as its tests are named.
@@ -36,35 +36,11 @@ pub async fn run<S: RunStore + ?Sized>(store: &S) {
     );
 }
 
-fn record(sweep_id: String, finished_at: EpochMs) -> SweepRecord {
-    SweepRecord {
-        sweep_id,
-        host: "cap-host".into(),
-        started_at: finished_at - 10,
-        finished_at,
-        duration_ms: 10,
-        considered: 0,
-        outcomes: Default::default(),
-        reclaims_retried: 0,
-        reclaims_settled: 0,
-        concurrency: 0,
-        concurrency_cap: 0,
-        dry_run: false,
-        failed: false,
-        error: None,
-    }
-}
-
 /// One sweep's end write holding only its record; nothing is past the retention, so only the
 /// cap deletes.
 async fn write<S: RunStore + ?Sized>(store: &S, record: SweepRecord) -> Result<(), StoreError> {
     let written = store
-        .write_sweep_history(&SweepHistory {
-            entries: Vec::new(),
-            prune_before: EpochMs::MIN,
-            prune_max: 0,
-            record: Some(record),
-        })
+        .write_sweep_history(&sweep_write(Some(record), Vec::new(), NO_PRUNE))
         .await?;
     match written.write_error {
         Some(error) => Err(error),
@@ -82,15 +58,8 @@ pub async fn at_most_a_thousand_sweep_records_are_kept_the_oldest_dropped_first<
     store: &S,
     ctx: &CaseContext,
 ) -> CaseResult {
-    match store.recent_sweeps(1).await {
-        Err(StoreError::Unsupported(_)) => {
-            return Ok(Verdict::Skipped(
-                "sweep records are not supported by this store".into(),
-            ))
-        }
-        other => {
-            other?;
-        }
+    if let Some(skip) = sweeps_gate(store).await? {
+        return Ok(skip);
     }
     ensure!(
         MAX_SWEEPS_READ as u64 >= MAX_SWEEPS_KEPT,
@@ -101,7 +70,7 @@ pub async fn at_most_a_thousand_sweep_records_are_kept_the_oldest_dropped_first<
     let dropped = 3;
     let written = MAX_SWEEPS_KEPT + dropped;
     for i in 0..written {
-        write(store, record(id(i), BASE - i as EpochMs)).await?;
+        write(store, sweep_record(&id(i), BASE - i as EpochMs)).await?;
     }
     let kept = ids(store.recent_sweeps(MAX_SWEEPS_READ).await?);
     ensure_eq!(
@@ -126,7 +95,7 @@ pub async fn at_most_a_thousand_sweep_records_are_kept_the_oldest_dropped_first<
     );
 
     // One more write, finishing after all of them, drops exactly the oldest written.
-    write(store, record(id(written), BASE + 1)).await?;
+    write(store, sweep_record(&id(written), BASE + 1)).await?;
     let kept = ids(store.recent_sweeps(MAX_SWEEPS_READ).await?);
     ensure_eq!(kept.len() as u64, MAX_SWEEPS_KEPT, "still the cap's worth");
     ensure_eq!(kept.first(), Some(&id(written)), "the new record is kept");
