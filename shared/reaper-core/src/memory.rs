@@ -5,7 +5,7 @@
 //! Suitable as an embedded default for a single process and for tests; it passes the whole
 //! conformance suite in `reaper-testkit`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -56,8 +56,71 @@ struct State {
     history: HashMap<String, Vec<HistoryEntry>>,
     /// No history entry is older than this: a prune with nothing past its cutoff walks nothing.
     history_oldest: Option<EpochMs>,
-    /// Sweep records in write order (the count cap drops the front).
-    sweeps: std::collections::VecDeque<SweepRecord>,
+    sweeps: SweepLog,
+}
+
+/// The sweep records, indexed so a sweep's end write costs O(log n) in the records kept (a
+/// long-running process keeps a thousand; a scan of them per sweep cost more than the sweep).
+#[derive(Debug, Default)]
+struct SweepLog {
+    /// Write order: the count cap drops the lowest.
+    written: BTreeMap<u64, SweepRecord>,
+    /// Each kept record's place in `written`.
+    seq_of: HashMap<String, u64>,
+    /// `(finishedAt, sweepId)` of every kept record: the retention prune's and the reads' order.
+    finished: BTreeSet<(EpochMs, String)>,
+    next_seq: u64,
+}
+
+impl SweepLog {
+    fn remove(&mut self, sweep_id: &str) {
+        if let Some(seq) = self.seq_of.remove(sweep_id) {
+            if let Some(old) = self.written.remove(&seq) {
+                self.finished.remove(&(old.finished_at, old.sweep_id));
+            }
+        }
+    }
+
+    /// Writes `sweep` (replacing one with its id, which then counts as written last), then
+    /// deletes at most a batch of records finished before `prune_before`, oldest first, then
+    /// the oldest written past the cap.
+    fn write(&mut self, sweep: &SweepRecord, prune_before: EpochMs) {
+        self.remove(&sweep.sweep_id);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.seq_of.insert(sweep.sweep_id.clone(), seq);
+        self.finished
+            .insert((sweep.finished_at, sweep.sweep_id.clone()));
+        self.written.insert(seq, sweep.clone());
+        let old: Vec<String> = self
+            .finished
+            .iter()
+            .take_while(|(at, _)| *at < prune_before)
+            .take(SWEEP_PRUNE_BATCH)
+            .map(|(_, id)| id.clone())
+            .collect();
+        for id in &old {
+            self.remove(id);
+        }
+        while self.written.len() as u64 > MAX_SWEEPS_KEPT {
+            let Some((_, oldest)) = self.written.pop_first() else {
+                break;
+            };
+            self.seq_of.remove(&oldest.sweep_id);
+            self.finished.remove(&(oldest.finished_at, oldest.sweep_id));
+        }
+    }
+
+    /// The newest `limit` by `(finishedAt, sweepId)`, newest first.
+    fn recent(&self, limit: usize) -> Vec<SweepRecord> {
+        self.finished
+            .iter()
+            .rev()
+            .take(limit)
+            .filter_map(|(_, id)| self.written.get(self.seq_of.get(id)?))
+            .cloned()
+            .collect()
+    }
 }
 
 /// Every store port over one mutex-guarded map. Cheap to clone (shared state).
@@ -156,29 +219,6 @@ impl State {
         old.len() as u64
     }
 
-    /// Writes a sweep's record (replacing one with its id), then the records' prune and cap.
-    fn record_sweep(&mut self, sweep: &SweepRecord, prune_before: EpochMs) {
-        self.sweeps.retain(|r| r.sweep_id != sweep.sweep_id);
-        self.sweeps.push_back(sweep.clone());
-        let mut old: Vec<(EpochMs, String)> = self
-            .sweeps
-            .iter()
-            .filter(|r| r.finished_at < prune_before)
-            .map(|r| (r.finished_at, r.sweep_id.clone()))
-            .collect();
-        old.sort();
-        old.truncate(SWEEP_PRUNE_BATCH);
-        if !old.is_empty() {
-            self.sweeps.retain(|r| {
-                !old.iter()
-                    .any(|(at, id)| *at == r.finished_at && *id == r.sweep_id)
-            });
-        }
-        while self.sweeps.len() as u64 > MAX_SWEEPS_KEPT {
-            self.sweeps.pop_front();
-        }
-    }
-
     /// Stores `record` (new or replacing), keeping the listing's keyset in step.
     fn put(&mut self, record: RunRecord) {
         let id = match self.runs.get_key_value(record.run_id.as_str()) {
@@ -268,7 +308,7 @@ impl RunStore for MemoryStore {
         let mut s = self.lock();
         s.record_history(&history.entries);
         if let Some(sweep) = &history.record {
-            s.record_sweep(sweep, history.prune_before);
+            s.sweeps.write(sweep, history.prune_before);
         }
         Ok(SweepWritten {
             recorded: history.entries.len(),
@@ -280,13 +320,7 @@ impl RunStore for MemoryStore {
 
     async fn recent_sweeps(&self, limit: usize) -> Result<Vec<SweepRecord>, StoreError> {
         let s = self.lock();
-        let mut all: Vec<&SweepRecord> = s.sweeps.iter().collect();
-        all.sort_by(|a, b| (b.finished_at, &b.sweep_id).cmp(&(a.finished_at, &a.sweep_id)));
-        Ok(all
-            .into_iter()
-            .take(limit.min(MAX_SWEEPS_READ))
-            .cloned()
-            .collect())
+        Ok(s.sweeps.recent(limit.min(MAX_SWEEPS_READ)))
     }
 
     async fn create_or_resume(&self, new: NewRun) -> Result<RunRecord, StoreError> {
