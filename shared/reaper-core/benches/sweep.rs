@@ -3,7 +3,8 @@
 //! Prints CPU time per run and peak RSS for each workload. Each workload runs in its own child
 //! process (this binary re-executed with the workload's name) so peak RSS is its own, and each
 //! runs `REAPER_BENCH_ROUNDS` times (default 5): every figure is the median of those rounds,
-//! with their range, so a figure does not rest on one lucky run.
+//! with their range, so a figure does not rest on one lucky run. The scale workload keeps one
+//! child per backlog alive and asks them in turn, so its ratios pair sweeps run moments apart.
 //!
 //! Run: `cargo bench -p reaper-core --bench sweep` (or `-- <workload>` for one round of one).
 
@@ -299,67 +300,192 @@ fn requests_per_sweep(backlog: usize) {
     });
 }
 
-/// One stateless `sweep()` (batch 25, producing runs, the cursor kept with the lease) over a
-/// backlog of `backlog` detached runs: the median wall time of many sweeps, after a warm-up.
-fn sweep_at_scale(backlog: usize) {
+/// The backlogs the scale figures compare.
+const SCALES: [usize; 3] = [1_000, 100_000, 1_000_000];
+
+/// Cold sweeps per size and round, and back-to-back blocks (of [`HOT_BLOCK`] sweeps) per size.
+const COLD_SWEEPS: usize = 100;
+const HOT_BLOCKS: usize = 10;
+const HOT_BLOCK: usize = 50;
+
+/// One stateless sweep at each of [`SCALES`], each size in a child process of its own (a size
+/// seeded after another would inherit its heap), asked in turn: one cold sweep of each size,
+/// then the next, so a noisy neighbour's burst lands on all three sizes, not on one size's
+/// figure. Prints each size's median and the median of the paired ratios to the smallest.
+fn sweep_at_scales() {
+    use std::io::{BufRead, BufReader, Write};
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = SCALES
+        .iter()
+        .map(|backlog| {
+            std::process::Command::new(&exe)
+                .args(["scale-serve", &backlog.to_string()])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut links: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            (
+                c.stdin.take().unwrap(),
+                BufReader::new(c.stdout.take().unwrap()).lines(),
+            )
+        })
+        .collect();
+    let mut ask = |child: usize, command: &str| -> String {
+        let (input, output) = &mut links[child];
+        writeln!(input, "{command}").unwrap();
+        output.next().expect("the child answers").unwrap()
+    };
+    let mut ready = Vec::new();
+    for child in 0..SCALES.len() {
+        ready.push(ask(child, "ready"));
+    }
+    let mut cold = vec![Vec::new(); SCALES.len()];
+    let mut hot = vec![Vec::new(); SCALES.len()];
+    for turn in 0..COLD_SWEEPS {
+        for k in 0..SCALES.len() {
+            let child = (turn + k) % SCALES.len();
+            cold[child].push(ask(child, "cold").parse::<f64>().unwrap());
+        }
+    }
+    for turn in 0..HOT_BLOCKS {
+        for k in 0..SCALES.len() {
+            let child = (turn + k) % SCALES.len();
+            hot[child].push(ask(child, "hot").parse::<f64>().unwrap());
+        }
+    }
+    drop(links);
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a scale child failed");
+    }
+    let ratios = |times: &[Vec<f64>], child: usize| {
+        let mut r: Vec<f64> = times[child]
+            .iter()
+            .zip(&times[0])
+            .map(|(t, base)| t / base)
+            .collect();
+        median(&mut r)
+    };
+    for (child, backlog) in SCALES.iter().enumerate() {
+        let (c, h) = (
+            median(&mut cold[child].clone()),
+            median(&mut hot[child].clone()),
+        );
+        figure(&format!("sweep_us:{backlog}"), format!("{c:.1}"));
+        figure(&format!("sweep_hot_us:{backlog}"), format!("{h:.1}"));
+        figure(
+            &format!("sweep_ratio:{backlog}"),
+            format!("{:.3}", ratios(&cold, child)),
+        );
+        figure(
+            &format!("sweep_hot_ratio:{backlog}"),
+            format!("{:.3}", ratios(&hot, child)),
+        );
+        println!(
+            "  {}: one sweep {c:.1} us from cold caches (median of {COLD_SWEEPS}), {h:.1} us back \
+             to back (median of {HOT_BLOCKS} blocks of {HOT_BLOCK}); to the smallest, paired: \
+             {:.3} cold, {:.3} back to back",
+            ready[child],
+            ratios(&cold, child),
+            ratios(&hot, child),
+        );
+    }
+}
+
+/// A child of [`sweep_at_scales`]: seeds `backlog` detached runs swept by stateless `sweep()`s
+/// (batch 25, producing runs, the cursor kept with the lease), then answers one line per
+/// command on stdin: `ready` (what it holds), `cold` (one sweep after evicting the caches, in
+/// µs), `hot` (the median of a block of sweeps back to back, in µs).
+fn serve_scale(backlog: usize) {
+    use std::io::BufRead;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let store = MemoryStore::new();
-        seed(&store, backlog, NOW - 60_000);
-        let d = deps(
-            &store,
-            RunExitProbe::Producing,
-            0,
-            Arc::new(ManualClock::new(NOW)),
-        );
-        let mut options = ReapOptions::new(TTL, "bench");
-        options.now = Some(NOW);
-        for _ in 0..20 {
-            sweep(&d, &options, 60_000).await;
+    let store = MemoryStore::new();
+    seed(&store, backlog, NOW - 60_000);
+    let d = deps(
+        &store,
+        RunExitProbe::Producing,
+        0,
+        Arc::new(ManualClock::new(NOW)),
+    );
+    let mut options = ReapOptions::new(TTL, "bench");
+    options.now = Some(NOW);
+    let once = || {
+        rt.block_on(async {
+            let t0 = Instant::now();
+            let report = sweep(&d, &options, 60_000).await;
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            assert_eq!(report.report.outcomes.producing, 25);
+            (
+                us,
+                report.report.slo.backlog,
+                report.report.slo.backlog_exact,
+            )
+        })
+    };
+    for _ in 0..20 {
+        once();
+    }
+    let mut buffer = vec![0u64; evict_bytes() / 8];
+    for command in std::io::stdin().lock().lines() {
+        match command.unwrap().as_str() {
+            "ready" => {
+                let (_, figure, exact) = once();
+                println!(
+                    "backlog={backlog} (backlog figure {figure}{}; {} MiB evicted before each \
+                     cold sweep)",
+                    if exact { " exact" } else { " at least" },
+                    (buffer.len() * 8) >> 20
+                );
+            }
+            "cold" => {
+                evict_caches(&mut buffer);
+                println!("{}", once().0);
+            }
+            "hot" => {
+                let mut times: Vec<f64> = (0..HOT_BLOCK).map(|_| once().0).collect();
+                println!("{}", median(&mut times));
+            }
+            other => panic!("unknown command {other}"),
         }
-        let mut backlog_seen = (0, false);
-        let mut timed = async |evict: Option<&mut Vec<u64>>, count: usize| {
-            let mut times = Vec::with_capacity(count);
-            let mut evict = evict;
-            for _ in 0..count {
-                if let Some(buffer) = evict.as_deref_mut() {
-                    evict_caches(buffer);
-                }
-                let t0 = Instant::now();
-                let report = sweep(&d, &options, 60_000).await;
-                times.push(t0.elapsed().as_secs_f64() * 1e6);
-                assert_eq!(report.report.outcomes.producing, 25);
-                backlog_seen = (report.report.slo.backlog, report.report.slo.backlog_exact);
-            }
-            median(&mut times)
-        };
-        let hot = timed(None, 500).await;
-        let mut buffer = vec![0u64; EVICT_BYTES / 8];
-        let cold = timed(Some(&mut buffer), 100).await;
-        figure(&format!("sweep_us:{backlog}"), format!("{cold:.1}"));
-        figure(&format!("sweep_hot_us:{backlog}"), format!("{hot:.1}"));
-        println!(
-            "  backlog={backlog}: one sweep {cold:.1} us from cold caches (median of 100), \
-             {hot:.1} us back to back (median of 500), backlog figure {}{}",
-            backlog_seen.0,
-            if backlog_seen.1 {
-                " (exact)"
-            } else {
-                " (at least)"
-            }
-        );
-    });
+    }
 }
 
-/// More than this machine's last-level cache (32 MiB here).
-const EVICT_BYTES: usize = 64 << 20;
+/// Twice this machine's last-level cache (from sysfs), at least 64 MiB and at most 1 GiB: a
+/// scheduled sweep runs a minute after the last, when other work has long since taken the
+/// caches, and the caches differ between machines of one kind (32 MiB on one, 300 on another).
+fn evict_bytes() -> usize {
+    let last_level = (0..8)
+        .filter_map(|index| {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{index}");
+            let level: u32 = std::fs::read_to_string(format!("{dir}/level"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let size = std::fs::read_to_string(format!("{dir}/size")).ok()?;
+            let size = size.trim();
+            let bytes = match size.strip_suffix('K') {
+                Some(k) => k.parse::<usize>().ok()? << 10,
+                None => match size.strip_suffix('M') {
+                    Some(m) => m.parse::<usize>().ok()? << 20,
+                    None => size.parse().ok()?,
+                },
+            };
+            Some((level, bytes))
+        })
+        .max()
+        .map_or(0, |(_, bytes)| bytes);
+    (2 * last_level).clamp(64 << 20, 1 << 30)
+}
 
-/// Writes one word of every cache line of `buffer`, evicting the sweep's data: a scheduled sweep
-/// runs a minute after the last, when other work has long since taken the caches. Back-to-back
-/// sweeps of 1k runs would find the whole store (0.4 MB) cached, sweeps of 1M never.
+/// Writes one word of every cache line of `buffer`, evicting the sweep's data.
 fn evict_caches(buffer: &mut [u64]) {
     for word in buffer.iter_mut().step_by(8) {
         *word = word.wrapping_add(1);
@@ -454,12 +580,8 @@ fn run(workload: &str) {
                 requests_per_sweep(backlog);
             }
         }
-        "scale-1k" => sweep_at_scale(1_000),
-        "scale-100k" => sweep_at_scale(100_000),
-        "scale-1m" => sweep_at_scale(1_000_000),
+        "scale" => sweep_at_scales(),
         "concurrency" => concurrency_at_defaults(),
-        "scale1k" => sweep_at_scale(1_000),
-        "scale1m" => sweep_at_scale(1_000_000),
         other => panic!("unknown workload {other}"),
     }
 }
@@ -469,9 +591,10 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    if let Some(w) = args.first() {
-        run(w);
-        return;
+    match args.as_slice() {
+        [serve, backlog] if serve == "scale-serve" => return serve_scale(backlog.parse().unwrap()),
+        [w, ..] => return run(w),
+        [] => {}
     }
     let exe = std::env::current_exe().unwrap();
     let rounds: usize = std::env::var("REAPER_BENCH_ROUNDS")
@@ -510,13 +633,10 @@ fn main() {
             "requests",
             "run-store requests per stateless sweep (memory store, batch 25, producing runs)",
         ),
-        // Each size in its own process: a size swept after another would inherit its heap.
         (
-            "scale-1k",
+            "scale",
             "one stateless sweep at 1k / 100k / 1M detached runs (memory store, batch 25)",
         ),
-        ("scale-100k", ""),
-        ("scale-1m", ""),
         (
             "concurrency",
             "100 producing runs behind a 50 ms provider at the default cap (sized at run time)",
@@ -646,14 +766,18 @@ fn print_table(figures: &std::collections::HashMap<String, String>) {
             "grows with backlog".to_string(),
             "within 10 %".to_string(),
             format!(
-                "{} / {} / {} µs from cold caches, as a scheduled sweep runs ({} / {} / {} µs \
-                 back to back)",
+                "{} / {} / {} µs from cold caches, as a scheduled sweep runs; to 1k, paired: \
+                 {} / {} ({} / {} / {} µs back to back; to 1k: {} / {})",
                 get("sweep_us:1000"),
                 get("sweep_us:100000"),
                 get("sweep_us:1000000"),
+                get("sweep_ratio:100000"),
+                get("sweep_ratio:1000000"),
                 get("sweep_hot_us:1000"),
                 get("sweep_hot_us:100000"),
-                get("sweep_hot_us:1000000")
+                get("sweep_hot_us:1000000"),
+                get("sweep_hot_ratio:100000"),
+                get("sweep_hot_ratio:1000000"),
             ),
         ),
         (
