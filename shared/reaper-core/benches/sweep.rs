@@ -24,6 +24,7 @@ use reaper_core::ports::{
 };
 use reaper_core::reap::{reap_detached_runs, sweep, ReapDeps, ReapOptions};
 use reaper_core::time::ManualClock;
+use reaper_testkit::bench::{median, Turns};
 use reaper_testkit::fakes::{CountingRuns, TokioSleeper};
 
 const NOW: i64 = 1_800_000_000_000;
@@ -344,54 +345,34 @@ fn sweep_at_scales() {
     for child in 0..SCALES.len() {
         ready.push(ask(child, "ready"));
     }
-    let mut cold = vec![Vec::new(); SCALES.len()];
-    let mut hot = vec![Vec::new(); SCALES.len()];
+    let mut cold = Turns::new(SCALES.len());
+    let mut hot = Turns::new(SCALES.len());
     for turn in 0..COLD_SWEEPS {
-        for k in 0..SCALES.len() {
-            let child = (turn + k) % SCALES.len();
-            cold[child].push(ask(child, "cold").parse::<f64>().unwrap());
+        for child in cold.order(turn) {
+            cold.push(child, ask(child, "cold").parse().unwrap());
         }
     }
     for turn in 0..HOT_BLOCKS {
-        for k in 0..SCALES.len() {
-            let child = (turn + k) % SCALES.len();
-            hot[child].push(ask(child, "hot").parse::<f64>().unwrap());
+        for child in hot.order(turn) {
+            hot.push(child, ask(child, "hot").parse().unwrap());
         }
     }
     drop(links);
     for mut child in children {
         assert!(child.wait().unwrap().success(), "a scale child failed");
     }
-    let ratios = |times: &[Vec<f64>], child: usize| {
-        let mut r: Vec<f64> = times[child]
-            .iter()
-            .zip(&times[0])
-            .map(|(t, base)| t / base)
-            .collect();
-        median(&mut r)
-    };
     for (child, backlog) in SCALES.iter().enumerate() {
-        let (c, h) = (
-            median(&mut cold[child].clone()),
-            median(&mut hot[child].clone()),
-        );
+        let (c, h) = (cold.median(child), hot.median(child));
+        let (cr, hr) = (cold.paired_ratio(child), hot.paired_ratio(child));
         figure(&format!("sweep_us:{backlog}"), format!("{c:.1}"));
         figure(&format!("sweep_hot_us:{backlog}"), format!("{h:.1}"));
-        figure(
-            &format!("sweep_ratio:{backlog}"),
-            format!("{:.3}", ratios(&cold, child)),
-        );
-        figure(
-            &format!("sweep_hot_ratio:{backlog}"),
-            format!("{:.3}", ratios(&hot, child)),
-        );
+        figure(&format!("sweep_ratio:{backlog}"), format!("{cr:.3}"));
+        figure(&format!("sweep_hot_ratio:{backlog}"), format!("{hr:.3}"));
         println!(
             "  {}: one sweep {c:.1} us from cold caches (median of {COLD_SWEEPS}), {h:.1} us back \
              to back (median of {HOT_BLOCKS} blocks of {HOT_BLOCK}); to the smallest, paired: \
-             {:.3} cold, {:.3} back to back",
+             {cr:.3} cold, {hr:.3} back to back",
             ready[child],
-            ratios(&cold, child),
-            ratios(&hot, child),
         );
     }
 }
@@ -536,19 +517,6 @@ fn concurrency_at_defaults() {
             options.concurrency, report.concurrency.peak, report.concurrency.why
         );
     });
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 fn run(workload: &str) {

@@ -1,8 +1,8 @@
 //! One stateless sweep on a real SQLite file at 1k, 100k and 1M detached runs (issue 27: the
 //! cost of a sweep stays flat with the backlog). Each size: 20 warm-up sweeps, then
-//! `REAPER_BENCH_ROUNDS` rounds (default 5) of 200 sweeps, the sizes taking turns within a
-//! round; a round's figure is its median sweep, and the printed figure the median of the rounds
-//! with their range.
+//! `REAPER_BENCH_ROUNDS` rounds (default 5) of 200 turns, each turn one sweep of every size; a
+//! round's figures are its median sweep per size and the median of its turns' ratios to 1k, and
+//! the printed figures the median of the rounds with their range.
 //!
 //! Run: `cargo bench -p reaper-sqlite --bench scale` (seeding 1M runs takes a few seconds).
 
@@ -13,6 +13,7 @@ use reaper_core::reap::{sweep, ReapDeps, ReapOptions};
 use reaper_core::time::ManualClock;
 use reaper_core::EpochMs;
 use reaper_sqlite::SqliteStore;
+use reaper_testkit::bench::{Spread, Turns};
 use reaper_testkit::fakes::{ScriptedDrive, ScriptedProbe, TokioSleeper};
 use rusqlite::{params, Connection};
 
@@ -41,16 +42,6 @@ fn seeded_file(dir: &std::path::Path, backlog: usize) -> std::path::PathBuf {
     }
     tx.commit().unwrap();
     path
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 fn main() {
@@ -86,9 +77,10 @@ fn main() {
         .collect();
     let mut options = ReapOptions::new(TTL, "bench");
     options.now = Some(NOW);
-    // The sizes take turns within each round, so a disk or a neighbour that slows down for a
-    // while slows every size alike instead of the one measured at that moment.
+    // The sizes take turns sweep by sweep, so a disk or a neighbour that slows down for a while
+    // slows every size alike; each ratio is taken within a turn.
     let mut medians = vec![Vec::new(); sizes.len()];
+    let mut ratios = vec![Vec::new(); sizes.len()];
     let mut seen = vec![(0, false); sizes.len()];
     rt.block_on(async {
         for (_, deps) in &stores {
@@ -97,40 +89,44 @@ fn main() {
             }
         }
         for _ in 0..rounds {
-            for (i, (_, deps)) in stores.iter().enumerate() {
-                let mut times = Vec::with_capacity(200);
-                for _ in 0..200 {
+            let mut turns = Turns::new(sizes.len());
+            for turn in 0..200 {
+                for i in turns.order(turn) {
                     let t0 = Instant::now();
-                    let report = sweep(deps, &options, 60_000).await;
-                    times.push(t0.elapsed().as_secs_f64() * 1e6);
+                    let report = sweep(&stores[i].1, &options, 60_000).await;
+                    turns.push(i, t0.elapsed().as_secs_f64() * 1e6);
                     assert_eq!(report.report.outcomes.producing, 25);
                     seen[i] = (report.report.slo.backlog, report.report.slo.backlog_exact);
                 }
-                medians[i].push(median(&mut times));
+            }
+            for i in 0..sizes.len() {
+                medians[i].push(turns.median(i));
+                ratios[i].push(turns.paired_ratio(i));
             }
         }
     });
     let mut table = Vec::new();
-    for ((backlog, mut medians), seen) in sizes.into_iter().zip(medians).zip(seen) {
-        let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let m = median(&mut medians);
+    for (i, backlog) in sizes.into_iter().enumerate() {
+        let (time, ratio) = (Spread::of(&medians[i]), Spread::of(&ratios[i]));
         println!(
-            "  backlog={backlog}: one sweep {m:.0} us (median of {rounds} rounds of 200, range \
-             {lo:.0}–{hi:.0}), backlog figure {}{}",
-            seen.0,
-            if seen.1 { " (exact)" } else { " (at least)" }
+            "  backlog={backlog}: one sweep {:.0} us (median of {rounds} rounds of 200 turns, \
+             range {:.0}–{:.0}), to 1k in the same turn {:.3} ({:.3}–{:.3}), backlog figure {}{}",
+            time.median,
+            time.low,
+            time.high,
+            ratio.median,
+            ratio.low,
+            ratio.high,
+            seen[i].0,
+            if seen[i].1 { " (exact)" } else { " (at least)" }
         );
-        table.push(m);
+        table.push((time.median, ratio.median));
     }
     drop(stores);
     println!(
-        "\n| one SQLite sweep, batch 25 | 1k | 100k | 1M | 1M / 1k |\n|---|---|---|---|---|\n\
-         | median µs | {:.0} | {:.0} | {:.0} | {:.2} |",
-        table[0],
-        table[1],
-        table[2],
-        table[2] / table[0]
+        "\n| one SQLite sweep, batch 25 | 1k | 100k | 1M | 100k / 1k, 1M / 1k (paired) |\n\
+         |---|---|---|---|---|\n| median µs | {:.0} | {:.0} | {:.0} | {:.2}, {:.2} |",
+        table[0].0, table[1].0, table[2].0, table[1].1, table[2].1
     );
     println!(
         "load average at the end: {}",
