@@ -1,8 +1,9 @@
 //! One stateless sweep on a real PostgreSQL at 1k, 100k and 1M detached runs (issue 27: the cost
 //! of a sweep stays flat with the backlog), as `reaper-sqlite`'s bench of the same name. Each
-//! size in a fresh schema: 20 warm-up sweeps, then `REAPER_BENCH_ROUNDS` rounds (default 5) of
-//! 100 sweeps; a round's figure is its median sweep, the printed figure the median of the rounds
-//! with their range.
+//! size in a fresh schema of its own, all three seeded first: 20 warm-up sweeps each, then
+//! `REAPER_BENCH_ROUNDS` rounds (default 5) of 100 turns, each turn one sweep of every size; a
+//! round's figures are its median sweep per size and the median of its turns' ratios to 1k, the
+//! printed figures the median of the rounds with their range.
 //!
 //! Run against a server: `eval "$(shared/reaper-postgres/server/start.sh /tmp/reaper-pg)"`, then
 //! `cargo bench -p reaper-postgres --bench scale` (`REAPER_TEST_POSTGRES_URL` names the server).
@@ -14,20 +15,11 @@ use reaper_core::reap::{sweep, ReapDeps, ReapOptions};
 use reaper_core::time::ManualClock;
 use reaper_core::EpochMs;
 use reaper_postgres::{PostgresOptions, PostgresStore};
+use reaper_testkit::bench::{Spread, Turns};
 use reaper_testkit::fakes::{ScriptedDrive, ScriptedProbe, TokioSleeper};
 
 const NOW: EpochMs = 1_800_000_000_000;
 const TTL: u64 = 3_600_000;
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
 
 /// A fresh schema holding `backlog` detached runs inside the TTL, seeded by one statement and
 /// vacuumed.
@@ -75,9 +67,12 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let mut table = Vec::new();
-    for backlog in [1_000_i64, 100_000, 1_000_000] {
-        let (m, lo, hi, seen) = rt.block_on(async {
+    let sizes = [1_000_i64, 100_000, 1_000_000];
+    let mut options = ReapOptions::new(TTL, "bench");
+    options.now = Some(NOW);
+    let (medians, ratios, seen) = rt.block_on(async {
+        let mut stores = Vec::new();
+        for backlog in sizes {
             let (store, schema) = seeded(&url, backlog).await;
             let deps = ReapDeps {
                 runs: Arc::new(store.clone()),
@@ -91,50 +86,64 @@ fn main() {
                 sleeper: Arc::new(TokioSleeper),
                 damage: Default::default(),
             };
-            let mut options = ReapOptions::new(TTL, "bench");
-            options.now = Some(NOW);
             for _ in 0..20 {
                 sweep(&deps, &options, 60_000).await;
             }
-            let mut seen = (0, false);
-            let mut medians = Vec::new();
-            for _ in 0..rounds {
-                let mut times = Vec::with_capacity(100);
-                for _ in 0..100 {
+            stores.push((deps, schema));
+        }
+        // The sizes take turns sweep by sweep: the server's and the neighbours' slow moments
+        // land on every size alike, and each ratio is taken within a turn.
+        let mut medians = vec![Vec::new(); sizes.len()];
+        let mut ratios = vec![Vec::new(); sizes.len()];
+        let mut seen = vec![(0, false); sizes.len()];
+        for _ in 0..rounds {
+            let mut turns = Turns::new(sizes.len());
+            for turn in 0..100 {
+                for i in turns.order(turn) {
                     let t0 = Instant::now();
-                    let report = sweep(&deps, &options, 60_000).await;
-                    times.push(t0.elapsed().as_secs_f64() * 1e6);
+                    let report = sweep(&stores[i].0, &options, 60_000).await;
+                    turns.push(i, t0.elapsed().as_secs_f64() * 1e6);
                     assert_eq!(report.report.outcomes.producing, 25);
-                    seen = (report.report.slo.backlog, report.report.slo.backlog_exact);
+                    seen[i] = (report.report.slo.backlog, report.report.slo.backlog_exact);
                 }
-                medians.push(median(&mut times));
             }
-            let (c, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .expect("connect");
-            tokio::spawn(connection);
+            for i in 0..sizes.len() {
+                medians[i].push(turns.median(i));
+                ratios[i].push(turns.paired_ratio(i));
+            }
+        }
+        let (c, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        for (_, schema) in &stores {
             let _ = c
                 .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
                 .await;
-            let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            (median(&mut medians), lo, hi, seen)
-        });
+        }
+        (medians, ratios, seen)
+    });
+    let mut table = Vec::new();
+    for (i, backlog) in sizes.into_iter().enumerate() {
+        let (time, ratio) = (Spread::of(&medians[i]), Spread::of(&ratios[i]));
         println!(
-            "  backlog={backlog}: one sweep {m:.0} us (median of {rounds} rounds of 100, range \
-             {lo:.0}–{hi:.0}), backlog figure {}{}",
-            seen.0,
-            if seen.1 { " (exact)" } else { " (at least)" }
+            "  backlog={backlog}: one sweep {:.0} us (median of {rounds} rounds of 100 turns, \
+             range {:.0}–{:.0}), to 1k in the same turn {:.3} ({:.3}–{:.3}), backlog figure {}{}",
+            time.median,
+            time.low,
+            time.high,
+            ratio.median,
+            ratio.low,
+            ratio.high,
+            seen[i].0,
+            if seen[i].1 { " (exact)" } else { " (at least)" }
         );
-        table.push(m);
+        table.push((time.median, ratio.median));
     }
     println!(
-        "\n| one PostgreSQL sweep, batch 25 | 1k | 100k | 1M | 1M / 1k |\n|---|---|---|---|---|\n\
-         | median µs | {:.0} | {:.0} | {:.0} | {:.2} |",
-        table[0],
-        table[1],
-        table[2],
-        table[2] / table[0]
+        "\n| one PostgreSQL sweep, batch 25 | 1k | 100k | 1M | 100k / 1k, 1M / 1k (paired) |\n\
+         |---|---|---|---|---|\n| median µs | {:.0} | {:.0} | {:.0} | {:.2}, {:.2} |",
+        table[0].0, table[1].0, table[2].0, table[1].1, table[2].1
     );
     println!(
         "load average at the end: {}",

@@ -24,7 +24,7 @@ pub mod schema;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod};
 use reaper_core::secret::Secret;
 use reaper_core::StoreError;
 use tokio_postgres::config::{Host, SslMode};
@@ -315,6 +315,23 @@ impl PostgresStore {
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
+            .post_create(Hook::async_fn(|client, _| {
+                Box::pin(async move {
+                    // Every statement here is prepared once per connection and reaches its rows
+                    // through an index whatever its parameters, so one generic plan serves all
+                    // executions. Left to choose, the server replans the listing's page at every
+                    // sweep once a table outgrows its LIMIT guess (about 120 µs of a 1.3 ms sweep
+                    // at 100k runs, none at 1k). A server without the setting (before 12) keeps
+                    // its own choice.
+                    if let Err(error) = client
+                        .batch_execute("SET plan_cache_mode = force_generic_plan")
+                        .await
+                    {
+                        tracing::debug!(target: "reaper", %error, "plan_cache_mode not set");
+                    }
+                    Ok(())
+                })
+            }))
             .build()
             .map_err(|e| OpenError::InvalidOptions(format!("connection pool: {e}")))?;
         Ok(PostgresStore {
@@ -666,4 +683,27 @@ impl Conn<'_, '_> {
 /// Saturating conversion of the ports' unsigned counts to `BIGINT`.
 pub(crate) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(all(test, reaper_test_postgres))]
+mod on_a_server {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_pooled_connection_plans_its_prepared_statements_generically() {
+        let url = std::env::var("REAPER_TEST_POSTGRES_URL").expect("the test server's URL");
+        let mut options = PostgresOptions::new(url);
+        options.pool_size = 2;
+        let store = PostgresStore::pool_only(&options).expect("a pool");
+        // Two connections at once: both were created by the pool, so both ran its hook.
+        let (a, b) = (store.client().await.unwrap(), store.client().await.unwrap());
+        for c in [&a, &b] {
+            let mode: String = c
+                .query_one("SHOW plan_cache_mode", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(mode, "force_generic_plan");
+        }
+    }
 }
