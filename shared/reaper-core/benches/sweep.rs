@@ -1,9 +1,10 @@
 //! Sweep cost on the memory backends with zero-latency fakes (the core issue's benchmark).
 //!
 //! Prints CPU time per run and peak RSS for each workload. Each workload runs in its own child
-//! process (this binary re-executed with the workload's name) so peak RSS is its own, and each
-//! runs `REAPER_BENCH_ROUNDS` times (default 5): every figure is the median of those rounds,
-//! with their range, so a figure does not rest on one lucky run. The scale workload keeps one
+//! process (this binary re-executed with the workload's name) so peak RSS is its own, once in
+//! each of `REAPER_BENCH_ROUNDS` rounds (default 5) that run every workload in turn: every figure
+//! is the median of those rounds, with their range, so a figure does not rest on one lucky run
+//! nor on one slow stretch of a shared machine. The scale workload keeps one
 //! child per backlog alive and asks them in turn, so its ratios pair sweeps run moments apart.
 //!
 //! Run: `cargo bench -p reaper-core --bench sweep` (or `-- <workload>` for one round of one).
@@ -572,7 +573,7 @@ fn main() {
         .unwrap_or(5);
     // Every value a figure took, one per round.
     let mut rounds_of: std::collections::HashMap<String, Vec<f64>> = Default::default();
-    for (w, title) in [
+    let workloads = [
         (
             "producing",
             "10,000 detached runs, all producing (reference: ~3.6 us/run, ~70 MB RSS)",
@@ -609,11 +610,14 @@ fn main() {
             "concurrency",
             "100 producing runs behind a 50 ms provider at the default cap (sized at run time)",
         ),
-    ] {
-        if !title.is_empty() {
-            println!("{title}");
-        }
-        for round in 0..rounds {
+    ];
+    // Round by round, every workload once per round: a stretch of slow minutes on a shared
+    // machine lands on every workload's figures alike, not on one workload's rounds.
+    for round in 0..rounds {
+        for (w, title) in workloads {
+            if round == 0 && !title.is_empty() {
+                println!("{title}");
+            }
             let out = std::process::Command::new(&exe).arg(w).output().unwrap();
             assert!(
                 out.status.success(),
