@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every benchmark, outside the test command (their figures are for the README, not verdicts):
 # the core's sweep figures (CPU per run, peak memory, one sweep at 1k / 100k / 1M detached runs,
-# 100 producing runs behind a 50 ms provider at the defaults), one SQLite sweep at 1k / 100k / 1M,
+# 100 producing runs behind a 50 ms provider at the defaults, and, with valgrind, instructions
+# per run left alone), one SQLite sweep at 1k / 100k / 1M,
 # and the journal prune. Each figure is the median of REAPER_BENCH_ROUNDS rounds (default 5)
 # with its range. With POSTGRES=1 it also starts a private PostgreSQL (Unix socket) and times one
 # sweep there at 1k / 100k / 1M; with DYNAMODB=1 it starts DynamoDB Local and prints the DynamoDB
@@ -34,6 +35,21 @@ bench() {
 
 echo "load average before: $(cat /proc/loadavg); $(nproc) cores"
 bench -p reaper-core --bench sweep
+# The one figure no neighbour moves: instructions per run left alone, counted by callgrind as the
+# difference between 30 and 10 sweeps of the same 10k producing runs (seeding cancels out).
+if command -v valgrind >/dev/null 2>&1; then
+    exe=$(cargo bench -p reaper-core --bench sweep --no-run 2>&1 |
+        sed -n 's/.*Executable .*(\(.*\))$/\1/p' | head -n 1)
+    instructions() {
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null "$exe" producing-sweeps "$1" 2>&1 |
+            sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+    }
+    few=$(instructions 10)
+    many=$(instructions 30)
+    echo "leave-alone instructions per run (callgrind, 30 minus 10 sweeps of 10k runs): $(((many - few) / 200000))"
+else
+    echo "leave-alone instructions per run: not counted (no valgrind; apt-get install valgrind)"
+fi
 bench -p reaper-sqlite --bench scale
 bench -p reaper-local --bench prune
 if [ "${POSTGRES:-0}" = 1 ]; then

@@ -562,6 +562,18 @@ fn main() {
         .collect();
     match args.as_slice() {
         [serve, backlog] if serve == "scale-serve" => return serve_scale(backlog.parse().unwrap()),
+        // For scripts/bench.sh under callgrind: the difference between two sweep counts is the
+        // instructions of the sweeps alone, the same on any machine of the architecture.
+        [w, sweeps] if w == "producing-sweeps" => {
+            return sweep_workload(
+                10_000,
+                RunExitProbe::Producing,
+                0,
+                NOW - 60_000,
+                sweeps.parse().unwrap(),
+                false,
+            )
+        }
         [w, ..] => return run(w),
         [] => {}
     }
