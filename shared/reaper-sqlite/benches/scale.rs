@@ -13,12 +13,14 @@ use reaper_core::reap::{sweep, ReapDeps, ReapOptions};
 use reaper_core::time::ManualClock;
 use reaper_core::EpochMs;
 use reaper_sqlite::SqliteStore;
-use reaper_testkit::bench::{Spread, Turns};
+use reaper_testkit::bench::{print_scales, Turns};
 use reaper_testkit::fakes::{ScriptedDrive, ScriptedProbe, TokioSleeper};
 use rusqlite::{params, Connection};
 
 const NOW: EpochMs = 1_800_000_000_000;
 const TTL: u64 = 3_600_000;
+/// Turns per round: one sweep of every size each.
+const TURNS: usize = 200;
 
 /// A file holding `backlog` detached runs, all producing inside the TTL, in one transaction.
 fn seeded_file(dir: &std::path::Path, backlog: usize) -> std::path::PathBuf {
@@ -90,7 +92,7 @@ fn main() {
         }
         for _ in 0..rounds {
             let mut turns = Turns::new(sizes.len());
-            for turn in 0..200 {
+            for turn in 0..TURNS {
                 for i in turns.order(turn) {
                     let t0 = Instant::now();
                     let report = sweep(&stores[i].1, &options, 60_000).await;
@@ -105,33 +107,13 @@ fn main() {
             }
         }
     });
-    let mut table = Vec::new();
-    for (i, backlog) in sizes.into_iter().enumerate() {
-        let (time, ratio) = (Spread::of(&medians[i]), Spread::of(&ratios[i]));
-        println!(
-            "  backlog={backlog}: one sweep {:.0} us (median of {rounds} rounds of 200 turns, \
-             range {:.0}–{:.0}), to 1k in the same turn {:.3} ({:.3}–{:.3}), backlog figure {}{}",
-            time.median,
-            time.low,
-            time.high,
-            ratio.median,
-            ratio.low,
-            ratio.high,
-            seen[i].0,
-            if seen[i].1 { " (exact)" } else { " (at least)" }
-        );
-        table.push((time.median, ratio.median));
-    }
+    print_scales(
+        "SQLite",
+        &sizes.map(|s| s as u64),
+        &medians,
+        &ratios,
+        &seen,
+        TURNS,
+    );
     drop(stores);
-    println!(
-        "\n| one SQLite sweep, batch 25 | 1k | 100k | 1M | 100k / 1k, 1M / 1k (paired) |\n\
-         |---|---|---|---|---|\n| median µs | {:.0} | {:.0} | {:.0} | {:.2}, {:.2} |",
-        table[0].0, table[1].0, table[2].0, table[1].1, table[2].1
-    );
-    println!(
-        "load average at the end: {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
-    );
 }

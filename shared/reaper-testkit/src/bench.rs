@@ -81,6 +81,51 @@ impl Turns {
     }
 }
 
+/// Prints a store's scale figures: per size, the median sweep over its rounds (`medians`, one
+/// per round) and the median paired ratio to the first size (`ratios`), each with its range,
+/// and the backlog figure its sweeps reported (`seen`: the count and whether it is exact); then
+/// the table of the three sizes and the load average.
+pub fn print_scales(
+    store: &str,
+    sizes: &[u64],
+    medians: &[Vec<f64>],
+    ratios: &[Vec<f64>],
+    seen: &[(usize, bool)],
+    turns: usize,
+) {
+    let rounds = medians.first().map_or(0, Vec::len);
+    let mut table = Vec::new();
+    for (i, backlog) in sizes.iter().enumerate() {
+        let (time, ratio) = (Spread::of(&medians[i]), Spread::of(&ratios[i]));
+        println!(
+            "  backlog={backlog}: one sweep {:.0} us (median of {rounds} rounds of {turns} turns, \
+             range {:.0}–{:.0}), to 1k in the same turn {:.3} ({:.3}–{:.3}), backlog figure {}{}",
+            time.median,
+            time.low,
+            time.high,
+            ratio.median,
+            ratio.low,
+            ratio.high,
+            seen[i].0,
+            if seen[i].1 { " (exact)" } else { " (at least)" }
+        );
+        table.push((time.median, ratio.median));
+    }
+    if let [small, middle, large] = table[..] {
+        println!(
+            "\n| one {store} sweep, batch 25 | 1k | 100k | 1M | 100k / 1k, 1M / 1k (paired) |\n\
+             |---|---|---|---|---|\n| median µs | {:.0} | {:.0} | {:.0} | {:.2}, {:.2} |",
+            small.0, middle.0, large.0, middle.1, large.1
+        );
+    }
+    println!(
+        "load average at the end: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
